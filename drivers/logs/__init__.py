@@ -1,0 +1,1 @@
+"""Server log parsers: numeric fields only, never raw text."""

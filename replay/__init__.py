@@ -1,0 +1,7 @@
+"""agent-replay: record LLM agent traffic and replay it against an inference server."""
+
+from replay.errors import DriverError, ReplayError, TargetError, TraceError, UsageError
+
+__version__ = "0.1.0"
+
+__all__ = ["DriverError", "ReplayError", "TargetError", "TraceError", "UsageError", "__version__"]

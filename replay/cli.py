@@ -1,0 +1,106 @@
+"""The `replay` command line: parses options and calls the modules; holds no logic."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from replay.errors import ReplayError
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Record LLM agent traffic and replay many conversations against an inference server.",
+)
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(exc: ReplayError) -> typer.Exit:
+    err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+    return typer.Exit(exc.exit_code)
+
+
+@app.command()
+def validate(trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")]) -> None:
+    """Check a trace; report `file:line: problem` for the first bad line."""
+    from replay import commands
+
+    try:
+        console.print(commands.validate(trace), highlight=False)
+    except ReplayError as exc:
+        raise _fail(exc) from None
+
+
+@app.command()
+def run(
+    trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
+    target: Annotated[str, typer.Option(help="Server base URL, or 'sim[:preset]' to start the simulator.")] = "sim",
+    out: Annotated[Path, typer.Option(help="Results file (JSONL), written as requests finish.")] = Path(
+        "results.jsonl"
+    ),
+    plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = "alternate",
+    concurrency: Annotated[int | None, typer.Option(help="Requests in flight for overlap (and a cap for timed).")] = None,
+    speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
+    round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns instead of trace order.")] = False,
+    api: Annotated[str | None, typer.Option(help="openai | anthropic (default: each session's api).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name to send (default: each session's).")] = None,
+    history: Annotated[str, typer.Option(help="live: splice the server's replies; recorded: resend the trace.")] = "live",
+    think: Annotated[str, typer.Option(help="off | on | auto (auto sends no thinking switch).")] = "off",
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
+    max_duration: Annotated[float | None, typer.Option(help="Stop the run after this many seconds.")] = None,
+    sim_args: Annotated[
+        str, typer.Option("--sim-args", help="Extra simulator flags for --target sim, e.g. '--kv-disk-space-mb 65536'.")
+    ] = "",
+    quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
+) -> None:
+    """Replay a trace against a server and write per-request results."""
+    from replay import commands
+
+    try:
+        code = commands.run(
+            trace=trace,
+            target=target,
+            out=out,
+            plan=plan,
+            concurrency=concurrency,
+            speed=speed,
+            round_robin=round_robin,
+            api=api,
+            model=model,
+            history=history,
+            think=think,
+            timeout=timeout,
+            max_duration=max_duration,
+            sim_args=sim_args,
+            console=None if quiet else console,
+        )
+    except ReplayError as exc:
+        raise _fail(exc) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def report(
+    results: Annotated[list[Path], typer.Argument(help="One or more results files; they are merged.")],
+    json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Per-switch-class table (TTFT percentiles, re-processed and cached tokens, errors)."""
+    from replay import commands
+
+    try:
+        commands.report(results, as_json=json, console=console)
+    except ReplayError as exc:
+        raise _fail(exc) from None
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

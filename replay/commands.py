@@ -1,0 +1,99 @@
+"""What each CLI command does, with plain arguments: the CLI parses, this module acts."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import uuid
+from pathlib import Path
+
+import orjson
+from rich.console import Console
+
+from replay.engine.plans import make_plan
+from replay.engine.run import EngineConfig
+from replay.engine.session import HISTORY_MODES
+from replay.errors import UsageError
+from replay.metrics.results import merged_summary, read_results
+from replay.report.table import class_table, summary_rows
+from replay.runner import check_reachable, run_trace
+from replay.targets import open_target
+from replay.trace.reader import read_trace
+from replay.trace.reader import validate as validate_trace
+
+
+def validate(path: Path) -> str:
+    counts = validate_trace(path)
+    return (
+        f"{path}: ok ({counts['sessions']} sessions, {counts['requests']} requests, "
+        f"{counts['blobs']} blobs, {counts['lines']} lines)"
+    )
+
+
+def run(
+    trace: Path,
+    target: str,
+    out: Path,
+    plan: str = "alternate",
+    concurrency: int | None = None,
+    speed: float = 1.0,
+    round_robin: bool = False,
+    api: str | None = None,
+    model: str | None = None,
+    history: str = "live",
+    think: str = "off",
+    timeout: float = 1800.0,
+    max_duration: float | None = None,
+    sim_args: str = "",
+    console: Console | None = None,
+) -> int:
+    """Replay a trace; returns the exit code (0 ok, 1 requests failed, 130/143 interrupted)."""
+    if history not in HISTORY_MODES:
+        raise UsageError(f"--history must be one of {', '.join(HISTORY_MODES)}")
+    if think not in ("off", "on", "auto"):
+        raise UsageError("--think must be off, on or auto")
+    if api is not None and api not in ("openai", "anthropic"):
+        raise UsageError("--api must be openai or anthropic")
+    the_plan = make_plan(plan, concurrency=concurrency, speed=speed, round_robin=round_robin)
+    loaded = read_trace(trace)  # validates fully before anything is sent
+    with open_target(target, shlex.split(sim_args), log_path=out.with_suffix(".server.log")) as tgt:
+        check_reachable(tgt.url)
+        config = EngineConfig(
+            base_url=tgt.url,
+            api=api,
+            model=model,
+            history=history,
+            think=think,
+            timeout_s=timeout,
+            run_id=uuid.uuid4().hex[:8],
+        )
+        outcome = run_trace(
+            loaded, the_plan, config, out, tgt.describe(), max_duration_s=max_duration, console=console
+        )
+    if console is not None:
+        report([out], as_json=False, console=console)
+        console.print(
+            f"{outcome.requests} requests, {outcome.errors} failed, outcome {outcome.outcome}, "
+            f"{outcome.duration_s:.1f} s; results in {out}",
+            highlight=False,
+        )
+    return outcome.exit_code
+
+
+def report(paths: list[Path], as_json: bool, console: Console) -> None:
+    results = [read_results(p) for p in paths]
+    summary = merged_summary(results)
+    if as_json:
+        doc = {"files": [str(p) for p in paths], "classes": summary_rows(summary)}
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    title = "Requests by switch class" + (f" ({len(paths)} files merged)" if len(paths) > 1 else "")
+    console.print(class_table(summary, title=title))
+    for res in results:
+        line = next((r for r in [res.summary_line] if r), None)
+        if line and line.get("lag_p99_s") is not None:
+            console.print(
+                f"{Path(res.path).name}: outcome {line.get('outcome')}, schedule lag p50 "
+                f"{line.get('lag_p50_s'):.4f} s, p99 {line.get('lag_p99_s'):.4f} s",
+                highlight=False,
+            )

@@ -1,0 +1,218 @@
+"""The replay loop: one anyio task group that sends a trace's requests as the plan says.
+
+A dispatcher walks the plan's order and starts one small waiter task per request, at most
+`lookahead` ahead of the oldest unfinished one (so a million-request trace never has a million
+tasks). A waiter waits for the replies its request carries, then for its release time, then for a
+place among the requests in flight, and only then stamps the send time and classifies the switch.
+Every finished request is handed to `sink` at once; cancelled ones are handed over too, marked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+
+from replay.engine.apis import APIS, ApiCall, ApiResult, make_client
+from replay.engine.plans import Plan
+from replay.engine.session import LIVE, SessionState
+from replay.metrics.record import RequestRecord
+from replay.metrics.switch import SwitchTracker
+from replay.trace.model import Request, Trace
+
+Sink = Callable[[dict[str, Any]], None]
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    base_url: str
+    api: str | None = None
+    model: str | None = None
+    history: str = LIVE
+    think: str = "off"
+    timeout_s: float | None = 1800.0
+    default_max_tokens: int = 256
+    stream: bool | None = None
+    run_id: str = "run"
+    lookahead: int = 4096
+
+
+@dataclass(slots=True)
+class Progress:
+    """What the live display shows; the engine only assigns plain fields."""
+
+    total: int = 0
+    sent: int = 0
+    done: int = 0
+    errors: int = 0
+    in_flight: int = 0
+    last_switch: str = ""
+    sessions: dict[str, str] = field(default_factory=dict)
+
+
+def _now_ns() -> int:
+    return time.perf_counter_ns()
+
+
+class Engine:
+    def __init__(self, trace: Trace, plan: Plan, config: EngineConfig, sink: Sink) -> None:
+        self.trace = trace
+        self.plan = plan
+        self.config = config
+        self.sink = sink
+        self.by_id = trace.by_id()
+        self.sessions = {sid: SessionState(s, mode=config.history) for sid, s in trace.sessions.items()}
+        self.tracker = SwitchTracker()
+        self.progress = Progress(total=len(trace.requests))
+        self.progress.sessions = dict.fromkeys(trace.sessions, "waiting")
+        self._done_at: dict[int, int] = {}
+        self._done_events: dict[int, anyio.Event] = {}
+        self._seq = 0
+        self._t0 = 0
+        self._limiter = anyio.CapacityLimiter(plan.capacity) if plan.capacity else None
+
+    def _rel(self) -> int:
+        return _now_ns() - self._t0
+
+    async def run(self) -> None:
+        """Send every request; returns when all are done, or raises cancellation through."""
+        self._t0 = _now_ns()
+        window = anyio.Semaphore(self.config.lookahead)
+        async with make_client() as client, anyio.create_task_group() as tg:
+            prev: Request | None = None
+            for req in self.plan.order(self.trace.requests):
+                await window.acquire()
+                tg.start_soon(self._one, client, req, prev, window)
+                prev = req
+
+    async def _wait_done(self, rid: int) -> int:
+        if rid not in self._done_at:
+            event = self._done_events.setdefault(rid, anyio.Event())
+            await event.wait()
+        return self._done_at[rid]
+
+    def _mark_done(self, rid: int) -> None:
+        self._done_at[rid] = self._rel()
+        event = self._done_events.pop(rid, None)
+        if event is not None:
+            event.set()
+
+    async def _one(self, client: httpx.AsyncClient, req: Request, prev: Request | None, window: anyio.Semaphore) -> None:
+        try:
+            deps_done = 0
+            for dep in self.plan.waits_for(req, prev):
+                deps_done = max(deps_done, await self._wait_done(dep))
+            due = self.plan.release_ns(req, deps_done)
+            call = self._call(req, self.sessions[req.session])  # built before it is due: no lag from it
+            wait_ns = due - self._rel()
+            if wait_ns > 0:
+                await anyio.sleep(wait_ns / 1e9)
+            if self._limiter is None:
+                await self._send(client, req, call, due)
+            else:
+                async with self._limiter:
+                    await self._send(client, req, call, due)
+        finally:
+            self._mark_done(req.id)
+            window.release()
+
+    def _call(self, req: Request, state: SessionState) -> ApiCall:
+        params = req.params
+        reply = req.reply or {}
+        headers = {"X-Request-ID": f"{self.config.run_id}-{req.id}"}
+        if reply.get("finish"):
+            headers["X-Replay-Finish"] = str(reply["finish"])
+        calls = (reply.get("message") or {}).get("tool_calls")
+        if calls:
+            headers["X-Replay-Tool"] = str(calls[0].get("name", ""))
+        max_tokens = reply.get("output_tokens")
+        if max_tokens is None:
+            max_tokens = params.get("max_tokens", self.config.default_max_tokens)
+        elif params.get("max_tokens") is not None:
+            max_tokens = min(max_tokens, params["max_tokens"])
+        stream = self.config.stream if self.config.stream is not None else params.get("stream", True)
+        return ApiCall(
+            base_url=self.config.base_url,
+            model=self.config.model or state.session.model,
+            messages=state.messages(req, self.by_id),
+            tools=params.get("tools"),
+            max_tokens=int(max_tokens),
+            temperature=params.get("temperature", 0.0),
+            stream=bool(stream),
+            think=self.config.think,
+            extra_body=params.get("extra") or {},
+            headers=headers,
+            timeout_s=self.config.timeout_s,
+        )
+
+    async def _send(self, client: httpx.AsyncClient, req: Request, call: ApiCall, due: int) -> None:
+        state = self.sessions[req.session]
+        self._seq += 1
+        seq = self._seq
+        switch = self.tracker.on_send(req.session, req.is_compaction)
+        rec = RequestRecord(
+            seq=seq,
+            request_id=req.id,
+            session=req.session,
+            tag=req.tag,
+            switch=switch.flags,
+            from_session=switch.from_session,
+            t_scheduled=due,
+            expected_output_tokens=call.max_tokens,
+        )
+        progress = self.progress
+        progress.sent += 1
+        progress.in_flight += 1
+        progress.last_switch = f"{req.session} ({'+'.join(switch.flags)})"
+        api = APIS[self.config.api or state.session.api]
+
+        def on_state(s: str) -> None:
+            progress.sessions[req.session] = s
+
+        result: ApiResult | None = None
+        try:
+            result = await api(client, call, on_state)
+        except anyio.get_cancelled_exc_class():
+            rec.status = "cancelled"
+            rec.error = f"request {req.id} ({req.session}) cancelled in flight"
+            self.sink(rec.to_json())
+            raise
+        finally:
+            self.tracker.on_done()
+            progress.in_flight -= 1
+        _fill(rec, result, self._t0)
+        progress.done += 1
+        progress.sessions[req.session] = "waiting"
+        if rec.status != "ok":
+            progress.errors += 1
+        else:
+            state.on_reply(req, result.message)
+        self.sink(rec.to_json())
+
+
+def _fill(rec: RequestRecord, res: ApiResult, t0: int) -> None:
+    """Copy an API result into the record, timestamps made relative to the run's start."""
+
+    def rel(t: int | None) -> int | None:
+        return None if t is None else t - t0
+
+    rec.t_sent = rel(res.t_sent)
+    rec.t_first_token = rel(res.t_first_token)
+    rec.t_last_token = rel(res.t_last_token)
+    rec.t_done = rel(res.t_done)
+    rec.status = res.status
+    rec.http_status = res.http_status
+    rec.error = res.error
+    rec.finish = res.finish
+    usage = res.usage
+    rec.prompt_tokens = usage.prompt_tokens
+    rec.cached_tokens = usage.cached_tokens
+    rec.cache_write_tokens = usage.cache_write_tokens
+    rec.reprocessed_tokens = usage.reprocessed_tokens
+    rec.reprocessed_source = usage.reprocessed_source
+    rec.output_tokens = usage.output_tokens
+    rec.modelled = res.x_sim

@@ -1,0 +1,176 @@
+"""Run a trace against a target and write the results: the glue between trace, plan, engine and file.
+
+Owns the exit paths: whatever ends the run (last reply, a failed request, `--max-duration`,
+Ctrl-C, SIGTERM) every measured request is already on disk and a `summary` line is still written.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import platform
+import signal
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+from rich.console import Console
+
+from replay import __version__
+from replay.engine.plans import Plan
+from replay.engine.run import Engine, EngineConfig
+from replay.errors import TargetError
+from replay.metrics.results import ResultsWriter
+from replay.trace.model import Trace
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    out: str
+    outcome: str
+    requests: int
+    errors: int
+    cancelled: int
+    duration_s: float
+    lag_p50_s: float | None
+    lag_p99_s: float | None
+    exit_code: int
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_reachable(base_url: str, timeout_s: float = 5.0) -> None:
+    """Fail before the run starts if nothing answers at the target URL (any HTTP answer will do)."""
+    try:
+        httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise TargetError(f"target {base_url} is unreachable: {type(exc).__name__}: {exc}") from None
+
+
+def _percentile(values: list[float], pct: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return round(ordered[index], 6)
+
+
+def run_trace(
+    trace: Trace,
+    plan: Plan,
+    config: EngineConfig,
+    out: str | Path,
+    target: dict[str, Any],
+    max_duration_s: float | None = None,
+    console: Console | None = None,
+    keep_records: bool = False,
+) -> RunOutcome:
+    """Replay `trace` and write `out`; returns what happened (never raises for request failures)."""
+    header = {
+        "tool": {"name": "agent-replay", "version": __version__},
+        "trace": {"path": trace.path, "sha256": file_sha256(trace.path), "source": trace.header.source},
+        "target": target,
+        "plan": plan.describe(),
+        "history": config.history,
+        "think": config.think,
+        "seed": 0,
+        "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+    }
+    writer = ResultsWriter(out, header)
+    lags: list[float] = []
+    kept: list[dict[str, Any]] = []
+    counts = {"requests": 0, "errors": 0, "cancelled": 0}
+
+    def sink(rec: dict[str, Any]) -> None:
+        if rec["status"] == "cancelled":
+            counts["cancelled"] += 1
+            writer.write(rec)
+            return
+        counts["requests"] += 1
+        if rec["status"] != "ok":
+            counts["errors"] += 1
+        if rec["lag_s"] is not None:
+            lags.append(rec["lag_s"])
+        if keep_records:
+            kept.append(rec)
+        writer.request(rec)
+
+    engine = Engine(trace, plan, config, sink)
+    started = time.monotonic()
+    outcome = "done"
+    try:
+        live = _live_display(engine, console) if console is not None else nullcontext()
+        with live:
+            outcome = anyio.run(_supervise, engine, max_duration_s)
+    finally:
+        duration = round(time.monotonic() - started, 3)
+        extra = {
+            "outcome": outcome,
+            "duration_s": duration,
+            "requests": counts["requests"],
+            "errors": counts["errors"],
+            "cancelled": counts["cancelled"],
+            "lag_p50_s": _percentile(lags, 50),
+            "lag_p99_s": _percentile(lags, 99),
+        }
+        writer.close(extra)
+    if outcome in EXIT_SIGNAL:
+        code = EXIT_SIGNAL[outcome]
+    else:
+        code = EXIT_FAILED if counts["errors"] else EXIT_OK
+    return RunOutcome(
+        out=str(out),
+        outcome=outcome,
+        requests=counts["requests"],
+        errors=counts["errors"],
+        cancelled=counts["cancelled"],
+        duration_s=duration,
+        lag_p50_s=extra["lag_p50_s"],
+        lag_p99_s=extra["lag_p99_s"],
+        exit_code=code,
+        results=kept,
+    )
+
+
+async def _supervise(engine: Engine, max_duration_s: float | None) -> str:
+    """Run the engine under the run's limits; returns why it ended."""
+    outcome = "done"
+    async with anyio.create_task_group() as tg:
+
+        async def watch_signals() -> None:
+            nonlocal outcome
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for sig in signals:
+                    outcome = signal.Signals(sig).name
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(watch_signals)
+        with anyio.move_on_after(max_duration_s) as scope:
+            await engine.run()
+        if scope.cancelled_caught:
+            outcome = "max-duration"
+        tg.cancel_scope.cancel()
+    return outcome
+
+
+def _live_display(engine: Engine, console: Console):
+    from replay.report.live import progress_view
+
+    return progress_view(engine.progress, console)

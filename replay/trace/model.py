@@ -1,0 +1,94 @@
+"""The in-memory trace: sessions and requests whose message lists share structure.
+
+A request stores only what it adds to its parent (`parent`, `keep`, `append`), so a 200-turn
+session costs linear, not quadratic, memory. `messages()` rebuilds the full list by reference: the
+message dicts themselves are the ones read from the file, never copied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT = "agent-replay-trace/1"
+
+ROLES = ("interactive", "cron", "review", "subagent", "background")
+APIS = ("openai", "anthropic")
+TAGS = ("turn", "compaction", "cron", "review", "prewarm", "subagent", "probe")
+
+Message = dict[str, Any]
+
+
+@dataclass(slots=True)
+class TraceHeader:
+    format: str = FORMAT
+    created: str = ""
+    source: str = ""
+    notes: str = ""
+
+
+@dataclass(slots=True)
+class Session:
+    id: str
+    role: str = "interactive"
+    api: str = "openai"
+    model: str = "default"
+    labels: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One request as sent. `append` may hold `{"$reply": id}`: the reply to request `id` goes there."""
+
+    id: int
+    session: str
+    t: float
+    parent: Request | None
+    keep: int
+    append: tuple[Message, ...]
+    params: dict[str, Any]
+    reply: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    tag: str = "turn"
+    line: int = 0
+    n_messages: int = 0
+
+    def __post_init__(self) -> None:
+        self.n_messages = self.keep + len(self.append)
+
+    def messages(self) -> list[Message]:
+        """The full message list (unresolved: `$reply` markers and synth content left as they are)."""
+        chain: list[Request] = []
+        node: Request | None = self
+        while node is not None:
+            chain.append(node)
+            node = node.parent if node.keep else None
+        out: list[Message] = []
+        for node in reversed(chain):
+            del out[node.keep :]
+            out.extend(node.append)
+        return out
+
+    @property
+    def max_tokens(self) -> int | None:
+        value = self.params.get("max_tokens")
+        if value is None and self.reply is not None:
+            value = self.reply.get("output_tokens")
+        return value
+
+    @property
+    def is_compaction(self) -> bool:
+        """The prefix was rewritten: fewer of the parent's messages were kept than it had."""
+        return self.tag == "compaction" or (self.parent is not None and self.keep < self.parent.n_messages)
+
+
+@dataclass(slots=True)
+class Trace:
+    path: str
+    header: TraceHeader
+    sessions: dict[str, Session]
+    requests: list[Request]
+
+    def by_id(self) -> dict[int, Request]:
+        return {r.id: r for r in self.requests}

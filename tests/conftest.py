@@ -1,0 +1,26 @@
+"""Fixtures shared by every test directory; subdirectories keep their own in their conftest."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # makes `scripted_server` importable from any test dir
+
+from scripted_server import ScriptedServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def _scripted_server_session() -> Iterator[ScriptedServer]:
+    with ScriptedServer() as server:
+        yield server
+
+
+@pytest.fixture
+def scripted_server(_scripted_server_session: ScriptedServer) -> ScriptedServer:
+    """The session's scripted SSE server, with scripts and records cleared for this test."""
+    _scripted_server_session.reset()
+    return _scripted_server_session

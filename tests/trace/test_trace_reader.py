@@ -1,0 +1,132 @@
+"""Trace reader/validator: every validation error names file:line; delta reconstruction."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from replay.errors import TraceError
+from replay.trace import TraceWriter, materialize, read_trace, recorded_reply, validate
+from replay.trace.materialize import plain_message
+
+HEADER = {"kind": "trace", "format": "agent-replay-trace/1", "created": "", "source": "test"}
+SESSION = {"kind": "session", "id": "a"}
+
+
+def write_lines(path, objs) -> str:
+    with open(path, "wb") as f:
+        for obj in objs:
+            f.write(obj if isinstance(obj, bytes) else orjson.dumps(obj))
+            f.write(b"\n")
+    return str(path)
+
+
+def req(rid, **kw):
+    base = {"kind": "request", "id": rid, "session": "a", "t": 0, "append": [{"role": "user", "content": "hi"}]}
+    base.update(kw)
+    return base
+
+
+@pytest.mark.parametrize(
+    ("objs", "line", "problem"),
+    [
+        ([HEADER, b"{not json"], 2, "bad JSON"),
+        ([SESSION], 1, "first line must be the 'trace' header"),
+        ([{**HEADER, "format": "other/9"}], 1, "unsupported format"),
+        ([HEADER, {"kind": "turn"}], 2, "unknown kind 'turn'"),
+        ([HEADER, {"kind": "session"}], 2, "missing field 'id'"),
+        ([HEADER, SESSION, {"kind": "request", "id": 1, "session": "a", "append": []}], 3, "missing field 't'"),
+        ([HEADER, SESSION, req(1, t="soon")], 3, "field 't' must be"),
+        ([HEADER, SESSION, req(1, session="b")], 3, "session 'b', not defined"),
+        ([HEADER, SESSION, req(2), req(2)], 4, "not greater than the previous id 2"),
+        ([HEADER, SESSION, req(1, parent=7, keep=1)], 3, "parent 7 is not a request defined"),
+        ([HEADER, SESSION, req(1), req(2, parent=1, keep=2)], 4, "keep 2 is larger than parent 1's 1 messages"),
+        ([HEADER, SESSION, req(1, append=[{"role": "user", "content": {"$blob": "x"}}])], 3, "unknown blob 'x'"),
+        ([HEADER, SESSION, req(1, append=[{"$reply": 4}])], 3, "$reply refers to request 4"),
+        ([HEADER, SESSION, req(1, append=[{"role": "boss", "content": "x"}])], 3, "role must be one of"),
+        ([HEADER, SESSION, req(1, append=[{"role": "tool", "content": "x"}])], 3, "tool_call_id"),
+        ([HEADER, SESSION, req(1, append=[{"role": "user", "content": {"synth": {"tokens": -1}}}])], 3, "synth"),
+        ([HEADER, SESSION, req(1, append=[])], 3, "has no messages"),
+        ([HEADER, {**SESSION, "api": "grpc"}], 2, "api must be one of"),
+        ([HEADER, SESSION, SESSION], 3, "defined twice"),
+        ([HEADER, HEADER], 2, "second 'trace' header"),
+        ([], 0, "empty trace"),
+    ],
+)
+def test_validation_errors_name_file_and_line(tmp_path, objs, line, problem):
+    path = write_lines(tmp_path / "bad.jsonl", objs)
+    with pytest.raises(TraceError) as info:
+        validate(path)
+    assert info.value.line == line
+    assert problem in info.value.problem
+    assert str(info.value).startswith(f"{path}:{line}: ")
+
+
+def test_missing_file_is_a_trace_error(tmp_path):
+    with pytest.raises(TraceError, match="cannot open"):
+        validate(tmp_path / "nope.jsonl")
+
+
+def test_writer_delta_encodes_and_reader_rebuilds(tmp_path):
+    path = tmp_path / "t.jsonl"
+    system = {"role": "system", "content": {"synth": {"tokens": 50, "seed": 1}}}
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "f", "arguments": "{}"}]}
+    full: list[list[dict]] = []
+    with TraceWriter(path, source="test") as w:
+        w.session("a")
+        msgs = [system, {"role": "user", "content": "go"}]
+        for turn in range(5):
+            reply = {"message": {**call, "tool_calls": [{"id": f"c{turn}", "name": "f", "arguments": "{}"}]}}
+            w.request("a", float(turn), list(msgs), {"max_tokens": 4}, reply=reply)
+            full.append(list(msgs))
+            msgs = msgs + [reply["message"], {"role": "tool", "tool_call_id": f"c{turn}", "content": f"r{turn}"}]
+        compacted = [system, {"role": "user", "content": "summary"}]
+        w.request("a", 9.0, compacted, {}, tag="compaction")
+        full.append(compacted)
+    lines = [orjson.loads(x) for x in path.read_bytes().splitlines()]
+    requests = [x for x in lines if x["kind"] == "request"]
+    # Each turn appends only its two new messages, the first being a reference to the reply.
+    assert [len(r["append"]) for r in requests] == [2, 2, 2, 2, 2, 1]
+    assert requests[1]["append"][0] == {"$reply": 1}
+    assert requests[5]["keep"] == 1
+    trace = read_trace(path)
+    by_id = trace.by_id()
+    for request, expected in zip(trace.requests, full, strict=True):
+        assert materialize(request, recorded_reply(by_id)) == [plain_message(m) for m in expected]
+    assert trace.requests[-1].is_compaction and not trace.requests[-2].is_compaction
+
+
+def test_messages_are_shared_by_reference_not_copied(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, source="test") as w:
+        w.session("a")
+        msgs = [{"role": "user", "content": "x" * 1000}]
+        for turn in range(50):
+            w.request("a", float(turn), list(msgs), {})
+            msgs = msgs + [{"role": "user", "content": f"turn {turn}"}]
+    trace = read_trace(path)
+    first = trace.requests[0].messages()[0]
+    # Every request's list holds the very same first message object: memory grows with content.
+    assert all(r.messages()[0] is first for r in trace.requests)
+    assert trace.requests[-1].n_messages == 50
+
+
+def test_blobs_resolve_to_one_shared_object(tmp_path):
+    path = write_lines(
+        tmp_path / "t.jsonl",
+        [
+            HEADER,
+            SESSION,
+            {"kind": "blob", "id": "tools", "value": [{"type": "function", "function": {"name": "f"}}]},
+            req(1, params={"tools": {"$blob": "tools"}}),
+            req(2, params={"tools": {"$blob": "tools"}}),
+        ],
+    )
+    trace = read_trace(path)
+    assert trace.requests[0].params["tools"] is trace.requests[1].params["tools"]
+    assert trace.requests[0].params["tools"][0]["function"]["name"] == "f"
+
+
+def test_sample_trace_is_valid():
+    counts = validate("traces/sample.jsonl")
+    assert counts["requests"] == 9 and counts["sessions"] == 2
