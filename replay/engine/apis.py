@@ -89,7 +89,9 @@ class ApiResult:
     status: Status = "ok"
     http_status: int | None = None
     error: str | None = None  # one line, names the request
-    t_sent: int | None = None  # just before the request went to the socket
+    t_start: int | None = None  # the call began: before connecting
+    t_connected: int | None = None  # TCP connection open
+    t_sent: int | None = None  # request headers start going out: TTFT's zero
     t_headers: int | None = None  # response headers received
     t_first_byte: int | None = None  # first body chunk (may be a keep-alive or role chunk)
     t_first_token: int | None = None  # first content / reasoning / tool-call event
@@ -111,6 +113,10 @@ class ApiResult:
 
     def _span(self, start: int | None, end: int | None) -> float | None:
         return None if start is None or end is None else (end - start) / 1e9
+
+    @property
+    def connect_s(self) -> float | None:
+        return self._span(self.t_start, self.t_connected)
 
     @property
     def ttft_s(self) -> float | None:
@@ -202,6 +208,25 @@ def _transport_text(exc: Exception) -> str:
     return _one_line(f"{type(exc).__name__}: {text}")
 
 
+class _SendStamps:
+    """httpcore trace hook: stamps the moment the request starts going out.
+
+    TTFT counts from there, so connection setup (a fresh TCP connect per request,
+    see `make_client`) is measured as `connect_s` and never inflates TTFT.
+    """
+
+    __slots__ = ("res",)
+
+    def __init__(self, res: ApiResult) -> None:
+        self.res = res
+
+    async def __call__(self, name: str, info: Mapping[str, Any]) -> None:
+        if name == "http11.send_request_headers.started" or name == "http2.send_request_headers.started":
+            self.res.t_sent = time.perf_counter_ns()
+        elif name == "connection.connect_tcp.complete":
+            self.res.t_connected = time.perf_counter_ns()
+
+
 async def _exchange(
     client: httpx.AsyncClient,
     call: ApiCall,
@@ -223,6 +248,7 @@ async def _exchange(
         content=payload,
         headers={**headers, **call.headers},
         timeout=httpx.Timeout(None, connect=call.connect_timeout_s),
+        extensions={"trace": _SendStamps(res)},
     )
     try:
         with anyio.fail_after(call.timeout_s):
@@ -254,8 +280,10 @@ async def _talk(
     on_state: OnState,
     where: str,
 ) -> None:
-    res.t_sent = time.perf_counter_ns()
+    res.t_start = time.perf_counter_ns()
     response = await client.send(request, stream=True)
+    if res.t_sent is None:  # a transport without httpcore's trace hook
+        res.t_sent = res.t_start
     try:
         res.t_headers = time.perf_counter_ns()
         res.http_status = response.status_code

@@ -1,0 +1,237 @@
+"""The replay loop end to end against the scripted SSE server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from scripted_server import Script
+
+from replay.engine.plans import make_plan
+from replay.engine.run import EngineConfig
+from replay.metrics.results import read_results
+from replay.runner import run_trace
+from replay.trace import TraceWriter, read_trace
+
+SAMPLE = Path("traces/sample.jsonl")
+USAGE = {"prompt_tokens": 1000, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 400}}
+
+
+def replay(server, trace_path, out, plan="alternate", history="live", max_duration=None, **plan_kw):
+    config = EngineConfig(base_url=server.url, history=history, timeout_s=5.0, run_id="t")
+    return run_trace(
+        read_trace(trace_path),
+        make_plan(plan, **plan_kw),
+        config,
+        out,
+        {"kind": "scripted"},
+        max_duration_s=max_duration,
+        keep_records=True,
+    )
+
+
+def lines(path):
+    return [orjson.loads(x) for x in Path(path).read_bytes().splitlines()]
+
+
+def test_sample_replay_writes_every_field_and_classifies_switches(scripted_server, tmp_path):
+    scripted_server.default = Script(first_token_delay_s=0.02, usage=USAGE)
+    outcome = replay(scripted_server, SAMPLE, tmp_path / "r.jsonl")
+    assert outcome.exit_code == 0 and outcome.requests == 9
+    res = read_results(tmp_path / "r.jsonl")
+    assert res.run["format"] == "agent-replay-results/1"
+    assert res.run["trace"]["sha256"] and res.run["plan"]["plan"] == "alternate"
+    recs = res.requests
+    assert [r["switch"] for r in recs[:3]] == [["cold"], ["cold"], ["switch"]]
+    assert recs[2]["from_session"] == "cron"
+    assert recs[-1]["switch"] == ["switch", "compaction"]
+    for r in recs:
+        assert r["status"] == "ok"
+        assert r["ttft_s"] >= 0.02
+        assert (r["prompt_tokens"], r["cached_tokens"], r["reprocessed_tokens"]) == (1000, 400, 600)
+        assert r["reprocessed_source"] == "derived"
+        assert r["latency_s"] >= r["ttft_s"]
+    assert res.summary_line["outcome"] == "done"
+    assert res.summary.classes["switch"].count == 7
+
+
+def test_live_history_splices_the_servers_reply_and_maps_tool_ids(scripted_server, tmp_path):
+    scripted_server.default = Script(
+        usage=USAGE, tool_calls=[{"id": "live-1", "name": "read_file", "arguments": "{}"}], token_text="live"
+    )
+    replay(scripted_server, SAMPLE, tmp_path / "r.jsonl")
+    third = scripted_server.seen[2].body["messages"]  # main's second turn
+    assistant = [m for m in third if m["role"] == "assistant"]
+    tool = [m for m in third if m["role"] == "tool"]
+    assert assistant[0]["tool_calls"][0]["id"] == "live-1"
+    assert "live" in assistant[0]["content"]
+    assert tool[0]["tool_call_id"] == "live-1"
+
+
+def test_recorded_history_resends_the_trace(scripted_server, tmp_path):
+    scripted_server.default = Script(usage=USAGE, token_text="live")
+    replay(scripted_server, SAMPLE, tmp_path / "r.jsonl", history="recorded")
+    third = scripted_server.seen[2].body["messages"]
+    assistant = [m for m in third if m["role"] == "assistant"]
+    assert assistant[0]["tool_calls"][0]["id"] == "main-call-0"
+    assert not assistant[0].get("content")
+
+
+def _max_overlap(seen) -> int:
+    edges = sorted([(s.recv_ns, 1) for s in seen] + [(s.done_ns, -1) for s in seen])
+    level = peak = 0
+    for _, step in edges:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def _many_sessions(path, sessions=6, turns=3):
+    with TraceWriter(path, source="test") as w:
+        for s in range(sessions):
+            w.session(f"s{s}")
+        for turn in range(turns):
+            for s in range(sessions):
+                msgs = [{"role": "user", "content": f"s{s} turn {t}"} for t in range(turn + 1)]
+                w.request(f"s{s}", turn * 0.05 + s * 0.01, msgs, {"max_tokens": 3})
+    return path
+
+
+def test_overlap_never_exceeds_k_in_flight(scripted_server, tmp_path):
+    scripted_server.default = Script(first_token_delay_s=0.05, usage=USAGE)
+    trace = _many_sessions(tmp_path / "t.jsonl")
+    outcome = replay(scripted_server, trace, tmp_path / "r.jsonl", plan="overlap", concurrency=3)
+    assert outcome.requests == 18
+    assert _max_overlap(scripted_server.seen) == 3
+    assert any("concurrent" in r["switch"] for r in outcome.results)
+
+
+def test_timed_plan_measures_from_the_intended_time_and_reports_lag(scripted_server, tmp_path):
+    scripted_server.default = Script(first_token_delay_s=0.12, usage=USAGE)
+    trace = _many_sessions(tmp_path / "t.jsonl", sessions=2, turns=3)
+    outcome = replay(scripted_server, trace, tmp_path / "r.jsonl", plan="timed", speed=1.0, concurrency=1)
+    assert outcome.lag_p50_s is not None and outcome.lag_p99_s is not None
+    late = [r for r in outcome.results if r["lag_s"] > 0.05]
+    # Six requests due within 110 ms, one at a time, 120 ms each: the queueing shows as lag.
+    assert late
+    for r in late:
+        assert r["ttft_sched_s"] == pytest.approx(r["lag_s"] + r["ttft_s"], abs=2e-6)
+    summary = read_results(tmp_path / "r.jsonl").summary_line
+    assert summary["lag_p99_s"] >= 0.05
+
+
+def test_every_fault_is_recorded_and_the_run_goes_on(scripted_server, tmp_path):
+    faults = [
+        Script(fault="http_error", http_status=503),
+        Script(fault="reset_before_headers"),
+        Script(fault="reset_mid_stream", fault_after=1),
+        Script(fault="no_done"),
+        Script(fault="event_error"),
+        Script(fault="hang", hang_s=10),
+    ]
+    scripted_server.queue.extend(faults)
+    scripted_server.default = Script(usage=USAGE)
+    trace = _many_sessions(tmp_path / "t.jsonl", sessions=3, turns=3)
+    config = EngineConfig(base_url=scripted_server.url, timeout_s=1.0, run_id="f")
+    outcome = run_trace(
+        read_trace(trace), make_plan("alternate"), config, tmp_path / "r.jsonl", {}, keep_records=True
+    )
+    statuses = [r["status"] for r in outcome.results]
+    assert statuses[:6] == ["http_error", "stream_broken", "stream_broken", "stream_broken", "server_error", "timeout"]
+    assert statuses[6:] == ["ok"] * 3
+    assert outcome.errors == 6 and outcome.exit_code == 1
+    assert all(r["error"] and "request f-" in r["error"] for r in outcome.results[:6])
+    assert read_results(tmp_path / "r.jsonl").summary.classes["all"].errors == 6
+
+
+def test_max_duration_cuts_the_run_and_keeps_what_was_measured(scripted_server, tmp_path):
+    scripted_server.default = Script(first_token_delay_s=0.1, usage=USAGE)
+    trace = _many_sessions(tmp_path / "t.jsonl", sessions=2, turns=10)
+    outcome = replay(scripted_server, trace, tmp_path / "r.jsonl", max_duration=0.45)
+    assert outcome.outcome == "max-duration"
+    assert 2 <= outcome.requests < 20
+    res = read_results(tmp_path / "r.jsonl")
+    assert res.summary_line["outcome"] == "max-duration"
+    assert len([r for r in res.requests if r["status"] == "ok"]) == outcome.requests
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "replay", *args], capture_output=True, text=True, **kw)
+
+
+def test_sigint_to_a_real_run_leaves_a_parseable_results_file(scripted_server, tmp_path):
+    scripted_server.default = Script(first_token_delay_s=0.2, usage=USAGE)
+    trace = _many_sessions(tmp_path / "t.jsonl", sessions=2, turns=20)
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replay", "run", str(trace), "--target", scripted_server.url, "--out", str(out), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b'"kind":"request"') < 2):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=20) == 130
+    objs = lines(out)  # every line parses
+    assert objs[0]["kind"] == "run" and objs[-1]["kind"] == "summary"
+    assert objs[-1]["outcome"] == "SIGINT"
+    done = [o for o in objs if o["kind"] == "request" and o["status"] == "ok"]
+    assert len(done) >= 2
+    assert all(o["status"] in ("ok", "cancelled") for o in objs if o["kind"] == "request")
+
+
+def test_sigterm_exits_143_with_a_summary(scripted_server, tmp_path):
+    scripted_server.default = Script(first_token_delay_s=0.2, usage=USAGE)
+    trace = _many_sessions(tmp_path / "t.jsonl", sessions=2, turns=20)
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "replay", "run", str(trace), "--target", scripted_server.url, "--out", str(out), "--quiet"]
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b'"kind":"request"') < 1):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=20) == 143
+    assert lines(out)[-1]["outcome"] == "SIGTERM"
+
+
+def test_malformed_trace_exits_2_and_sends_nothing(scripted_server, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(SAMPLE.read_text().replace('"keep":2', '"keep":99', 1))
+    result = _cli("run", str(bad), "--target", scripted_server.url, "--out", str(tmp_path / "r.jsonl"), "--quiet")
+    assert result.returncode == 2
+    assert f"{bad}:" in result.stderr and "keep 99" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert scripted_server.seen == []
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_unreachable_target_is_a_clear_error_before_the_run(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = _cli("run", str(SAMPLE), "--target", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "r.jsonl"))
+    assert result.returncode == 2
+    assert "unreachable" in result.stderr
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_validate_and_report_cli(scripted_server, tmp_path):
+    assert "ok (2 sessions, 9 requests" in _cli("validate", str(SAMPLE)).stdout
+    scripted_server.default = Script(usage=USAGE)
+    replay(scripted_server, SAMPLE, tmp_path / "a.jsonl")
+    replay(scripted_server, SAMPLE, tmp_path / "b.jsonl")
+    text = _cli("report", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")).stdout
+    assert "2 files merged" in text and "switch" in text
+    doc = orjson.loads(_cli("report", "--json", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")).stdout)
+    assert doc["classes"]["all"]["count"] == 18
+    assert doc["classes"]["switch"]["mean_reprocessed"] == 600
