@@ -99,6 +99,26 @@ def report(
         raise _fail(exc) from None
 
 
+logs_app = typer.Typer(no_args_is_help=True, help="Server logs: the figures people compute by hand.")
+app.add_typer(logs_app, name="logs")
+
+
+@logs_app.command("summary")
+def logs_summary(
+    logs: Annotated[list[Path], typer.Argument(help="Server log files (ds4-server or llama-server).")],
+    json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    kind: Annotated[str, typer.Option(help="auto | ds4 | llamacpp")] = "auto",
+    year: Annotated[int | None, typer.Option(help="Year of ds4's year-less timestamps.")] = None,
+) -> None:
+    """Requests, finish reasons, continuation rate, restores, stores, evictions, decode by depth."""
+    from replay import commands
+
+    try:
+        commands.logs_summary(logs, kind=kind, year=year, as_json=json, console=console)
+    except ReplayError as exc:
+        raise _fail(exc) from None
+
+
 def main() -> None:
     try:
         app()

@@ -97,3 +97,13 @@ def report(paths: list[Path], as_json: bool, console: Console) -> None:
                 f"{line.get('lag_p50_s'):.4f} s, p99 {line.get('lag_p99_s'):.4f} s",
                 highlight=False,
             )
+
+
+def logs_summary(paths: list[Path], kind: str, year: int | None, as_json: bool, console: Console) -> None:
+    from drivers.logs.summary import print_summary, summarize
+
+    summary = summarize(paths, kind=kind, year=year)
+    if as_json:
+        sys.stdout.write(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print_summary(summary, console=console)

@@ -67,7 +67,9 @@ class ParseStats:
     def warnings(self) -> list[str]:
         out = [c.warning() for c in self.checks if not c.ok]
         if self.unknown_values:
-            out.append(f"{self.unknown_values} field value(s) outside the known vocabulary, counted as 'other'")
+            out.append(
+                f"{self.unknown_values} field value(s) outside the known vocabulary, counted as 'other'"
+            )
         return out
 
     def to_dict(self) -> dict[str, object]:
@@ -135,10 +137,6 @@ def field_float(pattern: re.Pattern[str], text: str) -> float | None:
 def int_field(name: str) -> re.Pattern[str]:
     """`name=123` as a standalone field (not the tail of a longer name such as `raw_name=`)."""
     return re.compile(rf"(?:^|[\s(,]){re.escape(name)}=(-?\d+)\b")
-
-
-def float_field(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(?:^|[\s(,]){re.escape(name)}=(-?\d+(?:\.\d+)?)")
 
 
 def word_field(name: str) -> re.Pattern[str]:

@@ -14,6 +14,7 @@ ids and names, hosts, cache directories are never copied into an event. Names th
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -26,7 +27,6 @@ from drivers.logs.base import (
     Vocab,
     field_float,
     field_int,
-    float_field,
     int_field,
     strip_ansi,
     word_field,
@@ -316,9 +316,13 @@ def seconds_of_year(month: int, day: int, hh: int, mm: int, ss: int, *, year: in
     second apart after the wrap; the price is a phantom day between Feb 28 and Mar 1 in a
     non-leap year. Pass `year` to be exact.
     """
-    base_year = 2000 if year is None else year  # 2000 is a leap year
-    day_index = (dt.date(base_year, month, day) - dt.date(base_year, 1, 1)).days
-    return day_index * 86400 + hh * 3600 + mm * 60 + ss
+    return _day_index(month, day, 2000 if year is None else year) * 86400 + hh * 3600 + mm * 60 + ss
+
+
+@functools.lru_cache(maxsize=1024)
+def _day_index(month: int, day: int, year: int) -> int:
+    """Days since Jan 1 (2000, the default, is a leap year); cached, as every line asks."""
+    return (dt.date(year, month, day) - dt.date(year, 1, 1)).days
 
 
 def _year_seconds(year: int | None) -> int:
@@ -382,14 +386,39 @@ _ELAPSED_MS = re.compile(r"(?:^|\s)elapsed=(\d+(?:\.\d+)?) ms")
 _STATUS = re.compile(r"(?:^|\s)status=(\w+)")
 _RAW = re.compile(r"\sraw_(?:dsml|tool_text)=(\d+)")
 
-_F = {name: int_field(name) for name in (
-    "live", "prompt", "common", "tokens", "trimmed", "text", "quant", "hits", "gen", "min", "cold_max",
-    "continued", "trim", "align", "ctx", "prefill_chunk", "raw_kv_rows", "compressed_kv_rows",
-    "resident_sessions", "prefill_quantum", "mixed_prefill_quantum", "decode_coalesce_us", "ids",
-    "cached", "n", "slot", "count",
-)}
+_F = {
+    name: int_field(name)
+    for name in (
+        "live",
+        "prompt",
+        "common",
+        "tokens",
+        "trimmed",
+        "text",
+        "quant",
+        "hits",
+        "gen",
+        "min",
+        "cold_max",
+        "continued",
+        "trim",
+        "align",
+        "ctx",
+        "prefill_chunk",
+        "raw_kv_rows",
+        "compressed_kv_rows",
+        "resident_sessions",
+        "prefill_quantum",
+        "mixed_prefill_quantum",
+        "decode_coalesce_us",
+        "ids",
+        "cached",
+        "n",
+        "slot",
+        "count",
+    )
+}
 _W = {name: word_field(name) for name in ("reason", "key", "vision", "match", "cross-quant", "backend")}
-_FL = {name: float_field(name) for name in ("size",)}
 
 _IGNORED_PREFIXES = (
     "thinking live checkpoint remembered",
@@ -495,14 +524,19 @@ class Ds4Parser:
             return self._kv_line(msg)
         if msg.startswith("KV disk cache "):
             return self._disk_config(msg)
-        if msg.startswith(("responses live continuation", "anthropic live continuation", "thinking live continuation")):
+        if msg.startswith(
+            ("responses live continuation", "anthropic live continuation", "thinking live continuation")
+        ):
             return self._continuation(msg)
         if msg.startswith("tool calls "):
             return self._tool_calls(msg)
         if msg.startswith("prefill cancelled"):
             c, p, d = _span_numbers(msg)
             return PrefillCancelled(
-                **self._base(), cached=c, prompt=p, todo=d,
+                **self._base(),
+                cached=c,
+                prompt=p,
+                todo=d,
                 reason=CANCEL_REASONS(_word("reason", msg), self.stats),
             )
         return self._process_line(msg)
@@ -515,9 +549,16 @@ class Ds4Parser:
         err_at = msg.find(' error="')
         head = msg if err_at < 0 else msg[:err_at]
         head = head.split(": ", 1)[0]
-        body = head[m.end():]
+        body = head[m.end() :]
         flags = _flags(body, self.stats)
-        common = {**self._base(), "api": api, "cached": cached, "prompt": prompt, "todo": todo, "flags": flags}
+        common = {
+            **self._base(),
+            "api": api,
+            "cached": cached,
+            "prompt": prompt,
+            "todo": todo,
+            "flags": flags,
+        }
         secs = _TRAILING_SECONDS.search(msg)
         seconds = float(secs.group(1)) if secs else None
         fin = _FINISH_REASON.search(body)
@@ -658,7 +699,10 @@ class Ds4Parser:
         head = msg.split(" ids=[", 1)[0]
         c, p, d = _span_numbers(head)
         return ToolCalls(
-            **self._base(), cached=c, prompt=p, todo=d,
+            **self._base(),
+            cached=c,
+            prompt=p,
+            todo=d,
             n=field_int(_F["n"], head),
             raw=field_int(_RAW, head),
             resp=" RESPPROTO" in head,
@@ -696,7 +740,9 @@ class Ds4Parser:
         if msg.startswith("shutdown requested"):
             return ShutdownRequested(**self._base())
         if msg.startswith("persisting ") and "before shutdown" in msg:
-            return ShutdownPersist(**self._base(), slot=field_int(_F["slot"], msg), tokens=field_int(_F["tokens"], msg))
+            return ShutdownPersist(
+                **self._base(), slot=field_int(_F["slot"], msg), tokens=field_int(_F["tokens"], msg)
+            )
         if msg.startswith("decode batch "):
             status = _STATUS.search(msg)
             return DecodeBatch(

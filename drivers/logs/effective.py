@@ -83,11 +83,17 @@ def _same(a: object, b: object) -> bool:
     return str(a).lower() == str(b).lower()
 
 
+_SHOWN_ONLY_WHEN_DROPPED = frozenset({"cache_reuse"})
+"""llama-server prints nothing about `--cache-reuse` when it keeps it: absence is not a warning."""
+
+
 def warn_missing(requested: Mapping[str, object], effective: Mapping[str, object]) -> list[str]:
     """One line per requested setting that the server's startup log does not show in effect."""
     warnings: list[str] = []
     for key, want in requested.items():
         if key not in effective:
+            if key in _SHOWN_ONLY_WHEN_DROPPED:
+                continue
             warnings.append(f"{key}={want} was requested but the server's startup log does not show it")
             continue
         got = effective[key]

@@ -251,7 +251,13 @@ class Listening(Event):
 
 
 STARTUP_KINDS = (
-    AutoParallel, SlotsInit, NewSlot, PromptCacheConfig, CheckpointConfig, CacheReuseDisabled, Listening,
+    AutoParallel,
+    SlotsInit,
+    NewSlot,
+    PromptCacheConfig,
+    CheckpointConfig,
+    CacheReuseDisabled,
+    Listening,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -261,12 +267,18 @@ _TS = re.compile(r"(?:^|\s)(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) (?:[IWEDT] )?")
 _SLOT = re.compile(r"(?:^|\s)slot\s+\w+: id\s+(-?\d+) \| task (-?\d+) \| ?(.*)$")
 _SRV = re.compile(r"(?:^|\s)srv\s+\w+: ?(.*)$")
 _NUM = r"(-?\d+(?:\.\d+)?)"
-_SEL_LCP = re.compile(rf"selected slot by LCP similarity, (?:f_)?sim_best = {_NUM} \(> {_NUM} thold\), f_keep = {_NUM}")
+_SEL_LCP = re.compile(
+    rf"selected slot by LCP similarity, (?:f_)?sim_best = {_NUM} \(> {_NUM} thold\), f_keep = {_NUM}"
+)
 _SEL_LRU = re.compile(r"selected slot by LRU\b")
 _SEL_OTHER = re.compile(r"selected slot by (\w+)")
-_NEW_PROMPT = re.compile(r"new prompt, n_ctx_slot = (\d+), n_keep = (-?\d+), (?:task\.n_tokens|n_prompt_tokens) = (\d+)")
+_NEW_PROMPT = re.compile(
+    r"new prompt, n_ctx_slot = (\d+), n_keep = (-?\d+), (?:task\.n_tokens|n_prompt_tokens) = (\d+)"
+)
 _SEQ_RM = re.compile(r"n_tokens = (\d+), memory_seq_rm \[(\d+), end\)")
-_PROGRESS = re.compile(rf"prompt processing progress, n_tokens = (\d+), batch\.n_tokens = (\d+), progress = {_NUM}")
+_PROGRESS = re.compile(
+    rf"prompt processing progress, n_tokens = (\d+), batch\.n_tokens = (\d+), progress = {_NUM}"
+)
 _PROGRESS_PP = re.compile(rf"prompt processing, n_tokens =\s*(\d+), progress = {_NUM}")
 _DONE = re.compile(r"prompt processing done, n_tokens = (\d+), batch\.n_tokens = (\d+)")
 _CKPT_CREATED = re.compile(r"created context checkpoint (\d+) of (\d+) \(([^()]*)\)")
@@ -275,15 +287,25 @@ _CKPT_ERASED = re.compile(r"erased invalidated context checkpoint \(([^()]*)\)")
 _FULL = re.compile(r"forcing full prompt re-processing")
 _REUSE_IGNORED = re.compile(r"cache reuse is not supported - ignoring n_cache_reuse = (\d+)")
 _REUSE_DISABLED = re.compile(r"cache_reuse is not supported (?:by|with) (.+?), it will be disabled")
-_PROMPT_EVAL = re.compile(rf"prompt eval time =\s*{_NUM} ms /\s*(\d+) tokens \(\s*{_NUM} ms per token,\s*{_NUM} tokens per second\)")
-_EVAL = re.compile(rf"(?<!prompt )eval time =\s*{_NUM} ms /\s*(\d+) (?:tokens|runs)\s*\(\s*{_NUM} ms per token,\s*{_NUM} tokens per second\)")
+_PROMPT_EVAL = re.compile(
+    rf"prompt eval time =\s*{_NUM} ms /\s*(\d+) tokens \(\s*{_NUM} ms per token,\s*{_NUM} tokens per second\)"
+)
+_EVAL = re.compile(
+    rf"(?<!prompt )eval time =\s*{_NUM} ms /\s*(\d+) (?:tokens|runs)\s*\(\s*{_NUM} ms per token,\s*{_NUM} tokens per second\)"
+)
 _RELEASE = re.compile(r"stop processing: n_tokens = (\d+), truncated = (\d+)")
-_PC_SAVE = re.compile(rf"saving prompt with length (\d+), total state size = {_NUM} MiB(?: \(draft: {_NUM} MiB\))?")
+_PC_SAVE = re.compile(
+    rf"saving prompt with length (\d+), total state size = {_NUM} MiB(?: \(draft: {_NUM} MiB\))?"
+)
 _PC_LOOKUP = re.compile(rf"looking for better prompt, base f_keep = {_NUM}, sim = {_NUM}")
 _PC_LOAD = re.compile(rf"found better prompt with f_keep = {_NUM}, sim = {_NUM}")
-_PC_STATE = re.compile(rf"cache state: (\d+) prompts, {_NUM} MiB \(limits: {_NUM} MiB, (\d+) tokens, (\d+) est\)")
+_PC_STATE = re.compile(
+    rf"cache state: (\d+) prompts, {_NUM} MiB \(limits: {_NUM} MiB, (\d+) tokens, (\d+) est\)"
+)
 _PC_EVICT_SIZE = re.compile(rf"cache size limit reached, removing oldest entry \(size = {_NUM} MiB\)")
-_PC_EVICT_TOKENS = re.compile(rf"cache token limit \(\d+, est: \d+\) reached, removing oldest entry \(size = {_NUM} MiB\)")
+_PC_EVICT_TOKENS = re.compile(
+    rf"cache token limit \(\d+, est: \d+\) reached, removing oldest entry \(size = {_NUM} MiB\)"
+)
 _PC_UPDATE = re.compile(rf"prompt cache update took {_NUM} ms")
 _SLOTS_INIT = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+)(?:, kv_unified = '(\w+)')?")
 _NEW_SLOT = re.compile(r"new slot,? n_ctx(?:_slot)? = (\d+)")
@@ -391,39 +413,66 @@ class LlamaParser:
         s = {**b, "slot": slot, "task": task}
         if "selected slot by" in msg:
             if m := _SEL_LCP.search(msg):
-                return SlotSelected(**s, by="lcp", sim=float(m.group(1)), threshold=float(m.group(2)),
-                                    f_keep=float(m.group(3)))
+                return SlotSelected(
+                    **s,
+                    by="lcp",
+                    sim=float(m.group(1)),
+                    threshold=float(m.group(2)),
+                    f_keep=float(m.group(3)),
+                )
             if _SEL_LRU.search(msg):
                 return SlotSelected(**s, by="lru", sim=None, threshold=None, f_keep=None)
             if m := _SEL_OTHER.search(msg):
-                return SlotSelected(**s, by=SELECTED_BY(m.group(1).lower(), self.stats), sim=None,
-                                    threshold=None, f_keep=None)
+                return SlotSelected(
+                    **s, by=SELECTED_BY(m.group(1).lower(), self.stats), sim=None, threshold=None, f_keep=None
+                )
             return None
         if m := _NEW_PROMPT.search(msg):
-            return NewPrompt(**s, n_ctx_slot=int(m.group(1)), n_keep=int(m.group(2)), n_tokens=int(m.group(3)))
+            return NewPrompt(
+                **s, n_ctx_slot=int(m.group(1)), n_keep=int(m.group(2)), n_tokens=int(m.group(3))
+            )
         if m := _SEQ_RM.search(msg):
             return SeqRemove(**s, n_tokens=int(m.group(1)))
         if m := _PROGRESS.search(msg):
-            return PromptProgress(**s, n_tokens=int(m.group(1)), batch_tokens=int(m.group(2)),
-                                  progress=float(m.group(3)))
+            return PromptProgress(
+                **s, n_tokens=int(m.group(1)), batch_tokens=int(m.group(2)), progress=float(m.group(3))
+            )
         if m := _PROGRESS_PP.search(msg):
-            return PromptProgress(**s, n_tokens=int(m.group(1)), batch_tokens=None, progress=float(m.group(2)))
+            return PromptProgress(
+                **s, n_tokens=int(m.group(1)), batch_tokens=None, progress=float(m.group(2))
+            )
         if m := _DONE.search(msg):
             return PromptDone(**s, n_tokens=int(m.group(1)), batch_tokens=int(m.group(2)))
         if m := _CKPT_CREATED.search(msg):
             kv = _kv(m.group(3))
-            return CheckpointCreated(**s, index=int(m.group(1)), max=int(m.group(2)), pos_min=_int(kv, "pos_min"),
-                                     pos_max=_int(kv, "pos_max"), n_tokens=_int(kv, "n_tokens"),
-                                     mib=_size_mib(m.group(3)))
+            return CheckpointCreated(
+                **s,
+                index=int(m.group(1)),
+                max=int(m.group(2)),
+                pos_min=_int(kv, "pos_min"),
+                pos_max=_int(kv, "pos_max"),
+                n_tokens=_int(kv, "n_tokens"),
+                mib=_size_mib(m.group(3)),
+            )
         if m := _CKPT_RESTORED.search(msg):
             kv = _kv(m.group(1))
-            return CheckpointRestored(**s, pos_min=_int(kv, "pos_min"), pos_max=_int(kv, "pos_max"),
-                                      n_tokens=_int(kv, "n_tokens"), n_past=_int(kv, "n_past"),
-                                      mib=_size_mib(m.group(1)))
+            return CheckpointRestored(
+                **s,
+                pos_min=_int(kv, "pos_min"),
+                pos_max=_int(kv, "pos_max"),
+                n_tokens=_int(kv, "n_tokens"),
+                n_past=_int(kv, "n_past"),
+                mib=_size_mib(m.group(1)),
+            )
         if m := _CKPT_ERASED.search(msg):
             kv = _kv(m.group(1))
-            return CheckpointErased(**s, pos_min=_int(kv, "pos_min"), pos_max=_int(kv, "pos_max"),
-                                    n_tokens=_int(kv, "n_tokens"), mib=_size_mib(m.group(1)))
+            return CheckpointErased(
+                **s,
+                pos_min=_int(kv, "pos_min"),
+                pos_max=_int(kv, "pos_max"),
+                n_tokens=_int(kv, "n_tokens"),
+                mib=_size_mib(m.group(1)),
+            )
         if _FULL.search(msg):
             return FullReprocess(**s)
         if m := _REUSE_IGNORED.search(msg):
@@ -439,15 +488,25 @@ class LlamaParser:
         if m := _RELEASE.search(msg):
             return Release(**s, n_tokens=int(m.group(1)), truncated=int(m.group(2)))
         if m := _PC_SAVE.search(msg):
-            return PromptCacheSave(**b, tokens=int(m.group(1)), mib=float(m.group(2)),
-                                   draft_mib=float(m.group(3)) if m.group(3) else None)
+            return PromptCacheSave(
+                **b,
+                tokens=int(m.group(1)),
+                mib=float(m.group(2)),
+                draft_mib=float(m.group(3)) if m.group(3) else None,
+            )
         if m := _PC_LOOKUP.search(msg):
             return PromptCacheLookup(**b, f_keep=float(m.group(1)), sim=float(m.group(2)))
         if m := _PC_LOAD.search(msg):
             return PromptCacheLoad(**b, f_keep=float(m.group(1)), sim=float(m.group(2)))
         if m := _PC_STATE.search(msg):
-            return PromptCacheState(**b, prompts=int(m.group(1)), mib=float(m.group(2)), limit_mib=float(m.group(3)),
-                                    limit_tokens=int(m.group(4)), est_tokens=int(m.group(5)))
+            return PromptCacheState(
+                **b,
+                prompts=int(m.group(1)),
+                mib=float(m.group(2)),
+                limit_mib=float(m.group(3)),
+                limit_tokens=int(m.group(4)),
+                est_tokens=int(m.group(5)),
+            )
         if m := _PC_EVICT_SIZE.search(msg):
             return PromptCacheEvict(**b, cause="size", mib=float(m.group(1)))
         if m := _PC_EVICT_TOKENS.search(msg):
@@ -455,7 +514,9 @@ class LlamaParser:
         if m := _PC_UPDATE.search(msg):
             return PromptCacheUpdate(**b, ms=float(m.group(1)))
         if m := _SLOTS_INIT.search(msg):
-            return SlotsInit(**b, n_slots=int(m.group(1)), n_ctx_slot=int(m.group(2)), kv_unified=_bool(m.group(3)))
+            return SlotsInit(
+                **b, n_slots=int(m.group(1)), n_ctx_slot=int(m.group(2)), kv_unified=_bool(m.group(3))
+            )
         if m := _NEW_SLOT.search(msg):
             return NewSlot(**b, slot=slot, n_ctx=int(m.group(1)))
         if m := _AUTO_PAR.search(msg):

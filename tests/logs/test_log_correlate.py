@@ -1,0 +1,125 @@
+"""Correlating ds4 log events with the requests of a run, in send order and by span."""
+
+from __future__ import annotations
+
+from ds4_logtext import Ds4LogWriter
+
+from drivers.logs import ds4
+from drivers.logs.correlate import correlate, match_requests
+from drivers.logs.ds4_requests import assemble
+
+
+def _req(seq: int, prompt: int | None, cached: int | None, status: str = "ok") -> dict[str, object]:
+    return {"seq": seq, "prompt_tokens": prompt, "cached_tokens": cached, "status": status}
+
+
+def _by(records: list[dict[str, object]], seq: int | None) -> dict[str, list[dict[str, object]]]:
+    out: dict[str, list[dict[str, object]]] = {}
+    for r in records:
+        if r["request_seq"] == seq:
+            out.setdefault(str(r["event"]), []).append(r)
+    return out
+
+
+def test_single_session_in_order() -> None:
+    w = Ds4LogWriter()
+    w.startup()
+    w.request(0, 12000, 60, cold_store=10240)  # seq 1
+    w.request(12060, 12500, 60)  # seq 2: live continuation
+    w.request(0, 3000, 10)  # someone else's request, not in the run
+    w.live_miss(3010, 13000, 11154)  # seq 3: back to the first conversation
+    w.store(3010, "evict")
+    w.evict(4096, hits=0)
+    w.hit(12288)
+    w.request(12288, 13000, 60)
+    w.shutdown(persist=[13060])
+    log = ds4.parse_lines(w.lines)
+    run = [_req(1, 12000, 0), _req(2, 12500, 12060), _req(3, 13000, 12288)]
+    recs = correlate(run, log.events)
+
+    assert [r["line"] for r in recs] == sorted(r["line"] for r in recs)
+    assert all(r["kind"] == "server" for r in recs)
+    one = _by(recs, 1)
+    assert one["request"][0]["prefill"] == 12000 and one["request"][0]["finish"] == "tool_calls"
+    assert [s["reason"] for s in one["store"]] == ["cold"]
+    assert set(_by(recs, 2)) == {"request"}
+    three = _by(recs, 3)
+    assert three["live_miss"][0]["common"] == 11154
+    assert three["restore"][0]["tokens"] == 12288
+    assert three["restore"][0]["coverage"] == 12288 / 13000
+    assert [s["reason"] for s in three["store"]] == ["evict"]
+    assert three["evict"][0]["hits"] == 0
+    orphans = _by(recs, None)
+    assert orphans["request"][0]["prompt"] == 3000  # the stranger's request stays unattributed
+    assert [s["reason"] for s in orphans["store"]] == ["shutdown"]
+
+
+def _batched_log() -> Ds4LogWriter:
+    """Two slots: the server starts the second-sent request first and their lines interleave."""
+    w = Ds4LogWriter()
+    w.startup(sessions=2)
+    p = w.server
+    p("chat ctx=0..13000:13000 TOOLS prompt start")  # seq 2 (sent second)
+    p("chat ctx=0..12000:12000 prompt start")  # seq 1
+    p("chat ctx=0..13000:13000 TOOLS prefill chunk 0/13000 (0.0%) chunk=0.00 t/s avg=0.00 t/s 0.00s")
+    p("chat ctx=0..12000:12000 prefill chunk 0/12000 (0.0%) chunk=0.00 t/s avg=0.00 t/s 0.00s")
+    p("chat ctx=0..12000:12000 prefill chunk 10240/12000 (85.3%) chunk=500.00 t/s avg=500.00 t/s 20.48s")
+    w.store(10240, "cold", trimmed=1760)  # seq 1's cut: (12000 - 32) // 2048 * 2048
+    p(
+        "chat ctx=0..13000:13000 TOOLS prefill chunk 12288/13000 (94.5%) chunk=500.00 t/s avg=500.00 t/s 24.58s"
+    )
+    w.store(12288, "cold", trimmed=712)  # seq 2's cut
+    p("chat ctx=0..12000:12000 prompt done 24.00s")
+    p("chat ctx=0..13000:13000 TOOLS prompt done 26.00s")
+    p("chat ctx=12000..12050:50 gen=50 decoding chunk=20.00 t/s avg=20.00 t/s 2.50s")
+    p("chat ctx=13000..13050:50 gen=50 TOOLS decoding chunk=22.00 t/s avg=22.00 t/s 2.27s")
+    p("chat ctx=0..12000:12000 gen=50 finish=stop 26.50s")
+    p("chat ctx=0..13000:13000 gen=50 TOOLS finish=tool_calls 28.27s")
+    # seq 3 (session of seq 2) misses and restores; seq 4 (session of seq 1) starts in between
+    w.live_miss(12050, 14000, 11154)
+    w.store(12050, "evict")
+    w.evict(4096, hits=0)
+    w.hit(12288)
+    p("chat ctx=12050..12500:450 prompt start")  # seq 4
+    p("chat ctx=12288..14000:1712 TOOLS prompt start")  # seq 3
+    p("chat ctx=12050..12500:450 gen=10 finish=stop 1.00s")
+    p("chat ctx=12288..14000:1712 gen=10 TOOLS finish=stop 4.00s")
+    # seq 5 got an error back (no usage); the server logged it anyway
+    p("chat ctx=0..3000:3000 prompt start")
+    p('chat ctx=0..3000:3000 gen=0 finish=error error="client went away" 1.00s')
+    return w
+
+
+def test_batched_mode_by_span_not_line_order() -> None:
+    log = ds4.parse_lines(_batched_log().lines)
+    assert log.stats.warnings == []
+    run = [
+        _req(1, 12000, 0),
+        _req(2, 13000, 0),
+        _req(3, 14000, 12288),
+        _req(4, 12500, 12050),
+        _req(5, None, None, "error"),
+    ]
+    recs = correlate(run, log.events)
+    assert [s["tokens"] for s in _by(recs, 1)["store"]] == [10240]
+    assert [s["tokens"] for s in _by(recs, 2)["store"]] == [12288]
+    assert _by(recs, 1)["request"][0]["decode_tps"] == 20.0
+    assert _by(recs, 2)["request"][0]["decode_tps"] == 22.0
+    three = _by(recs, 3)
+    assert three["restore"][0]["tokens"] == 12288 and three["live_miss"][0]["prompt"] == 14000
+    assert [e["tokens"] for e in three["evict"]] == [4096]
+    assert set(_by(recs, 4)) == {"request"}
+    five = _by(recs, 5)["request"][0]
+    assert five["error"] is True and five["finish"] == "error"
+    assert _by(recs, None) == {}
+
+
+def test_match_requests_lookahead_is_bounded() -> None:
+    log = ds4.parse_lines(_batched_log().lines)
+    asm = assemble(log.events)
+    mapping = match_requests([_req(1, 12000, 0), _req(2, 13000, 0)], asm.requests)
+    assert mapping == {0: 2, 1: 1}
+    # a run request far beyond the lookahead window is not matched out of send order
+    many = [_req(i, 100 + i, 0) for i in range(1, 40)] + [_req(40, 12000, 0)]
+    assert match_requests(many, asm.requests) == {}
+    assert match_requests(many[-10:], asm.requests) == {1: 40}
