@@ -54,7 +54,9 @@ def run_build(target: Target, log_path: Path) -> float | None:
         name=f"build of {target.name}",
     )
     if code != 0:
-        raise DriverError(f"{target.where}: build {_show(target.build)!r} failed with exit code {code}; see {log_path}")
+        raise DriverError(
+            f"{target.where}: build {_show(target.build)!r} failed with exit code {code}; see {log_path}"
+        )
     return time.monotonic() - t0
 
 
@@ -127,9 +129,9 @@ def version_line(argv: list[str], timeout: float = 15.0) -> str | None:
 
 def build_key(target: Target, identity: dict[str, Any]) -> str:
     """A short name for this build, for directories whose files are not portable between builds."""
-    checkout = identity.get("checkout") or {}
+    checkout = identity.get("checkout") or identity.get("source") or {}
     binary = identity.get("binary") or {}
-    tag = checkout.get("commit", "")[:12] or binary.get("sha256", "")[:12] or "nobuild"
+    tag = checkout.get("commit", "")[:12] or binary.get("sha256", "")[:12] or "unversioned"
     if checkout.get("dirty"):
         tag += "-dirty"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in target.name)

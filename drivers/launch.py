@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+import replay
 from drivers.build import build_key, file_identity, git_identity, run_build, version_line
 from drivers.ports import free_port, port_owners
 from drivers.process import ChildProcess
@@ -71,6 +72,10 @@ def plan_target(target: Target | str | Path, workdir: Path) -> Plan:
     identity: dict[str, Any] = {}
     if target.checkout is not None:
         identity["checkout"] = git_identity(target.checkout)
+    elif target.kind == "sim":
+        identity["source"] = git_identity(
+            Path(replay.__file__).resolve().parent.parent
+        )  # this tool's own tree
     executable = kind.executable(target)
     if executable is not None:
         identity["binary"] = file_identity(executable)

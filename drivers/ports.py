@@ -12,6 +12,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -47,13 +48,27 @@ def free_port(host: str = "127.0.0.1") -> int:
 def port_owners(port: int) -> list[PortOwner]:
     """Processes with a listening TCP socket on ``port`` (any address)."""
     seen: dict[int | None, PortOwner] = {}
-    for conn in psutil.net_connections(kind="tcp"):
-        if conn.status != psutil.CONN_LISTEN or not conn.laddr or conn.laddr.port != port:
-            continue
-        if conn.pid in seen:
-            continue
-        seen[conn.pid] = _owner(conn.pid)
+    for pid, conn in _listening():
+        if conn.laddr and conn.laddr.port == port and pid not in seen:
+            seen[pid] = _owner(pid)
     return list(seen.values())
+
+
+def _listening() -> list[tuple[int | None, Any]]:
+    try:
+        conns = psutil.net_connections(kind="tcp")
+        return [(c.pid, c) for c in conns if c.status == psutil.CONN_LISTEN]
+    except psutil.AccessDenied:
+        pass  # macOS without root: ask each process this user may inspect
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            found += [
+                (proc.pid, c) for c in proc.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN
+            ]
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return found
 
 
 def _owner(pid: int | None) -> PortOwner:
@@ -82,7 +97,8 @@ def _in_cgroup(pid: int, cgroup: str) -> bool:
         text = Path(f"/proc/{pid}/cgroup").read_text()
     except OSError:
         return False
-    return any(line.rsplit(":", 1)[-1] == cgroup for line in text.splitlines())
+    paths = [line.split(":", 2)[-1] for line in text.splitlines()]
+    return any(p == cgroup or p.startswith(cgroup.rstrip("/") + "/") for p in paths)
 
 
 def _descends_from(pid: int, ancestor: int) -> bool:
@@ -92,7 +108,17 @@ def _descends_from(pid: int, ancestor: int) -> bool:
         return False
 
 
-def check_port_owner(port: int, expected_pid: int | None, what: str, *, cgroup: str | None = None) -> PortCheck:
+def _owned(owner: PortOwner, expected_pid: int | None, cgroup: str | None) -> bool:
+    if owner.pid is None:
+        return False
+    if expected_pid is not None and (owner.pid == expected_pid or _descends_from(owner.pid, expected_pid)):
+        return True
+    return bool(cgroup) and _in_cgroup(owner.pid, cgroup or "")
+
+
+def check_port_owner(
+    port: int, expected_pid: int | None, what: str, *, cgroup: str | None = None
+) -> PortCheck:
     """Is the process listening on ``port`` the one ``what`` (a service manager's unit) owns?"""
     owners = tuple(port_owners(port))
     if not owners:
@@ -100,18 +126,7 @@ def check_port_owner(port: int, expected_pid: int | None, what: str, *, cgroup: 
     if expected_pid is None and cgroup is None:
         listed = "; ".join(o.describe() for o in owners)
         return PortCheck(False, port, f"port {port}: {listed}; {what} reports no PID to compare", owners)
-    strangers = []
-    for owner in owners:
-        if owner.pid is None:
-            strangers.append(owner)
-        elif owner.pid == expected_pid:
-            continue
-        elif expected_pid is not None and _descends_from(owner.pid, expected_pid):
-            continue
-        elif cgroup and _in_cgroup(owner.pid, cgroup):
-            continue
-        else:
-            strangers.append(owner)
+    strangers = [o for o in owners if not _owned(o, expected_pid, cgroup)]
     listed = "; ".join(o.describe() for o in owners)
     if strangers:
         bad = "; ".join(o.describe() for o in strangers)

@@ -14,6 +14,7 @@ Only a caller that gives up (``give_up=True``) gets a SIGKILL, sent to the child
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -23,7 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import psutil
 
 from replay.errors import DriverError
@@ -147,6 +147,8 @@ class ChildProcess:
             raise DriverError(f"{self.name}: not started")
         if self._popen.returncode is not None:
             return self._popen.returncode
+        if not hasattr(os, "waitid"):  # no waitid: reap on exit, losing only the PID-hold guarantee
+            return self._popen.poll()
         try:
             info = os.waitid(os.P_PID, self._popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
@@ -202,6 +204,8 @@ class ChildProcess:
 
     def wait_for_http(self, url: str, timeout: float, *, ok: int = 200) -> None:
         """Poll ``url`` until it answers ``ok``; 503 (loading) and refused connections mean "not yet"."""
+        import httpx  # here, not at the top: it costs 0.3 s, and samplers and guards never probe
+
         deadline = time.monotonic() + timeout
         last = "no answer"
         with httpx.Client(timeout=2.0, trust_env=False) as client:
@@ -261,7 +265,8 @@ class ChildProcess:
                 )
             self._notify("sigkill")
             # Safe: the leader is not reaped yet, so this group id is still ours.
-            os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
             how = "killed"
             self.wait(None)
         self._popen.wait()

@@ -183,5 +183,12 @@ def _resolve(value: str, base: Path) -> Path:
 
 
 def _type_names(types: tuple[type, ...]) -> str:
-    names = {str: "a string", list: "a list", dict: "a table", int: "a number", float: "a number", bool: "true/false"}
+    names = {
+        str: "a string",
+        list: "a list",
+        dict: "a table",
+        int: "a number",
+        float: "a number",
+        bool: "true/false",
+    }
     return " or ".join(dict.fromkeys(names[t] for t in types))

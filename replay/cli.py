@@ -40,7 +40,17 @@ def validate(trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")])
 @app.command()
 def run(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
-    target: Annotated[str, typer.Option(help="Server base URL, or 'sim[:preset]' to start the simulator.")] = "sim",
+    target: Annotated[
+        str | None, typer.Option(help="Server base URL, or 'sim[:preset]' to start the simulator (default).")
+    ] = None,
+    server: Annotated[
+        Path | None, typer.Option(help="Target TOML (kind, binary or checkout, model, flags): the tool starts it.")
+    ] = None,
+    service: Annotated[
+        Path | None, typer.Option(help="Daily-service TOML: stop it (and pause its jobs) for the run, restore after.")
+    ] = None,
+    workdir: Annotated[Path | None, typer.Option(help="Where started servers keep logs and caches.")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Print every action the run would take; take none.")] = False,
     out: Annotated[Path, typer.Option(help="Results file (JSONL), written as requests finish.")] = Path(
         "results.jsonl"
     ),
@@ -78,6 +88,10 @@ def run(
             timeout=timeout,
             max_duration=max_duration,
             sim_args=sim_args,
+            server=server,
+            service=service,
+            workdir=workdir,
+            dry_run=dry_run,
             console=None if quiet else console,
         )
     except ReplayError as exc:
@@ -95,6 +109,20 @@ def report(
 
     try:
         commands.report(results, as_json=json, console=console)
+    except ReplayError as exc:
+        raise _fail(exc) from None
+
+
+@app.command()
+def restore(
+    journal: Annotated[Path | None, typer.Option(help="Journal file (default: the tool's state directory).")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Print the actions; take none.")] = False,
+) -> None:
+    """Finish giving the daily service back after a run that crashed (e.g. kill -9)."""
+    from replay import commands
+
+    try:
+        raise typer.Exit(commands.restore(journal, dry_run=dry_run, console=console))
     except ReplayError as exc:
         raise _fail(exc) from None
 

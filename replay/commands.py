@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -14,10 +15,12 @@ from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
 from replay.engine.session import HISTORY_MODES
 from replay.errors import UsageError
-from replay.metrics.results import merged_summary, read_results
+from replay.metrics.results import append_records, merged_summary, read_results
 from replay.report.table import class_table, summary_rows
 from replay.runner import check_reachable, run_trace
-from replay.targets import open_target
+from replay.serverlog import effective_settings, server_records
+from replay.targets import dry_run as dry_run_target
+from replay.targets import open_target, resolve_target
 from replay.trace.reader import read_trace
 from replay.trace.reader import validate as validate_trace
 
@@ -32,7 +35,7 @@ def validate(path: Path) -> str:
 
 def run(
     trace: Path,
-    target: str,
+    target: str | None,
     out: Path,
     plan: str = "alternate",
     concurrency: int | None = None,
@@ -45,6 +48,10 @@ def run(
     timeout: float = 1800.0,
     max_duration: float | None = None,
     sim_args: str = "",
+    server: Path | None = None,
+    service: Path | None = None,
+    workdir: Path | None = None,
+    dry_run: bool = False,
     console: Console | None = None,
 ) -> int:
     """Replay a trace; returns the exit code (0 ok, 1 requests failed, 130/143 interrupted)."""
@@ -56,20 +63,29 @@ def run(
         raise UsageError("--api must be openai or anthropic")
     the_plan = make_plan(plan, concurrency=concurrency, speed=speed, round_robin=round_robin)
     loaded = read_trace(trace)  # validates fully before anything is sent
-    with open_target(target, shlex.split(sim_args), log_path=out.with_suffix(".server.log")) as tgt:
-        check_reachable(tgt.url)
-        config = EngineConfig(
-            base_url=tgt.url,
-            api=api,
-            model=model,
-            history=history,
-            think=think,
-            timeout_s=timeout,
-            run_id=uuid.uuid4().hex[:8],
-        )
-        outcome = run_trace(
-            loaded, the_plan, config, out, tgt.describe(), max_duration_s=max_duration, console=console
-        )
+    say = (console or Console(stderr=True)).print
+    with tempfile.TemporaryDirectory(prefix="replay-scratch-") as scratch:
+        tgt = resolve_target(target, server, shlex.split(sim_args), Path(scratch))
+        if dry_run:
+            dry_run_target(tgt, workdir or Path(scratch), service, say)
+            return 0
+        with open_target(tgt, workdir, service, say=say) as served:
+            check_reachable(served.url)
+            settings = effective_settings(tgt.kind, served.log_path)
+            config = EngineConfig(
+                base_url=served.url,
+                api=api,
+                model=model,
+                history=history,
+                think=think,
+                timeout_s=timeout,
+                run_id=uuid.uuid4().hex[:8],
+            )
+            header = {"kind": tgt.kind, "url": served.url, "build": served.build, "effective": settings}
+            outcome = run_trace(
+                loaded, the_plan, config, out, header, max_duration_s=max_duration, console=console, keep_records=True
+            )
+        append_records(out, server_records(tgt.kind, served.log_path, outcome.results))
     if console is not None:
         report([out], as_json=False, console=console)
         console.print(
@@ -107,3 +123,10 @@ def logs_summary(paths: list[Path], kind: str, year: int | None, as_json: bool, 
         sys.stdout.write(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         print_summary(summary, console=console)
+
+
+def restore(journal: Path | None, dry_run: bool, console: Console) -> int:
+    from drivers.guard import restore_from_journal
+
+    report = restore_from_journal(journal, dry_run=dry_run, say=console.print)
+    return 0 if report.ok else 1

@@ -49,6 +49,9 @@ CHATML_TEMPLATE = (
 
 # Logit bias (times the normalised constant dimension, ~0.5-1) for tokens that must never be sampled.
 _FORBIDDEN_BIAS = -1000.0
+# gemma2 (tied output): output_norm weight on the constant dimension; the allowed/forbidden gap in
+# token_embd[:, 0] is 1.0, so the logit gap is about this times the normalised constant (~1-2).
+_TIED_BIAS_SCALE = 100.0
 
 COMMON_WORDS: tuple[str, ...] = tuple(
     """
@@ -143,19 +146,12 @@ class Vocab:
 
 def _word_list() -> list[str]:
     """Our words plus the synthetic-text generator's, so synthetic prompts are one token per word."""
-    words = list(COMMON_WORDS)
     try:
-        from replay.trace import synth  # owned by another module; optional at build time
-    except ImportError:
-        synth = None
-    if synth is not None:
-        for name in ("WORDS", "COMMON_WORDS", "WORD_LIST", "VOCAB"):
-            extra = getattr(synth, name, None)
-            if isinstance(extra, list | tuple):
-                words.extend(w for w in extra if isinstance(w, str) and w.isascii() and w.isprintable())
-                break
-    seen: set[str] = set()
-    return [w for w in words if w and " " not in w and not (w in seen or seen.add(w))]
+        from replay.trace.synth import WORDS as synth_words
+    except ImportError:  # the generator is optional for this module; our own list stands alone
+        synth_words = ()
+    words = [w.lower() for w in (*COMMON_WORDS, *synth_words) if w.isascii() and w.isalpha()]
+    return list(dict.fromkeys(words))
 
 
 def build_vocab() -> Vocab:
@@ -215,9 +211,19 @@ def _tensors(spec: ModelSpec, vocab: Vocab) -> list[tuple[str, np.ndarray]]:
 
     ones = np.ones(d, dtype=np.float32)
     embd = rng.standard_normal((n_vocab, d), dtype=np.float32)
-    embd[:, 0] = 1.0  # the constant dimension every position carries to the output
-    out = normal((n_vocab, d), d)
-    out[:, 0] = np.where(vocab.allowed, 0.0, _FORBIDDEN_BIAS)
+    out_norm = ones.copy()
+    if spec.arch == "llama":
+        embd[:, 0] = 1.0  # the constant dimension every position carries to the output
+        out = normal((n_vocab, d), d)
+        out[:, 0] = np.where(vocab.allowed, 0.0, _FORBIDDEN_BIAS)
+    else:
+        # gemma2 ties output to token_embd, so column 0 is both the input constant and the bias.
+        # It stays positive for every token (any token can end a prompt) and is larger for
+        # printable ones; a large output_norm weight turns that gap into a wide logit gap.
+        embd[:, 1:] *= 0.25  # keeps the random part of the logits small enough for varied samples
+        embd[:, 0] = np.where(vocab.allowed, 2.0, 1.0)
+        out_norm[0] = _TIED_BIAS_SCALE
+        out = None
 
     tensors: list[tuple[str, np.ndarray]] = [("token_embd.weight", _f16(embd))]
     for i in range(spec.layers):
@@ -244,7 +250,9 @@ def _tensors(spec: ModelSpec, vocab: Vocab) -> list[tuple[str, np.ndarray]]:
         if spec.arch == "gemma2":
             layer.append(("post_ffw_norm.weight", _f32(ones)))
         tensors += [(p + name, t) for name, t in layer]
-    tensors += [("output_norm.weight", _f32(ones)), ("output.weight", _f16(out))]
+    tensors.append(("output_norm.weight", _f32(out_norm)))
+    if out is not None:
+        tensors.append(("output.weight", _f16(out)))
     return tensors
 
 
@@ -269,7 +277,7 @@ def _write(spec: ModelSpec, vocab: Vocab, path: Path) -> None:
         w.add_value_length(spec.head_dim)
         w.add_sliding_window(spec.swa)
         w.add_attn_logit_softcapping(50.0)
-        w.add_final_logit_softcapping(30.0)
+        w.add_final_logit_softcapping(10000.0)  # near-linear: gemma's 30 would flatten the bias gap
     w.add_vocab_size(len(vocab.tokens))
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
@@ -311,6 +319,7 @@ def make_model(
     os.close(fd)
     try:
         _write(spec, build_vocab(), Path(tmp))
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a model file is ordinary data
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

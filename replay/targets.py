@@ -1,69 +1,76 @@
-"""Where a run sends its requests: a URL already serving, or the embedded simulator as a child.
+"""Where a run sends its requests: a server the drivers start, or one already running.
 
-`--target sim` starts `python -m replay.sim` on a free port as a child process with its own PID,
-waits for its `listening on` line, and stops it by that PID when the run ends, whatever the exit
-path. A URL target is never started or stopped by the tool.
+`--target URL` is a running server the tool never stops; `--target sim[:preset]` is the embedded
+simulator and `--server a.toml` any server kind the drivers know (ds4, llama.cpp, vLLM, SGLang,
+sim), started as a child with its own PID and stopped by that PID when the run ends, whatever the
+exit path. With `--service daily.toml` the user's daily server is stopped first and given back
+exactly once afterwards by the drivers' guard.
 """
 
 from __future__ import annotations
 
-import re
-import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
 
-from drivers.process import ChildProcess
+from drivers.guard import Guard, load_guard_config
+from drivers.launch import Served, describe_plan, plan_target, start_target
+from drivers.target import Target, load_target, target_from_dict
 from replay.errors import UsageError
 
 # Modelled time runs this many times faster than a real server would, unless the user says.
 DEFAULT_SIM_TIME_SCALE = 200.0
-_LISTENING = re.compile(r"listening on (http://\S+)")
 
 
-@dataclass(slots=True)
-class Target:
-    kind: str
-    url: str
-    flags: list[str] = field(default_factory=list)
-    log_path: str | None = None
-    pid: int | None = None
-
-    def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "url": self.url, "flags": self.flags, "log": self.log_path, "pid": self.pid}
-
-
-def sim_argv(preset: str | None, extra: list[str]) -> list[str]:
-    argv = [sys.executable, "-m", "replay.sim", "--host", "127.0.0.1", "--port", "0"]
-    if preset:
-        argv += ["--preset", preset]
-    if "--time-scale" not in extra:
-        argv += ["--time-scale", str(DEFAULT_SIM_TIME_SCALE)]
-    return argv + extra
-
-
-@contextmanager
-def open_target(spec: str, sim_args: list[str] | None = None, log_path: Path | None = None) -> Iterator[Target]:
-    """Yield a ready target; `log_path` is where a started server's log goes (default: a temp dir)."""
+def resolve_target(spec: str | None, server: Path | None, sim_args: list[str], scratch: Path) -> Target:
+    """The target a run's options name: `--server FILE`, a URL, or `sim[:preset]`."""
+    if server is not None:
+        if spec is not None or sim_args:
+            raise UsageError("--server replaces --target and --sim-args; give one of them")
+        return load_target(server)
+    spec = spec or "sim"
     if spec.startswith(("http://", "https://")):
         if sim_args:
             raise UsageError("--sim-args only applies to --target sim")
-        yield Target(kind="external", url=spec.rstrip("/"))
-        return
+        return target_from_dict({"kind": "external", "url": spec.rstrip("/")}, name="external")
     if spec != "sim" and not spec.startswith("sim:"):
         raise UsageError(f"--target must be a URL (http://HOST:PORT) or sim[:preset], not {spec!r}")
-    preset = spec.partition(":")[2] or None
-    extra = list(sim_args or [])
-    with tempfile.TemporaryDirectory(prefix="replay-sim-") as tmp:
-        if "--kv-disk-dir" not in extra:
-            extra += ["--kv-disk-dir", str(Path(tmp) / "kv")]
-        argv = sim_argv(preset, extra)
-        log = Path(log_path) if log_path else Path(tmp) / "sim-server.log"
-        log.unlink(missing_ok=True)
-        child = ChildProcess(argv, log_path=log, name="replay-sim", stop_timeout=30.0, give_up=True)
-        with child:
-            match = child.wait_for_line(_LISTENING, timeout=60.0)
-            yield Target(kind="sim", url=match.group(1).rstrip("/"), flags=argv[3:], log_path=str(log), pid=child.pid)
+    return target_from_dict({"kind": "sim", "flags": sim_flags(spec.partition(":")[2], sim_args, scratch)}, name="sim")
+
+
+def sim_flags(preset: str, extra: list[str], scratch: Path) -> list[str]:
+    """Simulator flags: the preset, a demo-friendly time scale and a fresh disk-KV directory."""
+    flags = ["--preset", preset] if preset else []
+    if "--time-scale" not in extra:
+        flags += ["--time-scale", str(DEFAULT_SIM_TIME_SCALE)]
+    if "--kv-disk-dir" not in extra:
+        flags += ["--kv-disk-dir", str(scratch / "kv")]
+    return flags + list(extra)
+
+
+@contextmanager
+def open_target(
+    target: Target,
+    workdir: Path | None = None,
+    service: Path | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Iterator[Served]:
+    """Start `target` (under the guard when a daily service is named); stop it when the block ends."""
+    with ExitStack() as stack:
+        if workdir is None:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-run-")))
+        adopt = None
+        if service is not None:
+            guard = stack.enter_context(Guard(load_guard_config(service), say=say))
+            adopt = guard.adopt
+        yield stack.enter_context(start_target(target, workdir, adopt=adopt))
+
+
+def dry_run(target: Target, workdir: Path, service: Path | None, say: Callable[[str], None]) -> None:
+    """Print every action a run would take, and take none."""
+    if service is not None:
+        with Guard(load_guard_config(service), dry_run=True, say=say):
+            pass
+    for line in describe_plan(plan_target(target, workdir)):
+        say(line)

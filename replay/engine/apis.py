@@ -18,17 +18,32 @@ silently re-send a request whose body already went out.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import socket
+import ssl
+import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import anyio
+import httpcore
 import httpx
 import orjson
 
 from replay.engine.sse import SseEvent, SseParser
 from replay.engine.usage import Usage, parse_usage
+
+try:
+    import sniffio  # noqa: F401
+except ImportError:
+    # httpcore runs `import sniffio` on every request; without the package each failed
+    # import rescans sys.path (~0.3 ms per request, twice). Cache the miss; httpcore then
+    # assumes asyncio, which is what we run on.
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 
 Think = Literal["off", "on", "auto"]
 Status = Literal["ok", "http_error", "timeout", "connect_error", "stream_broken", "server_error"]
@@ -52,8 +67,14 @@ THINK_FIELDS: dict[str, dict[Think, dict[str, Any]]] = {
     },
 }
 
-_ANTHROPIC_FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
+_ANTHROPIC_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+}
 _ERROR_TEXT_MAX = 300
+_DRAIN_S = 0.5  # how long the body may go on after [DONE] / message_stop
 
 
 @dataclass(slots=True)
@@ -148,20 +169,211 @@ class ApiResult:
         return (n - 1) / span
 
 
+# --- transport: stamps taken where bytes arrive ---------------------------------------
+
+
+class _RxProtocol(asyncio.Protocol):
+    """Buffers received data with its arrival stamp, taken in the loop's read callback.
+
+    Stamping here rather than when the reading task resumes keeps event-loop lag
+    (hundreds of other streams being served in the same loop iteration) out of TTFT.
+    """
+
+    _PAUSE_AT = 4 << 20  # stop reading when this many bytes wait for the reader
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.chunks: deque[tuple[int, bytes]] = deque()
+        self.buffered = 0
+        self.eof = False
+        self.exc: BaseException | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append((time.perf_counter_ns(), data))
+        self.buffered += len(data)
+        if self.buffered > self._PAUSE_AT and self.transport is not None:
+            self.transport.pause_reading()
+        self._notify()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._notify()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        self.exc = exc
+        self._notify()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self._drained = None
+
+    def _notify(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def wait_data(self) -> None:
+        self._wake = asyncio.get_running_loop().create_future()
+        try:
+            await self._wake
+        finally:
+            self._wake = None
+
+
+class _RxStream(httpcore.AsyncNetworkStream):
+    """httpcore network stream over `_RxProtocol`; `rx_ns` is when the last bytes read arrived."""
+
+    def __init__(self, proto: _RxProtocol) -> None:
+        self._proto = proto
+        self.rx_ns: int | None = None
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        proto = self._proto
+        if not proto.chunks and not proto.eof:
+            try:
+                async with asyncio.timeout(timeout):
+                    await proto.wait_data()
+            except TimeoutError:
+                raise httpcore.ReadTimeout("read timed out") from None
+        if proto.chunks:
+            stamp, data = proto.chunks.popleft()
+            if len(data) > max_bytes:
+                proto.chunks.appendleft((stamp, data[max_bytes:]))
+                data = data[:max_bytes]
+            proto.buffered -= len(data)
+            if proto.transport is not None and proto.buffered <= proto._PAUSE_AT:
+                proto.transport.resume_reading()
+            self.rx_ns = stamp
+            return data
+        if proto.exc is not None:
+            raise httpcore.ReadError(str(proto.exc) or type(proto.exc).__name__)
+        return b""
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        proto = self._proto
+        transport = proto.transport
+        if transport is None or transport.is_closing():
+            raise httpcore.WriteError("connection closed before the request was written")
+        transport.write(buffer)
+        if proto._drained is not None:
+            try:
+                async with asyncio.timeout(timeout):
+                    await proto._drained
+            except TimeoutError:
+                raise httpcore.WriteTimeout("write timed out") from None
+        if proto.exc is not None:
+            raise httpcore.WriteError(str(proto.exc))
+
+    async def aclose(self) -> None:
+        if self._proto.transport is not None:
+            self._proto.transport.close()
+
+    async def start_tls(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("TLS is served by httpx's default transport (https:// mount)")
+
+    def get_extra_info(self, info: str) -> Any:
+        transport = self._proto.transport
+        if info == "is_readable":
+            # httpcore asks before reusing an idle connection; we never reuse, but answer truly.
+            return bool(self._proto.chunks) or self._proto.eof
+        return None if transport is None else transport.get_extra_info(info)
+
+
+class _RxBackend(httpcore.AsyncNetworkBackend):
+    """Plain-TCP connects straight on the asyncio loop (an IP literal never touches a resolver thread)."""
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                _, proto = await loop.create_connection(
+                    _RxProtocol, host, port, local_addr=(local_address, 0) if local_address else None
+                )
+        except TimeoutError:
+            raise httpcore.ConnectTimeout(f"connect to {host}:{port} timed out") from None
+        except OSError as exc:
+            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from None
+        sock = proto.transport.get_extra_info("socket") if proto.transport else None
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for option in socket_options or ():
+                sock.setsockopt(*option)
+        return _RxStream(proto)
+
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("unix sockets are not supported")
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class _StampedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport with the stamping network backend under its connection pool."""
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        super().__init__(limits=limits, retries=0, verify=False)  # plain TCP only: no CA bundle to load
+        # httpx does not take a network backend; its pool is replaced with one built the
+        # same way (httpx 0.28 keeps it in `_pool`) but on `_RxBackend`.
+        self._pool = httpcore.AsyncConnectionPool(
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=_RxBackend(),
+        )
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """Loading the CA bundle costs tens of milliseconds; once per process is enough."""
+    return httpx.create_ssl_context()
+
+
 def make_client(connect_timeout_s: float = 10.0) -> httpx.AsyncClient:
     """An AsyncClient that can never reuse a connection nor re-send a request.
 
     No keep-alive pool (each request opens its own connection and closes it), no
     connection cap (a cap would queue requests inside the client and hide it from
-    TTFT), no retries, no proxies from the environment, no redirects.
+    TTFT), no retries, no proxies from the environment, no redirects. Plain http
+    goes through the stamping transport; https through httpx's own (asyncio only).
     """
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
     return httpx.AsyncClient(
-        transport=httpx.AsyncHTTPTransport(limits=limits, retries=0),
+        transport=_StampedTransport(limits),
+        mounts={"https://": httpx.AsyncHTTPTransport(limits=limits, retries=0, verify=_tls_context())},
         timeout=httpx.Timeout(None, connect=connect_timeout_s),
         trust_env=False,
         follow_redirects=False,
     )
+
+
+def _rx_clock(response: httpx.Response) -> Callable[[], int]:
+    """Arrival stamp of the bytes just read, or the current time on transports without one."""
+    stream = response.extensions.get("network_stream")
+    if isinstance(stream, _RxStream):
+        return lambda: stream.rx_ns or time.perf_counter_ns()
+    return time.perf_counter_ns
 
 
 # --- shared exchange ------------------------------------------------------------------
@@ -254,15 +466,17 @@ async def _exchange(
         with anyio.fail_after(call.timeout_s):
             await _talk(client, request, call.stream, res, reader, parser, on_state, where)
     except TimeoutError:
-        res.status, res.error = "timeout", f"{where}: no complete response after {call.timeout_s:g}s"
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        if res.t_done is None:  # else only the drain after a complete response was cut short
+            res.status, res.error = "timeout", f"{where}: no complete response after {call.timeout_s:g}s"
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as exc:
         res.status, res.error = "connect_error", f"{where}: {_transport_text(exc)}"
     except httpx.TransportError as exc:
         phase = "before response headers" if res.t_headers is None else f"after {res.n_events} events"
         res.status, res.error = "stream_broken", f"{where}: connection failed {phase}: {_transport_text(exc)}"
     except _BadPayload as exc:
         res.status, res.error = "stream_broken", f"{where}: {exc}"
-    res.t_done = time.perf_counter_ns()
+    if res.t_done is None:
+        res.t_done = time.perf_counter_ns()
     res.n_comments = parser.comments
     reader.fill(res)
     if on_state:
@@ -284,8 +498,9 @@ async def _talk(
     response = await client.send(request, stream=True)
     if res.t_sent is None:  # a transport without httpcore's trace hook
         res.t_sent = res.t_start
+    clock = _rx_clock(response)
     try:
-        res.t_headers = time.perf_counter_ns()
+        res.t_headers = clock()
         res.http_status = response.status_code
         if response.status_code >= 400:
             res.status = "http_error"
@@ -296,19 +511,22 @@ async def _talk(
             on_state("prefill")
         is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
         if stream and is_sse:
-            await _read_stream(response, res, reader, parser, on_state, where)
+            await _read_stream(response, clock, res, reader, parser, on_state, where)
         else:
-            await _read_body(response, res, reader, where)
+            await _read_body(response, clock, res, reader)
     finally:
         await response.aclose()
 
 
-async def _read_body(response: httpx.Response, res: ApiResult, reader: _Reader, where: str) -> None:
+async def _read_body(
+    response: httpx.Response, clock: Callable[[], int], res: ApiResult, reader: _Reader
+) -> None:
     chunks: list[bytes] = []
     async for chunk in response.aiter_raw():
         if res.t_first_byte is None:
-            res.t_first_byte = time.perf_counter_ns()
+            res.t_first_byte = clock()
         chunks.append(chunk)
+    res.t_done = clock()
     try:
         obj = orjson.loads(b"".join(chunks))
     except orjson.JSONDecodeError as exc:
@@ -320,6 +538,7 @@ async def _read_body(response: httpx.Response, res: ApiResult, reader: _Reader, 
 
 async def _read_stream(
     response: httpx.Response,
+    clock: Callable[[], int],
     res: ApiResult,
     reader: _Reader,
     parser: SseParser,
@@ -328,8 +547,9 @@ async def _read_stream(
 ) -> None:
     feed = parser.feed
     event = reader.event
-    async for chunk in response.aiter_raw():
-        now = time.perf_counter_ns()
+    chunks = response.aiter_raw()
+    async for chunk in chunks:
+        now = clock()
         if res.t_first_byte is None:
             res.t_first_byte = now
         for ev in feed(chunk):
@@ -341,32 +561,52 @@ async def _read_stream(
                     if on_state:
                         on_state("decoding")
                 res.t_last_token = now
-            if reader.error is not None:
-                res.status, res.error = "server_error", f"{where}: server error in stream: {reader.error}"
-                return
-            if reader.done:
-                return
-    for ev in parser.finish():
-        res.n_events += 1
-        reader.event(ev)
-        if reader.error is not None:
-            res.status, res.error = "server_error", f"{where}: server error in stream: {reader.error}"
-            return
-        if reader.done:
-            return
-    got = len(parser.pending)
-    res.status = "stream_broken"
-    res.error = (
-        f"{where}: stream ended without {reader.terminal} after {res.n_events} events"
-        + (f" ({got} bytes of an unfinished event dropped)" if got else "")
-    )
+            if reader.done or reader.error is not None:
+                break
+        if reader.done or reader.error is not None:
+            res.t_done = now
+            break
+    else:
+        for ev in parser.finish():
+            res.n_events += 1
+            reader.event(ev)
+            if reader.done or reader.error is not None:
+                break
+    if reader.error is not None:
+        res.status, res.error = "server_error", f"{where}: server error in stream: {reader.error}"
+    elif not reader.done:
+        got = len(parser.pending)
+        res.status = "stream_broken"
+        res.error = f"{where}: stream ended without {reader.terminal} after {res.n_events} events" + (
+            f" ({got} bytes of an unfinished event dropped)" if got else ""
+        )
+    if res.t_done is not None:
+        await _drain(chunks)
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the body to its end after the terminal event, briefly.
+
+    Leaving the async-for early would strand httpx's chain of async generators for the
+    garbage collector, which finalises each through a new task (about five per
+    request). Whatever happens after the terminal event (a close without the last
+    chunk, a reset) no longer concerns the request.
+    """
+    with anyio.move_on_after(_DRAIN_S):
+        try:
+            async for _ in chunks:
+                pass
+        except httpx.TransportError:
+            pass
 
 
 def _loads(data: bytes) -> dict[str, Any]:
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
-        raise _BadPayload(f"event data is not JSON: {_one_line(data[:120].decode('utf-8', 'replace'))}") from None
+        raise _BadPayload(
+            f"event data is not JSON: {_one_line(data[:120].decode('utf-8', 'replace'))}"
+        ) from None
     if not isinstance(obj, dict):
         raise _BadPayload("event data is not a JSON object")
     return obj
@@ -401,7 +641,11 @@ def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         wire = {k: v for k, v in m.items() if k not in ("tool_calls", "reasoning")}
         if m.get("tool_calls"):
             wire["tool_calls"] = [
-                {"id": tc["id"], "type": "function", "function": {"name": tc["name"], "arguments": tc["arguments"]}}
+                {
+                    "id": tc["id"],
+                    "type": "function",
+                    "function": {"name": tc["name"], "arguments": tc["arguments"]},
+                }
                 for tc in m["tool_calls"]
             ]
         out.append(wire)
@@ -518,7 +762,11 @@ class _OpenAIReader:
             self.reasoning.append(reasoning)
         for i, tc in enumerate(msg.get("tool_calls") or ()):
             fn = tc.get("function") or {}
-            self.tools[i] = {"id": tc.get("id", ""), "name": fn.get("name", ""), "arguments": fn.get("arguments", "")}
+            self.tools[i] = {
+                "id": tc.get("id", ""),
+                "name": fn.get("name", ""),
+                "arguments": fn.get("arguments", ""),
+            }
         self.finish = choice.get("finish_reason")
 
     def fill(self, res: ApiResult) -> None:
@@ -581,11 +829,19 @@ def anthropic_messages_wire(messages: list[dict[str, Any]]) -> tuple[str | None,
         if role == "system":
             system.append(content)
         elif role == "tool":
-            add("user", [{"type": "tool_result", "tool_use_id": m.get("tool_call_id", ""), "content": content}])
+            add(
+                "user",
+                [{"type": "tool_result", "tool_use_id": m.get("tool_call_id", ""), "content": content}],
+            )
         elif role == "assistant" and m.get("tool_calls"):
             blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
             blocks += [
-                {"type": "tool_use", "id": tc["id"], "name": tc["name"], "input": _tool_input(tc["arguments"])}
+                {
+                    "type": "tool_use",
+                    "id": tc["id"],
+                    "name": tc["name"],
+                    "input": _tool_input(tc["arguments"]),
+                }
                 for tc in m["tool_calls"]
             ]
             add("assistant", blocks)
@@ -598,7 +854,10 @@ def anthropic_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for t in tools:
         fn = t.get("function", t)
-        tool = {"name": fn["name"], "input_schema": fn.get("parameters") or {"type": "object", "properties": {}}}
+        tool = {
+            "name": fn["name"],
+            "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
+        }
         if fn.get("description"):
             tool["description"] = fn["description"]
         out.append(tool)

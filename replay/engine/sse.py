@@ -57,6 +57,9 @@ class SseParser:
             self._after_cr = chunk.endswith(b"\r")
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buf = self._buf
+        if not buf and chunk.endswith(b"\n\n"):
+            # Fast path: servers flush whole events, so most chunks end on a boundary.
+            return self._parse_blocks(chunk[:-2])
         # A blank line may straddle the previous chunk's tail, so scan from one byte back.
         start = len(buf) - 1 if buf else 0
         buf += chunk

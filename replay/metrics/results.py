@@ -43,6 +43,16 @@ class ResultsWriter:
         self._out.close()
 
 
+def append_records(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    """Append lines (e.g. `server` records from the log) to a finished results file."""
+    records = list(records)
+    if not records:
+        return
+    with open(path, "ab") as out:
+        for rec in records:
+            out.write(orjson.dumps({"kind": "server", **rec} if "kind" not in rec else rec) + b"\n")
+
+
 @dataclass(slots=True)
 class RunResults:
     path: str

@@ -1,0 +1,210 @@
+"""What the proxy calls at each request's arrival and end: session inference plus the trace writer.
+
+One trace `request` line is appended and flushed per completed request (ids in completion order,
+`t` the arrival), so a crash loses only the requests in flight. Each request is delta-encoded
+against the request it extends (its inferred `base`), not merely the session's last written one,
+so a concurrent turn does not make its neighbours look like compactions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from replay.record.anonymize import Anonymizer
+from replay.record.sessions import Assignment, Label, SessionInference, user_id_scope
+from replay.record.wire import Parsed, TapResult, WireError, parse_request
+from replay.trace.model import Message
+from replay.trace.writer import TraceWriter
+
+_WRITTEN_MAX = 4096
+
+
+@dataclass(slots=True)
+class Pending:
+    """A recordable request between its arrival and its end."""
+
+    parsed: Parsed
+    assignment: Assignment
+    arrived_ns: int
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How the exchange ended, as the proxy saw it; the tap says what the bytes were."""
+
+    tap: TapResult
+    status: str | None = None  # client_disconnected | connect_error | stream_broken; None: the tap's
+    error: str | None = None
+    t_first_byte: int | None = None
+    t_last_byte: int | None = None
+    t_done: int = 0
+
+
+@dataclass(slots=True)
+class RecorderStats:
+    recorded: int = 0
+    errors: int = 0
+    unrecorded: int = 0  # bodies on recorded routes that could not be read as requests
+    write_errors: int = 0
+    last_problem: str = ""
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+class Recorder:
+    def __init__(
+        self,
+        writer: TraceWriter,
+        inference: SessionInference | None = None,
+        anonymizer: Anonymizer | None = None,
+        t0_ns: int | None = None,
+    ) -> None:
+        self.writer = writer
+        self.inference = inference or SessionInference()
+        self.anonymizer = anonymizer
+        self.t0_ns = t0_ns  # the first request's arrival unless given: the trace starts there
+        self.stats = RecorderStats()
+        self._declared: dict[str, str] = {}  # session id -> id written in the trace
+        self._written: OrderedDict[int, tuple[list[Message], Message | None]] = OrderedDict()
+
+    def begin(
+        self, api: str, body: bytes, label: Label | None, role_hint: str | None, now_ns: int
+    ) -> Pending | None:
+        """Read the body and assign a session; None when the body is not a request we can record."""
+        try:
+            parsed = parse_request(api, body)
+        except WireError as exc:
+            self.stats.unrecorded += 1
+            self.stats.last_problem = f"not recorded: {exc}"
+            return None
+        if label is None and parsed.user_id:
+            label = Label(user_id_scope(parsed.user_id), "user_id")
+        if self.t0_ns is None:
+            self.t0_ns = now_ns
+        tools = parsed.params.get("tools")
+        assignment = self.inference.arrive(
+            parsed.messages, api, parsed.model, now_ns, tools=tools, label=label, role_hint=role_hint
+        )
+        return Pending(parsed, assignment, now_ns)
+
+    def finish(self, pending: Pending, outcome: Outcome) -> int:
+        """Append the request's trace line; returns its id."""
+        tap = outcome.tap
+        status = outcome.status or tap.status
+        error = outcome.error if outcome.status else tap.error
+        a = pending.assignment
+        try:
+            rid = self._write(pending, outcome, status, error)
+        except OSError as exc:
+            self.stats.write_errors += 1
+            self.stats.last_problem = f"trace write failed: {exc}"
+            rid = None
+        if rid is not None:
+            self.stats.recorded += 1
+        self.stats.statuses[status] = self.stats.statuses.get(status, 0) + 1
+        if status != "ok":
+            self.stats.errors += 1
+            self.stats.last_problem = f"{a.session.id}: {status}: {error or ''}"[:200]
+        self.inference.done(a, outcome.t_done, rid, tap.message, status, tap.usage.prompt_tokens)
+        return rid if rid is not None else -1
+
+    def _write(self, pending: Pending, outcome: Outcome, status: str, error: str | None) -> int:
+        parsed, a = pending.parsed, pending.assignment
+        anon = self.anonymizer
+        messages = parsed.messages if anon is None else anon.messages(parsed.messages)
+        params = dict(parsed.params)
+        tools = params.get("tools")
+        if tools:
+            tools = tools if anon is None else anon.tools(tools)
+            digest = hashlib.blake2b(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS), digest_size=6).hexdigest()
+            params["tools"] = self.writer.blob(f"tools-{digest}", tools)
+        if anon is not None:
+            params = anon.params(params)
+        reply = self._reply(pending, outcome, status, error)
+        if anon is not None:
+            reply = anon.reply(reply)
+        sid = self._declare(a)
+        self._rebase(sid, a)
+        after = None
+        if a.after is not None and a.after.rid is not None:
+            after = {"request": a.after.rid, "delay_s": round(a.delay_s or 0.0, 6)}
+        rid = self.writer.request(
+            sid,
+            max(0, pending.arrived_ns - (self.t0_ns or pending.arrived_ns)) / 1e9,
+            messages,
+            params=params,
+            reply=reply,
+            usage=_usage(outcome.tap),
+            after=after,
+            tag=a.tag,
+        )
+        self._written[rid] = (messages, reply.get("message"))
+        if len(self._written) > _WRITTEN_MAX:
+            self._written.popitem(last=False)
+        return rid
+
+    def _declare(self, a: Assignment) -> str:
+        s = a.session
+        sid = self._declared.get(s.id)
+        if sid is None:
+            sid = s.id if self.anonymizer is None else self.anonymizer.name(s.id)
+            labels = s.labels if self.anonymizer is None else self.anonymizer.labels(s.labels)
+            self.writer.session(sid, role=s.role, api=s.api, model=s.model, labels=labels)
+            self._declared[s.id] = sid
+        return sid
+
+    def _rebase(self, sid: str, a: Assignment) -> None:
+        """Delta-encode against the request this one extends.
+
+        TraceWriter encodes against the session's last written request; with concurrent turns
+        that is not the one this request extends. Until it takes a base, point its per-session
+        state at ours (the same three fields it sets itself after each request).
+        """
+        base = a.base
+        if base is None or base.rid is None or base.rid not in self._written:
+            return
+        state = self.writer._sessions.get(sid)
+        if state is None:
+            return
+        messages, reply = self._written[base.rid]
+        state.last_id, state.messages, state.reply = base.rid, messages, reply
+
+    def _reply(self, pending: Pending, outcome: Outcome, status: str, error: str | None) -> dict[str, Any]:
+        tap = outcome.tap
+        reply: dict[str, Any] = {}
+        if tap.message is not None:
+            reply["message"] = tap.message
+        if tap.finish is not None:
+            reply["finish"] = tap.finish
+        if tap.usage.output_tokens is not None:
+            reply["output_tokens"] = tap.usage.output_tokens
+        reply["status"] = status
+        if tap.http_status is not None and tap.http_status != 200:
+            reply["http_status"] = tap.http_status
+        if error:
+            reply["error"] = error
+        t0 = pending.arrived_ns
+        for key, stamp in (
+            ("first_byte_s", outcome.t_first_byte),
+            ("first_token_s", tap.t_first_token),
+            ("last_byte_s", outcome.t_last_byte),
+        ):
+            if stamp is not None:
+                reply[key] = round((stamp - t0) / 1e9, 6)
+        return reply
+
+
+def _usage(tap: TapResult) -> dict[str, Any] | None:
+    u = tap.usage
+    out: dict[str, Any] = {}
+    for key in ("prompt_tokens", "cached_tokens", "cache_write_tokens", "output_tokens"):
+        value = getattr(u, key)
+        if value is not None:
+            out[key] = value
+    if tap.raw_usage:
+        out["raw"] = tap.raw_usage
+    return out or None

@@ -1,0 +1,190 @@
+"""Running the recording proxy: in the foreground for `replay record`, or in a thread for tests.
+
+Listens on 127.0.0.1 unless told otherwise: the proxy forwards the agent's credentials upstream,
+so anyone who can reach it can use them.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+from rich.console import Console
+
+from replay.errors import UsageError
+from replay.record.anonymize import Anonymizer
+from replay.record.live import RecordView, live_view
+from replay.record.proxy import QuietUpstreamBroke, RecordingProxy
+from replay.record.recorder import Recorder
+from replay.record.sessions import SessionInference
+from replay.trace.writer import TraceWriter
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """`HOST:PORT`, `:PORT` or `PORT`; the host defaults to 127.0.0.1."""
+    host, sep, port = listen.rpartition(":")
+    if not sep:
+        host, port = "", listen
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        number = int(port)
+    except ValueError:
+        raise UsageError(f"--listen must be HOST:PORT, not {listen!r}") from None
+    if not 0 <= number <= 65535:
+        raise UsageError(f"--listen port {number} is out of range")
+    return host, number
+
+
+class RecordingServer:
+    """Proxy + recorder + trace writer, served by uvicorn on a socket bound here."""
+
+    def __init__(
+        self,
+        upstream: str,
+        out: str | Path,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        anonymize_key: str | None = None,
+        inference: SessionInference | None = None,
+        notes: str = "",
+    ) -> None:
+        if not upstream.startswith(("http://", "https://")):
+            raise UsageError(f"--upstream must be an http(s) URL, not {upstream!r}")
+        self.upstream = upstream.rstrip("/")
+        self.out = str(out)
+        Path(self.out).parent.mkdir(parents=True, exist_ok=True)
+        notes = notes or f"recorded through replay record (upstream {self.upstream})"
+        self.writer = TraceWriter(self.out, source="record", notes=notes)
+        anonymizer = Anonymizer(anonymize_key) if anonymize_key else None
+        self.recorder = Recorder(self.writer, inference, anonymizer)
+        self.proxy = RecordingProxy(self.upstream, self.recorder)
+        self.host, self._port = host, port
+        self.port = 0
+        self._sock: socket.socket | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def bind(self) -> uvicorn.Server:
+        """Bind the socket and make the uvicorn server (once); `port` is known from here on."""
+        if self._server is not None:
+            return self._server
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self._port))
+        except OSError as exc:
+            sock.close()
+            raise UsageError(f"cannot listen on {self.host}:{self._port}: {exc.strerror}") from None
+        self.port = sock.getsockname()[1]
+        self._sock = sock
+        logging.getLogger("uvicorn.error").addFilter(QuietUpstreamBroke())
+        config = uvicorn.Config(
+            self.proxy.app,
+            loop="asyncio",
+            http="h11",
+            lifespan="on",
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            date_header=False,
+            timeout_graceful_shutdown=5,
+            backlog=2048,
+        )
+        self._server = uvicorn.Server(config)
+        return self._server
+
+    def start(self) -> RecordingServer:
+        """Serve from a background thread of this process (tests, embedding)."""
+        server = self.bind()
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [self._sock]}, name="replay-record", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("recording proxy did not start")
+            time.sleep(0.005)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+            if self._thread.is_alive():
+                self._server.force_exit = True
+                self._thread.join(timeout=5)
+        self._close()
+
+    def _close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        self._server = self._thread = self._sock = None
+        self.writer.close()
+
+    def __enter__(self) -> RecordingServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def serve_forever(self, console: Console | None = None) -> None:
+        """Serve in this thread until Ctrl-C / SIGTERM (uvicorn's handlers), with the live table."""
+        server = self.bind()
+        try:
+            if console is None:
+                server.run(sockets=[self._sock])
+            else:
+                view = RecordView(self.recorder, self.proxy, self.upstream, self.out)
+                with live_view(view, console):
+                    server.run(sockets=[self._sock])
+        finally:
+            self._close()
+
+
+def record(
+    upstream: str,
+    listen: str,
+    out: str | Path,
+    anonymize: bool = False,
+    key: str | None = None,
+    console: Console | None = None,
+) -> int:
+    """`replay record`: proxy and record until interrupted; returns the exit code."""
+    if anonymize and not key:
+        raise UsageError("--anonymize needs --key SECRET (the same key gives the same synthetic text)")
+    host, port = parse_listen(listen)
+    server = RecordingServer(upstream, out, host=host, port=port, anonymize_key=key if anonymize else None)
+    console = console or Console(stderr=True)
+    try:
+        server.bind()
+    except BaseException:
+        server._close()
+        raise
+    console.print(f"listening on {server.url} -> {server.upstream}, writing {server.out}", highlight=False)
+    if host not in _LOOPBACK:
+        console.print(
+            f"[yellow]warning:[/yellow] listening on {host}: anyone who can reach it can use your upstream credentials",
+            highlight=False,
+        )
+    server.serve_forever(console)
+    stats = server.recorder.stats
+    console.print(
+        f"{server.out}: {stats.recorded} requests recorded in {len(server.recorder.inference.sessions)} sessions"
+        f" ({stats.errors} with errors, {stats.unrecorded} not recordable)",
+        highlight=False,
+    )
+    return 0 if not stats.write_errors else 1

@@ -1,0 +1,366 @@
+"""Which conversation a recorded request belongs to, and what kind of request it is.
+
+Agents rarely say. The rules, in order:
+1. An explicit label names the session: a `/s/NAME/` path prefix or an `X-Replay-Session` header.
+   Anthropic `metadata.user_id` is weaker: Claude Code sends one id for a main conversation, its
+   sub-agents and its title requests alike, so it only scopes the inference below (sessions
+   are inferred among requests carrying the same id).
+2. Continuation: the session with a recent request whose messages are a prefix of this one's;
+   the longest prefix wins. Every message is hashed once and prefixes are chained hashes, so
+   this costs one dictionary lookup per message, whatever the number of sessions.
+   If the session has a request in flight the new one is a `concurrent` turn (the skill-review
+   case). If the prefix is an older request of an idle session, the history was rewound (an edit,
+   a redo): the prefix was rewritten, so it is tagged `compaction`.
+3. Compaction: no prefix matches, but a session starts with the same system prompt and tools, is
+   longer than this request, and either its last reply text appears in this request (the summary
+   an agent carries over) or this request arrives in that session's rhythm (idle, and the gap
+   since its last reply is within a few times its usual gap). A cron-like arrival time (the first
+   seconds of a wall-clock minute) defeats the rhythm rule: that is a cron job starting.
+4. Otherwise a new session. Its role is `cron` when labelled so (header `X-Replay-Role`, or a
+   label containing `cron`) or first seen at a cron-like time; `review`/`subagent` when labelled so;
+   else `interactive`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from replay.trace.model import Message
+
+LABEL_ROLES = ("cron", "review", "subagent", "background")
+_LABEL_OK = re.compile(r"[^A-Za-z0-9_.:-]+")
+_CC_SESSION = re.compile(r"_session_([0-9a-fA-F-]{8,})")
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def message_key(msg: Message) -> bytes:
+    """A message as an agent would resend it: reasoning (never resent) is left out."""
+    calls = msg.get("tool_calls") or ()
+    key = [
+        msg.get("role"),
+        msg.get("content") if msg.get("content") is not None else "",
+        [[c.get("id"), c.get("name"), c.get("arguments")] for c in calls],
+        msg.get("tool_call_id"),
+    ]
+    return _digest(orjson.dumps(key))
+
+
+def prefix_chain(messages: list[Message]) -> list[bytes]:
+    """chain[i] identifies messages[:i]; equal chains mean equal prefixes."""
+    chain = [b""]
+    for msg in messages:
+        chain.append(_digest(chain[-1] + message_key(msg)))
+    return chain
+
+
+def clean_label(name: str) -> str:
+    return _LABEL_OK.sub("-", name).strip("-")[:64] or "session"
+
+
+def user_id_scope(user_id: str) -> str:
+    """A short, non-identifying name for an Anthropic user id (its session part for Claude Code)."""
+    try:
+        obj = orjson.loads(user_id)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict) and isinstance(obj.get("session_id"), str):
+        return "u-" + clean_label(obj["session_id"])[:8]
+    match = _CC_SESSION.search(user_id)
+    if match:
+        return "u-" + match.group(1)[:8]
+    return "u-" + hashlib.blake2b(user_id.encode(), digest_size=4).hexdigest()
+
+
+@dataclass(slots=True, frozen=True)
+class Label:
+    name: str
+    source: str  # "path" | "header" | "user_id"
+
+    @property
+    def explicit(self) -> bool:
+        return self.source != "user_id"
+
+
+@dataclass(slots=True, eq=False)
+class Head:
+    """One request's message list, as a possible prefix of later requests."""
+
+    session: SessionState
+    messages: list[Message]
+    chain: bytes
+    arrived_ns: int
+    tag: str = "turn"
+    done_ns: int | None = None
+    rid: int | None = None  # trace id, once written
+    reply_text: str = ""
+    status: str = ""
+    prompt_tokens: int | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.messages)
+
+
+@dataclass(slots=True, eq=False)
+class SessionState:
+    id: str
+    role: str
+    api: str
+    model: str
+    scope: str  # sessions are inferred among requests of one scope (API, and user id if any)
+    explicit: bool
+    system_key: bytes | None
+    labels: dict[str, Any] = field(default_factory=dict)
+    heads: deque[Head] = field(default_factory=deque)
+    in_flight: int = 0
+    requests: int = 0
+    errors: int = 0
+    last: Head | None = None  # latest arrival
+    last_done: Head | None = None  # latest completion
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=16))
+
+    @property
+    def depth(self) -> int:
+        """Messages in the session's latest request."""
+        return self.last.n if self.last else 0
+
+
+@dataclass(slots=True)
+class Assignment:
+    session: SessionState
+    head: Head
+    tag: str  # turn | concurrent | compaction
+    base: Head | None  # the request whose messages this one extends (for delta encoding)
+    after: Head | None  # the completed request this one waited for
+    delay_s: float | None
+    new_session: bool
+
+
+def _system_key(messages: list[Message], tools_key: bytes | None) -> bytes | None:
+    n = 0
+    while n < len(messages) and messages[n].get("role") == "system":
+        n += 1
+    if n == 0 and tools_key is None:
+        return None
+    return _digest(b"".join(message_key(m) for m in messages[:n]) + b"|" + (tools_key or b""))
+
+
+def tools_key(tools: Any) -> bytes | None:
+    return _digest(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)) if tools else None
+
+
+def _texts(messages: list[Message]) -> list[str]:
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out.extend(p for p in content if isinstance(p, str))
+    return out
+
+
+class SessionInference:
+    """Assigns each arriving request to a session; told when each one completes."""
+
+    def __init__(
+        self,
+        wall_clock: Callable[[], float] = time.time,
+        rhythm_factor: float = 4.0,
+        rhythm_floor_s: float = 60.0,
+        cron_window_s: float = 2.0,
+        max_heads: int = 16,
+        carry_over_chars: int = 40,
+    ) -> None:
+        self.wall_clock = wall_clock
+        self.rhythm_factor = rhythm_factor
+        self.rhythm_floor_s = rhythm_floor_s
+        self.cron_window_s = cron_window_s
+        self.max_heads = max_heads
+        self.carry_over_chars = carry_over_chars
+        self.sessions: dict[str, SessionState] = {}
+        self._index: dict[tuple[str, bytes], Head] = {}  # (scope, chain) -> latest head
+        self._scope_count: dict[str, int] = {}
+
+    # --- arrival -----------------------------------------------------------------------
+
+    def arrive(
+        self,
+        messages: list[Message],
+        api: str,
+        model: str,
+        now_ns: int,
+        tools: Any = None,
+        label: Label | None = None,
+        role_hint: str | None = None,
+    ) -> Assignment:
+        chain = prefix_chain(messages)
+        skey = _system_key(messages, tools_key(tools))
+        # A conversation keeps one API: the same messages sent over another API are another session.
+        scope = f"{api}|{label.name if label is not None and not label.explicit else ''}"
+        if label is not None and label.explicit:
+            sid = clean_label(label.name)
+            scope = "label:" + sid
+            session = self.sessions.get(sid)
+            new = session is None
+            if session is None:
+                session = self._new_session(sid, api, model, scope, True, skey, label, role_hint)
+            base = self._longest(chain, scope)
+            tag = self._tag(session, base, len(messages), new)
+        else:
+            base = self._longest(chain, scope)
+            new = False
+            if base is not None:
+                session = base.session
+                tag = self._tag(session, base, len(messages), False)
+            else:
+                session = self._compacted(messages, skey, scope, now_ns)
+                if session is not None:
+                    tag = "compaction"
+                else:
+                    new = True
+                    sid = self._next_id(scope)
+                    session = self._new_session(sid, api, model, scope, False, skey, label, role_hint)
+                    tag = "turn"
+        if tag == "compaction" and base is None:
+            base = session.last
+        after = base if base is not None and base.done_ns is not None and base.rid is not None else None
+        if after is None and session.last_done is not None and session.last_done.rid is not None:
+            after = session.last_done
+        delay = max(0.0, (now_ns - after.done_ns) / 1e9) if after is not None and after.done_ns is not None else None
+        if delay is not None:
+            session.gaps.append(delay)
+        head = Head(session=session, messages=messages, chain=chain[-1], arrived_ns=now_ns, tag=tag)
+        self._add_head(session, head)
+        session.in_flight += 1
+        session.requests += 1
+        session.last = head
+        return Assignment(session, head, tag, base, after, delay, new)
+
+    def _tag(self, session: SessionState, base: Head | None, n: int, new: bool) -> str:
+        """concurrent if the session has a request in flight; compaction if the history was cut
+        (no prefix at all, or an older request's prefix with fewer messages than the latest)."""
+        if session.in_flight:
+            return "concurrent"
+        if new or session.last is None:
+            return "turn"
+        if base is None or (base is not session.last and n < session.depth):
+            return "compaction"
+        return "turn"
+
+    def _longest(self, chain: list[bytes], scope: str) -> Head | None:
+        for i in range(len(chain) - 1, 0, -1):
+            head = self._index.get((scope, chain[i]))
+            if head is not None:
+                return head
+        return None
+
+    def _compacted(self, messages: list[Message], skey: bytes | None, scope: str, now_ns: int) -> SessionState | None:
+        texts = _texts(messages)
+        carried = []
+        rhythmic = []
+        for s in self.sessions.values():
+            if s.scope != scope or s.explicit or s.last is None:
+                continue
+            done = s.last_done
+            reply = done.reply_text if done is not None else ""
+            if len(reply) >= self.carry_over_chars and any(reply in t for t in texts):
+                carried.append(s)
+                continue
+            if skey is not None and s.system_key == skey and s.depth > len(messages) and self._in_rhythm(s, now_ns):
+                rhythmic.append(s)
+        pick = carried or ([] if self.cron_like() else rhythmic)
+        if not pick:
+            return None
+        return max(pick, key=lambda s: s.last_done.done_ns if s.last_done and s.last_done.done_ns else 0)
+
+    def _in_rhythm(self, s: SessionState, now_ns: int) -> bool:
+        if s.in_flight or s.last_done is None or s.last_done.done_ns is None:
+            return False
+        gap = (now_ns - s.last_done.done_ns) / 1e9
+        usual = statistics.median(s.gaps) if s.gaps else 0.0
+        return gap <= max(self.rhythm_floor_s, self.rhythm_factor * usual)
+
+    def cron_like(self) -> bool:
+        """The first seconds of a wall-clock minute: when cron starts jobs."""
+        return (self.wall_clock() % 60.0) < self.cron_window_s
+
+    def _next_id(self, scope: str) -> str:
+        name = scope.partition("|")[2]
+        n = self._scope_count.get(name, 0) + 1
+        self._scope_count[name] = n
+        if not name:
+            return f"s{n}"
+        return name if n == 1 else f"{name}-{n}"
+
+    def _new_session(
+        self,
+        sid: str,
+        api: str,
+        model: str,
+        scope: str,
+        explicit: bool,
+        skey: bytes | None,
+        label: Label | None,
+        role_hint: str | None,
+    ) -> SessionState:
+        role = "interactive"
+        if role_hint:
+            role = clean_label(role_hint).lower()
+        elif label is not None and label.explicit:
+            role = next((r for r in LABEL_ROLES if r in label.name.lower()), "interactive")
+        if role == "interactive" and self.cron_like():
+            role = "cron"
+        labels: dict[str, Any] = {}
+        if label is not None:
+            labels["label_source"] = label.source
+        session = SessionState(
+            id=sid, role=role, api=api, model=model, scope=scope, explicit=explicit, system_key=skey, labels=labels
+        )
+        self.sessions[sid] = session
+        return session
+
+    def _add_head(self, session: SessionState, head: Head) -> None:
+        session.heads.append(head)
+        self._index[(session.scope, head.chain)] = head
+        if len(session.heads) > self.max_heads:
+            old = session.heads.popleft()
+            if self._index.get((session.scope, old.chain)) is old:
+                del self._index[(session.scope, old.chain)]
+
+    # --- completion --------------------------------------------------------------------
+
+    def done(
+        self,
+        assignment: Assignment,
+        now_ns: int,
+        rid: int | None,
+        reply: Message | None,
+        status: str,
+        prompt_tokens: int | None = None,
+    ) -> None:
+        head = assignment.head
+        session = assignment.session
+        head.done_ns = now_ns
+        head.rid = rid
+        head.status = status
+        head.prompt_tokens = prompt_tokens
+        content = (reply or {}).get("content")
+        head.reply_text = content if isinstance(content, str) else ""
+        session.in_flight -= 1
+        if status != "ok":
+            session.errors += 1
+        if session.last_done is None or (session.last_done.done_ns or 0) <= now_ns:
+            session.last_done = head

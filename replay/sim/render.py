@@ -1,0 +1,153 @@
+"""ChatML-like chat template over the neutral message format, rendered straight to token blocks.
+
+The template decides where conversations share a prefix: an append-only conversation renders each
+turn as the previous rendering plus new blocks, a compaction or an edit in the middle of a message
+breaks the prefix exactly there, and the server's own reply (the tokens it generated after the
+generation prompt) is a prefix of the next request's rendering when the client sends that reply
+back unchanged. Tools are rendered right after the system prompt, inside the system turn, so a
+shared system prompt plus identical tools is a shared prefix.
+
+The chat anchor (ds4's cold-save cut) is the position of the last user-turn marker before the first
+assistant marker: the system prompt, the tools and any earlier user scaffolding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import orjson
+
+from replay.sim.seq import TokenSeq
+from replay.sim.tokenizer import Block, special, tokenize
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+END: Block = special(IM_END, "\n")
+NEWLINE: Block = special("\n")
+THINK_OPEN: Block = special("<think>", "\n")
+THINK_CLOSE: Block = special("\n", "</think>", "\n\n")
+CALL_OPEN: Block = special("<tool_call>", "\n")
+CALL_CLOSE: Block = special("\n", "</tool_call>")
+TOOLS_HEADER: Block = special("\n\n", "# Tools", "\n\n")
+
+Message = dict[str, Any]
+
+
+@lru_cache(maxsize=16)
+def header(role: str) -> Block:
+    return special(IM_START, role, "\n")
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A rendered prompt: its tokens, the chat anchor (None when there is none) and whether it has tools."""
+
+    seq: TokenSeq
+    anchor: int | None
+    has_tools: bool
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+
+def content_text(content: Any) -> str:
+    """Text of an OpenAI/Anthropic content value: a string, or a list of text parts joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "\n".join(parts)
+    return str(content)
+
+
+def tool_call_text(name: str, arguments: str) -> str:
+    return '{"name": ' + orjson.dumps(name).decode() + ', "arguments": ' + (arguments or "{}") + "}"
+
+
+def assistant_body(
+    content: str, tool_calls: list[dict[str, Any]] | tuple[dict[str, Any], ...]
+) -> tuple[Block, ...]:
+    """Blocks of an assistant turn between its header and its end marker (what the model generates)."""
+    blocks: list[Block] = []
+    if content:
+        blocks.append(tokenize(content))
+    for i, call in enumerate(tool_calls):
+        if content or i:
+            blocks.append(NEWLINE)
+        blocks.append(CALL_OPEN)
+        blocks.append(tokenize(tool_call_text(str(call.get("name", "")), str(call.get("arguments") or "{}"))))
+        blocks.append(CALL_CLOSE)
+    return tuple(blocks)
+
+
+def reasoning_blocks(reasoning: str) -> tuple[Block, ...]:
+    return (THINK_OPEN, tokenize(reasoning), THINK_CLOSE)
+
+
+@lru_cache(maxsize=64)
+def _tools_block(tools_json: bytes) -> Block:
+    tools = orjson.loads(tools_json)
+    lines = [orjson.dumps(t.get("function", t)).decode() for t in tools]
+    return tokenize("\n".join(lines))
+
+
+def tools_block(tools: list[dict[str, Any]] | None) -> Block:
+    if not tools:
+        return ()
+    return _tools_block(orjson.dumps(tools))
+
+
+def render(messages: list[Message], tools: list[dict[str, Any]] | None = None) -> Prompt:
+    """Render a chat prompt ending with the generation prompt (`<|im_start|>assistant\\n`)."""
+    blocks: list[Block] = []
+    pos = 0
+    anchor: int | None = None
+    last_user: int | None = None
+    seen_assistant = False
+    tools_pending = bool(tools)
+
+    def add(block: Block) -> None:
+        nonlocal pos
+        if block:
+            blocks.append(block)
+            pos += len(block)
+
+    if tools_pending and not (messages and messages[0].get("role") == "system"):
+        add(header("system"))
+        add(TOOLS_HEADER)
+        add(tools_block(tools))
+        add(END)
+        tools_pending = False
+    for msg in messages:
+        role = msg.get("role", "user")
+        if role == "assistant":
+            if not seen_assistant:
+                seen_assistant = True
+                anchor = last_user
+            add(header("assistant"))
+            for block in assistant_body(content_text(msg.get("content")), msg.get("tool_calls") or ()):
+                add(block)
+            add(END)
+            continue
+        if role == "user" and not seen_assistant:
+            last_user = pos
+        add(header(role))
+        add(tokenize(content_text(msg.get("content"))))
+        if role == "system" and tools_pending:
+            add(TOOLS_HEADER)
+            add(tools_block(tools))
+            tools_pending = False
+        add(END)
+    if not seen_assistant:
+        anchor = last_user
+    add(header("assistant"))
+    return Prompt(TokenSeq(tuple(blocks)), anchor, bool(tools))

@@ -1,0 +1,99 @@
+"""Token sequences built from shared blocks, and the one prefix comparison the cache model needs.
+
+A rendered 130K-token prompt is a few hundred blocks (one per message piece) that are the very
+same tuples as in the previous request of that conversation, so comparing two prompts costs one
+identity check per block until the first block that differs, and token comparisons only inside it.
+A `TokenSeq` may be a prefix view of its blocks (`n` shorter than the blocks hold): checkpoints and
+partial live states share the blocks of the prompt they came from instead of copying them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from itertools import accumulate
+
+from replay.sim.tokenizer import Block
+
+
+class TokenSeq:
+    __slots__ = ("blocks", "ends", "n")
+
+    def __init__(self, blocks: tuple[Block, ...] = (), n: int | None = None) -> None:
+        self.blocks = tuple(b for b in blocks if b)
+        self.ends = list(accumulate(len(b) for b in self.blocks))
+        total = self.ends[-1] if self.ends else 0
+        self.n = total if n is None else min(n, total)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __bool__(self) -> bool:
+        return self.n > 0
+
+    def __repr__(self) -> str:
+        return f"TokenSeq(n={self.n}, blocks={len(self.blocks)})"
+
+    def extend(self, *blocks: Block) -> TokenSeq:
+        """This sequence followed by `blocks` (a prefix view is cut to its length first)."""
+        return TokenSeq(self._whole_blocks() + blocks)
+
+    def prefix(self, n: int) -> TokenSeq:
+        """The first `n` tokens, sharing blocks."""
+        if n >= self.n:
+            return self
+        out = TokenSeq.__new__(TokenSeq)
+        k = bisect_left(self.ends, n) + 1 if n > 0 else 0
+        out.blocks = self.blocks[:k]
+        out.ends = self.ends[:k]
+        out.n = max(n, 0)
+        return out
+
+    def tokens(self) -> list[str]:
+        out: list[str] = []
+        for block in self.blocks:
+            out.extend(block)
+            if len(out) >= self.n:
+                break
+        del out[self.n :]
+        return out
+
+    def text(self) -> str:
+        return "".join(self.tokens())
+
+    def _whole_blocks(self) -> tuple[Block, ...]:
+        if not self.ends or self.ends[-1] == self.n:
+            return self.blocks
+        k = bisect_left(self.ends, self.n)
+        start = self.ends[k - 1] if k else 0
+        return self.blocks[:k] + (self.blocks[k][: self.n - start],)
+
+
+def common_prefix(a: TokenSeq, b: TokenSeq) -> int:
+    """Length of the longest common token prefix of `a` and `b`."""
+    limit = min(a.n, b.n)
+    pos = i = j = oa = ob = 0
+    ablocks, bblocks = a.blocks, b.blocks
+    while pos < limit:
+        ba, bb = ablocks[i], bblocks[j]
+        if oa == 0 and ob == 0 and (ba is bb or (len(ba) == len(bb) and ba == bb)):
+            pos += len(ba)
+            i += 1
+            j += 1
+            continue
+        k = min(len(ba) - oa, len(bb) - ob, limit - pos)
+        sa, sb = ba[oa : oa + k], bb[ob : ob + k]
+        if sa != sb:
+            return pos + next(x for x in range(k) if sa[x] != sb[x])
+        pos += k
+        oa += k
+        ob += k
+        if oa == len(ba):
+            i, oa = i + 1, 0
+        if ob == len(bb):
+            j, ob = j + 1, 0
+    return min(pos, limit)
+
+
+def is_prefix(a: TokenSeq, b: TokenSeq) -> bool:
+    """True when `a` is a (not necessarily strict) prefix of `b`."""
+    return a.n <= b.n and common_prefix(a, b) == a.n

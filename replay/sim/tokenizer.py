@@ -1,0 +1,44 @@
+"""A deterministic, lossless word-piece tokenizer standing in for the model's BPE.
+
+What matters for cache behaviour is not the exact vocabulary but that (a) equal text gives equal
+tokens, (b) a text's token count is close to a real tokenizer's (about one token per English word,
+so `replay.trace.synth` text of N tokens comes out at N tokens), and (c) joining the tokens gives the
+text back byte for byte, so a checkpoint's text can be written to disk and compared again.
+
+A token is a run of up to 15 letters, up to 3 digits or one other symbol, each with at most one
+leading space, or a run of whitespace. Tokens are interned strings, so comparing two token tuples
+is mostly pointer comparison.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from functools import lru_cache
+
+Block = tuple[str, ...]
+
+_TOKEN = re.compile(r" ?[^\W\d_]{1,15}| ?\d{1,3}| ?[^\w\s]| ?_|\s+")
+
+EMPTY: Block = ()
+
+
+@lru_cache(maxsize=1 << 16)
+def tokenize(text: str) -> Block:
+    """The tokens of `text`; cached, so equal texts share one tuple (fast identity comparison)."""
+    if not text:
+        return EMPTY
+    return tuple(map(sys.intern, _TOKEN.findall(text)))
+
+
+def count_tokens(text: str) -> int:
+    return len(tokenize(text))
+
+
+def detokenize(tokens: Block) -> str:
+    return "".join(tokens)
+
+
+def special(*pieces: str) -> Block:
+    """A block of template markers that must stay single tokens (never passed through the regex)."""
+    return tuple(sys.intern(p) for p in pieces)

@@ -1,0 +1,444 @@
+"""Disk-KV sizing: what a budget must hold, from ds4's rules, and what a workload does at each budget.
+
+`chain` is the arithmetic of one cold read (the files a prefill of N tokens leaves, from the same
+policy functions the simulator uses); `sweep` runs the simulator's own cache model (`CacheModel`)
+offline over a trace in virtual time, once per budget, so the what-if answer offline and the
+behaviour of `replay sim serve` online can never disagree.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.table import Table
+
+from replay.errors import UsageError
+from replay.sim import events as ev
+from replay.sim import policy
+from replay.sim.config import MiB, SimConfig, config_for
+from replay.sim.disk import Checkpoint
+from replay.sim.engine import CacheModel, ContextTooLong, Job, build_job
+from replay.sim.seq import TokenSeq
+
+Plan = Literal["sequential", "timed"]
+History = Literal["live", "recorded"]
+Message = dict[str, Any]
+
+# --- chain ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChainFile:
+    tokens: int
+    bytes: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """The checkpoint files one read of `tokens` tokens leaves, restored from `start`."""
+
+    tokens: int
+    start: int
+    files: tuple[ChainFile, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    @property
+    def final_bytes(self) -> int:
+        return self.files[-1].bytes if self.files else 0
+
+
+def chain(
+    tokens: int,
+    *,
+    start: int = 0,
+    cfg: SimConfig | None = None,
+    anchor: int | None = None,
+    final: bool = True,
+) -> Chain:
+    """Files written reading `tokens` tokens after restoring `start` (0 = from scratch).
+
+    Cold save (from scratch only, prompt within [min, cold_max]) at the anchor or the fallback cut;
+    continued saves where prefill progress events (every prefill chunk from `start`) land on the
+    interval; and, with `final`, the copy of the whole conversation the next switch (evict) or a
+    shutdown writes.
+    """
+    cfg = cfg or config_for()
+    files: list[ChainFile] = []
+    last = start
+    cut = None
+    if start == 0 and policy.cold_save_applies(0, tokens, cfg):
+        cut = policy.cold_cut(tokens, anchor, cfg)
+        files.append(ChainFile(cut, cfg.file_bytes(cut), "cold"))
+        last = cut
+    pos = start
+    step = cfg.prefill_step
+    while pos < tokens:
+        nxt = min(pos + step, tokens)
+        if cut is not None and pos < cut < nxt:
+            nxt = cut
+        pos = nxt
+        if policy.continued_due(pos, last, cfg):
+            files.append(ChainFile(pos, cfg.file_bytes(pos), "continued"))
+            last = pos
+    if final and tokens >= cfg.kv_cache_min_tokens and tokens > last:
+        files.append(ChainFile(tokens, cfg.file_bytes(tokens), "evict"))
+    files.sort(key=lambda f: f.tokens)
+    return Chain(tokens, start, tuple(files))
+
+
+def budget_rule(
+    longest: int, others: Sequence[int] = (), *, start: int = 0, cfg: SimConfig | None = None
+) -> int:
+    """Bytes a budget needs: the chain of the longest conversation read from scratch plus the
+    latest copy of every other conversation active the same day (seed figures, section 1), with
+    ds4's 1% per-file slack."""
+    cfg = cfg or config_for()
+    total = chain(longest, start=start, cfg=cfg).total_bytes + sum(cfg.file_bytes(t) for t in others)
+    return total + total // 100
+
+
+def chain_table(c: Chain, *, others: Sequence[int] = (), cfg: SimConfig | None = None) -> Table:
+    cfg = cfg or config_for()
+    table = Table(
+        title=f"files left by reading {c.tokens:,} tokens"
+        + (f" after restoring {c.start:,}" if c.start else "")
+    )
+    table.add_column("#", justify="right")
+    table.add_column("tokens", justify="right")
+    table.add_column("reason")
+    table.add_column("size", justify="right")
+    table.add_column("running total", justify="right")
+    running = 0
+    for i, f in enumerate(c.files, 1):
+        running += f.bytes
+        table.add_row(str(i), f"{f.tokens:,}", f.reason, human_bytes(f.bytes), human_bytes(running))
+    need = budget_rule(c.tokens, others, start=c.start, cfg=cfg)
+    table.caption = (
+        f"chain {human_bytes(c.total_bytes)} in {len(c.files)} files; "
+        f"budget rule (chain + latest copy of {len(others)} other conversation(s), +1% slack): "
+        f"{human_bytes(need)} = --kv-disk-space-mb {-(-need // MiB)}"
+    )
+    return table
+
+
+def human_bytes(n: float) -> str:
+    """Both units, because field reports mix them: `2.72 GB (2.53 GiB)`."""
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} GB ({n / 2**30:.2f} GiB)"
+    return f"{n / 1e6:.1f} MB ({n / 2**20:.1f} MiB)"
+
+
+# --- sweep ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRequest:
+    """One request to replay offline: messages already materialised (recorded history)."""
+
+    session: str
+    messages: list[Message]
+    max_tokens: int
+    t: float = 0.0
+    tools: list[dict[str, Any]] | None = None
+    finish: str = "stop"
+    tool_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StaleFile:
+    """A checkpoint from an earlier day already on disk: unrelated content, `hits` restores, last
+    used `age_s` ago (decayed hits still outrank a fresh file's zero)."""
+
+    tokens: int
+    hits: int = 2
+    age_s: float = 20 * 3600.0
+
+
+def stale_files(
+    total_bytes: int, cfg: SimConfig, *, file_tokens: int = 81920, hits: int = 2, age_s: float = 20 * 3600.0
+) -> list[StaleFile]:
+    """About `total_bytes` of earlier checkpoints, as files of `file_tokens` tokens."""
+    per = cfg.file_bytes(file_tokens)
+    return [StaleFile(file_tokens, hits, age_s) for _ in range(max(0, round(total_bytes / per)))]
+
+
+def _stale_checkpoints(stale: Sequence[StaleFile], cfg: SimConfig) -> list[Checkpoint]:
+    out = []
+    for i, f in enumerate(stale):
+        seq = TokenSeq(((f"<stale-{i}>",), ("~",) * max(0, f.tokens - 1)))
+        t = -f.age_s
+        out.append(
+            Checkpoint(
+                seq, "evict", "token-text", cfg.file_bytes(f.tokens), created=t, last_used=t, hits=f.hits
+            )
+        )
+    return out
+
+
+@dataclass(slots=True)
+class SweepRow:
+    """One (budget, slots, routing) run. A switch is a request whose server-previous request came
+    from another session (a session's first request is cold, not a switch); waits are modelled
+    seconds from send to the first generated token."""
+
+    budget_bytes: int
+    slots: int
+    routing: str
+    requests: int = 0
+    switches: int = 0
+    restores: int = 0
+    live_misses: int = 0
+    stores: dict[str, int] = field(default_factory=dict)
+    evictions: int = 0
+    evictions_zero_hits: int = 0
+    reprocessed_tokens: int = 0
+    reread_p50: float = 0.0
+    reread_max: int = 0
+    wait_p50_s: float = 0.0
+    wait_max_s: float = 0.0
+    peak_disk_bytes: int = 0
+    modelled_s: float = 0.0
+
+
+@dataclass(slots=True)
+class SweepReport:
+    rows: list[SweepRow]
+    target_reread: int | None
+    best_budget: int | None
+
+
+def jobs_from_requests(
+    requests: Iterable[SweepRequest | tuple[str, list[Message], int]], cfg: SimConfig
+) -> Iterator[tuple[float, Job]]:
+    """(send time, job) for already-materialised requests; tuples are (session, messages, max_tokens)."""
+    for i, req in enumerate(requests, 1):
+        if not isinstance(req, SweepRequest):
+            session, messages, max_tokens = req
+            req = SweepRequest(session, messages, max_tokens)
+        yield (
+            req.t,
+            build_job(
+                i,
+                req.messages,
+                req.tools,
+                req.max_tokens,
+                cfg,
+                finish=req.finish,
+                tool_name=req.tool_name,
+                session=req.session,
+            ),
+        )
+
+
+def jobs_from_trace(trace: Any, cfg: SimConfig, history: History = "live") -> Iterator[tuple[float, Job]]:
+    """(send time, job) for each request of a `replay.trace.Trace`, replies spliced as the engine does:
+    the simulator's own reply in `live` history, the recorded one in `recorded` history."""
+    from replay.trace import materialize, recorded_reply
+
+    recorded = recorded_reply(trace.by_id()) if history == "recorded" else None
+    replies: dict[int, Message] = {}
+
+    def reply_for(rid: int) -> Message:
+        return replies[rid]
+
+    for req in trace.requests:
+        messages = materialize(req, recorded or reply_for)
+        reply = req.reply or {}
+        finish = reply.get("finish") or "stop"
+        calls = (reply.get("message") or {}).get("tool_calls") or []
+        tool = calls[0].get("name") if calls else None
+        try:
+            job = build_job(
+                req.id,
+                messages,
+                req.params.get("tools"),
+                req.max_tokens,
+                cfg,
+                finish=finish,
+                tool_name=tool,
+                session=req.session,
+            )
+        except ContextTooLong as exc:
+            raise UsageError(f"request {req.id}: {exc}; give a larger context") from None
+        replies[req.id] = job.reply.message()
+        yield req.t, job
+
+
+class _Tally:
+    """Folds one model's events into a `SweepRow`."""
+
+    def __init__(self, row: SweepRow, model: CacheModel) -> None:
+        self.row = row
+        self.model = model
+        self.sessions: dict[int, str | None] = {}
+        self.switch: dict[int, bool] = {}
+        self.last: str | None = None
+        self.seen: set[str | None] = set()
+        self.rereads: list[int] = []
+        self.waits: list[float] = []
+        self.stores: Counter[str] = Counter()
+
+    def add(self, events: list[ev.Event]) -> None:
+        row = self.row
+        for e in events:
+            match e:
+                case ev.Dispatched():
+                    session = self.sessions.get(e.job_id)
+                    first = session not in self.seen
+                    self.seen.add(session)
+                    self.switch[e.job_id] = not first and self.last is not None and session != self.last
+                    self.last = session
+                case ev.DiskHit():
+                    row.restores += 1
+                case ev.LiveMiss():
+                    row.live_misses += 1
+                case ev.Stored():
+                    self.stores[e.reason] += 1
+                case ev.Evicted():
+                    row.evictions += 1
+                    row.evictions_zero_hits += e.checkpoint.hits == 0
+                case ev.Finished():
+                    r = e.result
+                    row.requests += 1
+                    row.reprocessed_tokens += r.reprocessed_tokens
+                    if self.switch.get(e.job_id):
+                        row.switches += 1
+                        self.rereads.append(r.reprocessed_tokens)
+                        self.waits.append(r.total_s - r.decode_s)
+        disk = self.model.disk
+        if disk is not None:
+            row.peak_disk_bytes = max(row.peak_disk_bytes, disk.total)
+
+    def close(self) -> SweepRow:
+        row = self.row
+        row.stores = dict(self.stores)
+        row.modelled_s = self.model.now
+        if self.rereads:
+            row.reread_p50 = statistics.median(self.rereads)
+            row.reread_max = max(self.rereads)
+            row.wait_p50_s = statistics.median(self.waits)
+            row.wait_max_s = max(self.waits)
+        return row
+
+
+def sweep(
+    jobs: Iterable[tuple[float, Job]],
+    budgets: Sequence[int],
+    *,
+    cfg: SimConfig | None = None,
+    plan: Plan = "sequential",
+    speed: float = 1.0,
+    slots: Sequence[int | None] | None = None,
+    routings: Sequence[str] | None = None,
+    target_reread: int | None = None,
+    stale: Sequence[StaleFile] = (),
+) -> SweepReport:
+    """Run the cache model once per (budget, slot count, routing) over the same jobs, in lockstep.
+
+    `sequential`: each request is sent when the previous one finished (trace order); `timed`: at
+    its trace time divided by `speed` (requests overlap and queue as they would on the server).
+    `stale` files are on disk before the first request (they can only take space, never match).
+    """
+    base = cfg or config_for()
+    variants: list[tuple[int, SimConfig]] = []
+    for budget in budgets:
+        for n in slots if slots is not None else (base.batched_sessions,):
+            for routing in routings if routings is not None else (base.routing,):
+                mb = max(1, -(-budget // MiB))
+                variants.append(
+                    (budget, base.with_(disk=True, kv_disk_space_mb=mb, batched_sessions=n, routing=routing))
+                )
+    tallies: list[_Tally] = []
+    for budget, vcfg in variants:
+        model = CacheModel(vcfg, _stale_checkpoints(stale, vcfg), progress=False)
+        tally = _Tally(SweepRow(budget, vcfg.slots, vcfg.routing), model)
+        tally.add(model.startup())
+        tallies.append(tally)
+    for t, job in jobs:
+        for tally in tallies:
+            model = tally.model
+            if plan == "sequential":
+                tally.add(model.run_until_idle())
+                at = model.now
+            else:
+                at = max(model.now, t / speed)
+            tally.sessions[job.id] = job.session
+            model.submit(job, at)
+            tally.add(model.drain())
+    rows = []
+    for tally in tallies:
+        tally.add(tally.model.run_until_idle())
+        rows.append(tally.close())
+    best = None
+    if target_reread is not None:
+        ok = sorted(r.budget_bytes for r in rows if r.reread_max <= target_reread)
+        best = ok[0] if ok else None
+    return SweepReport(rows, target_reread, best)
+
+
+def sweep_trace(
+    path: str | Path,
+    budgets: Sequence[int],
+    *,
+    cfg: SimConfig | None = None,
+    history: History = "live",
+    **kwargs: Any,
+) -> SweepReport:
+    """`sweep` over a trace file (read with `replay.trace.read_trace`)."""
+    from replay.trace import read_trace
+
+    cfg = cfg or config_for()
+    return sweep(jobs_from_trace(read_trace(path), cfg, history), budgets, cfg=cfg, **kwargs)
+
+
+def sweep_table(report: SweepReport) -> Table:
+    table = Table(title="disk KV budget sweep (modelled)")
+    for name in (
+        "budget",
+        "slots",
+        "routing",
+        "switches",
+        "restores",
+        "live miss",
+        "stores c/ct/ev/sh",
+        "evicted (0 hits)",
+        "re-read/switch p50",
+        "max",
+        "wait/switch p50",
+        "max",
+        "peak disk",
+    ):
+        table.add_column(name, justify="right")
+    for r in report.rows:
+        s = r.stores
+        mark = " *" if report.best_budget == r.budget_bytes else ""
+        table.add_row(
+            f"{r.budget_bytes / 2**30:.1f} GiB{mark}",
+            str(r.slots),
+            r.routing,
+            str(r.switches),
+            str(r.restores),
+            str(r.live_misses),
+            f"{s.get('cold', 0)}/{s.get('continued', 0)}/{s.get('evict', 0)}/{s.get('shutdown', 0)}",
+            f"{r.evictions} ({r.evictions_zero_hits})",
+            f"{r.reread_p50:,.0f}",
+            f"{r.reread_max:,}",
+            f"{r.wait_p50_s:.1f}s",
+            f"{r.wait_max_s:.1f}s",
+            human_bytes(r.peak_disk_bytes),
+        )
+    if report.target_reread is not None:
+        table.caption = (
+            f"smallest budget where no switch re-reads more than {report.target_reread:,} tokens: "
+            + (f"{report.best_budget / 2**30:.1f} GiB (*)" if report.best_budget else "none of these")
+        )
+    return table
