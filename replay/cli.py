@@ -127,6 +127,127 @@ def restore(
         raise _fail(exc) from None
 
 
+@app.command()
+def ab(
+    trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
+    a: Annotated[Path, typer.Option("--a", help="Target TOML of build A.")],
+    b: Annotated[Path, typer.Option("--b", help="Target TOML of build B.")],
+    repeat: Annotated[int, typer.Option(help="Runs per arm, in pairs A B, B A, ... (2 gives A B B A).")] = 2,
+    out_dir: Annotated[Path | None, typer.Option(help="Where results, logs and ab.json go (must be empty).")] = None,
+    plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = "alternate",
+    concurrency: Annotated[int | None, typer.Option(help="Requests in flight for overlap.")] = None,
+    speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
+    round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns.")] = False,
+    api: Annotated[str | None, typer.Option(help="openai | anthropic")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name to send.")] = None,
+    history: Annotated[str, typer.Option(help="live | recorded")] = "live",
+    think: Annotated[str, typer.Option(help="off | on | auto")] = "off",
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
+    max_duration: Annotated[float | None, typer.Option(help="Stop each run after this many seconds.")] = None,
+    reuse_cache: Annotated[bool, typer.Option(help="One disk cache per arm, kept across its runs.")] = False,
+    keep_cache: Annotated[bool, typer.Option(help="Keep each run's disk cache after it.")] = False,
+    service: Annotated[Path | None, typer.Option(help="Daily-service TOML: stopped once for the whole A/B.")] = None,
+    json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """A/B two server builds on the same trace, A B B A, leading with within-run ratios."""
+    from replay.ab import ab as run_ab
+
+    try:
+        code = run_ab(
+            trace=trace,
+            a=a,
+            b=b,
+            repeat=repeat,
+            out_dir=out_dir,
+            plan=plan,
+            concurrency=concurrency,
+            speed=speed,
+            round_robin=round_robin,
+            api=api,
+            model=model,
+            history=history,
+            think=think,
+            timeout=timeout,
+            max_duration=max_duration,
+            reuse_cache=reuse_cache,
+            keep_cache=keep_cache,
+            service=service,
+            as_json=json,
+            console=console,
+        )
+    except ReplayError as exc:
+        raise _fail(exc) from None
+    raise typer.Exit(code)
+
+
+sim_app = typer.Typer(no_args_is_help=True, help="The embedded simulator of ds4-server's cache policy.")
+app.add_typer(sim_app, name="sim")
+
+
+@sim_app.command(
+    "serve",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+def sim_serve(ctx: typer.Context) -> None:
+    """Serve the simulator on 127.0.0.1 (ds4's flags; `replay sim serve --help` lists them)."""
+    from replay.sim import serve
+
+    raise typer.Exit(serve(list(ctx.args)))
+
+
+size_app = typer.Typer(no_args_is_help=True, help="How big must the disk KV budget be?")
+app.add_typer(size_app, name="size")
+
+
+@size_app.command("chain")
+def size_chain(
+    tokens: Annotated[str, typer.Option(help="Conversation length read from scratch, e.g. 77K.")],
+    start: Annotated[str, typer.Option(help="Tokens restored before reading, e.g. 14336.")] = "0",
+    per_token: Annotated[str | None, typer.Option(help="Checkpoint bytes per token, e.g. 34.5KiB.")] = None,
+    fixed: Annotated[str | None, typer.Option(help="Fixed bytes per file, e.g. 22.9MiB.")] = None,
+    interval: Annotated[int | None, typer.Option(help="--kv-cache-continued-interval-tokens")] = None,
+    chunk: Annotated[int | None, typer.Option(help="Prefill chunk (continued saves land on chunk ends).")] = None,
+    preset: Annotated[str, typer.Option(help="Model preset: qwen38-q2 | deepseek-v4-flash")] = "qwen38-q2",
+    others: Annotated[str, typer.Option(help="Other conversations active the same day, e.g. 130K,130K.")] = "",
+    anchor: Annotated[int | None, typer.Option(help="Chat anchor position of the cold save.")] = None,
+    json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Files and bytes a cold prefill leaves, file by file, and the budget rule."""
+    from replay import commands
+
+    try:
+        commands.size_chain(tokens, start, per_token, fixed, interval, chunk, preset, others, anchor, json, console)
+    except ReplayError as exc:
+        raise _fail(exc) from None
+
+
+@size_app.command("sweep")
+def size_sweep(
+    trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
+    budgets: Annotated[str, typer.Option(help="Budgets to try, e.g. 4G,24G,64G.")] = "4G,8G,16G,24G,32G,48G,64G",
+    preset: Annotated[str, typer.Option(help="Model preset: qwen38-q2 | deepseek-v4-flash")] = "qwen38-q2",
+    plan: Annotated[str, typer.Option(help="sequential | timed")] = "sequential",
+    speed: Annotated[float, typer.Option(help="Time scale for the timed plan.")] = 1.0,
+    history: Annotated[str, typer.Option(help="live | recorded")] = "live",
+    slots: Annotated[str, typer.Option(help="Resident slot counts to try, e.g. 1,2.")] = "1",
+    routing: Annotated[str, typer.Option(help="upstream,reuse-aware")] = "upstream",
+    target: Annotated[str | None, typer.Option(help="Goal: no switch re-reads more than this, e.g. 20K.")] = None,
+    stale: Annotated[str | None, typer.Option(help="Earlier days' checkpoints already on disk, e.g. 8.6G.")] = None,
+    hidden_reasoning: Annotated[bool, typer.Option(help="Replies carry reasoning the client never resends.")] = False,
+    json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Run the cache model offline over a trace for each budget; find the smallest that meets --target."""
+    from replay import commands
+
+    try:
+        commands.size_sweep(
+            trace, budgets, preset, plan, speed, history, slots, routing, target, stale, hidden_reasoning, json, console
+        )
+    except ReplayError as exc:
+        raise _fail(exc) from None
+
+
 logs_app = typer.Typer(no_args_is_help=True, help="Server logs: the figures people compute by hand.")
 app.add_typer(logs_app, name="logs")
 

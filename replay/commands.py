@@ -100,8 +100,7 @@ def report(paths: list[Path], as_json: bool, console: Console) -> None:
     results = [read_results(p) for p in paths]
     summary = merged_summary(results)
     if as_json:
-        doc = {"files": [str(p) for p in paths], "classes": summary_rows(summary)}
-        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        _print_json({"files": [str(p) for p in paths], "classes": summary_rows(summary)})
         return
     title = "Requests by switch class" + (f" ({len(paths)} files merged)" if len(paths) > 1 else "")
     console.print(class_table(summary, title=title))
@@ -120,7 +119,7 @@ def logs_summary(paths: list[Path], kind: str, year: int | None, as_json: bool, 
 
     summary = summarize(paths, kind=kind, year=year)
     if as_json:
-        sys.stdout.write(orjson.dumps(summary.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        _print_json(summary.to_dict())
     else:
         print_summary(summary, console=console)
 
@@ -130,3 +129,69 @@ def restore(journal: Path | None, dry_run: bool, console: Console) -> int:
 
     report = restore_from_journal(journal, dry_run=dry_run, say=console.print)
     return 0 if report.ok else 1
+
+
+def _print_json(doc: object) -> None:
+    sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def size_chain(
+    tokens: str,
+    start: str,
+    per_token: str | None,
+    fixed: str | None,
+    interval: int | None,
+    chunk: int | None,
+    preset: str,
+    others: str,
+    anchor: int | None,
+    as_json: bool,
+    console: Console,
+) -> None:
+    from replay import size
+    from replay.sim.options import parse_tokens
+
+    cfg = size.size_config(preset, per_token=per_token, fixed=fixed, interval=interval, chunk=chunk)
+    found = size.chain(parse_tokens(tokens), start=parse_tokens(start), cfg=cfg, anchor=anchor)
+    other = size.parse_token_list(others)
+    if as_json:
+        _print_json(size.chain_json(found, others=other, cfg=cfg))
+    else:
+        console.print(size.chain_table(found, others=other, cfg=cfg))
+
+
+def size_sweep(
+    trace: Path,
+    budgets: str,
+    preset: str,
+    plan: str,
+    speed: float,
+    history: str,
+    slots: str,
+    routing: str,
+    target: str | None,
+    stale: str | None,
+    hidden_reasoning: bool,
+    as_json: bool,
+    console: Console,
+) -> None:
+    from replay import size
+    from replay.sim.options import parse_bytes, parse_tokens
+
+    cfg = size.size_config(preset, hidden_reasoning=hidden_reasoning or None)
+    found = size.sweep_trace(
+        trace,
+        size.parse_budgets(budgets),
+        cfg=cfg,
+        history=history,
+        plan=plan,
+        speed=speed,
+        slots=size.parse_slots(slots),
+        routings=[r.strip() for r in routing.split(",") if r.strip()],
+        target_reread=parse_tokens(target) if target else None,
+        stale=size.stale_files(parse_bytes(stale), cfg) if stale else (),
+    )
+    if as_json:
+        _print_json(size.sweep_json(found))
+    else:
+        console.print(size.sweep_table(found))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,11 +20,15 @@ from rich.table import Table
 from replay.errors import UsageError
 from replay.sim import events as ev
 from replay.sim import policy
-from replay.sim.config import MiB, SimConfig, config_for
+from replay.sim.api import thinking_requested
+from replay.sim.config import DEFAULT_PRESET, PRESETS, MiB, SimConfig, config_for
 from replay.sim.disk import Checkpoint
 from replay.sim.engine import CacheModel, ContextTooLong, Job, build_job
+from replay.sim.options import parse_bytes, parse_tokens
 from replay.sim.seq import TokenSeq
 
+PLANS: tuple[str, ...] = ("sequential", "timed")
+HISTORIES: tuple[str, ...] = ("live", "recorded")
 Plan = Literal["sequential", "timed"]
 History = Literal["live", "recorded"]
 Message = dict[str, Any]
@@ -266,6 +270,7 @@ def jobs_from_trace(trace: Any, cfg: SimConfig, history: History = "live") -> It
                 finish=finish,
                 tool_name=tool,
                 session=req.session,
+                thinking=thinking_requested(req.params),
             )
         except ContextTooLong as exc:
             raise UsageError(f"request {req.id}: {exc}; give a larger context") from None
@@ -442,3 +447,84 @@ def sweep_table(report: SweepReport) -> Table:
             + (f"{report.best_budget / 2**30:.1f} GiB (*)" if report.best_budget else "none of these")
         )
     return table
+
+
+# --- option helpers for the CLI ------------------------------------------------------------------
+
+
+def size_config(
+    preset: str = DEFAULT_PRESET,
+    *,
+    per_token: str | None = None,
+    fixed: str | None = None,
+    interval: int | None = None,
+    align: int | None = None,
+    chunk: int | None = None,
+    cold_max: int | None = None,
+    ctx: int | None = None,
+    eviction: str | None = None,
+    hidden_reasoning: bool | None = None,
+    visible_key: str | None = None,
+) -> SimConfig:
+    """A sizing config from CLI strings (`34.5KiB`, `22.9MiB`); None keeps the preset's value."""
+    if preset not in PRESETS:
+        raise UsageError(f"unknown preset {preset!r} (known: {', '.join(sorted(PRESETS))})")
+    return config_for(
+        preset,
+        disk=True,
+        bytes_per_token=parse_bytes(per_token) if per_token else None,
+        fixed_bytes=parse_bytes(fixed) if fixed is not None else None,
+        kv_cache_continued_interval_tokens=interval,
+        kv_cache_boundary_align_tokens=align,
+        kv_cache_cold_max_tokens=cold_max,
+        prefill_chunk=chunk,
+        ctx=ctx,
+        eviction=eviction,
+        hidden_reasoning=hidden_reasoning,
+        visible_key=visible_key,
+    )
+
+
+def parse_token_list(text: str) -> list[int]:
+    """`130K,130K,63K` -> token counts (empty text -> [])."""
+    return [parse_tokens(part) for part in text.split(",") if part.strip()]
+
+
+def parse_budgets(text: str) -> list[int]:
+    """`4G,24G,64G` -> bytes (binary units: 24G = 24 GiB = --kv-disk-space-mb 24576)."""
+    budgets = [parse_bytes(part) for part in text.split(",") if part.strip()]
+    if not budgets:
+        raise UsageError("--budgets needs at least one size, e.g. 4G,24G,64G")
+    return budgets
+
+
+def parse_slots(text: str) -> list[int | None]:
+    """`1,2` -> slot counts; 1 is ds4's single-session path (no --batched-session)."""
+    out: list[int | None] = []
+    for part in text.split(","):
+        if part.strip():
+            n = int(part)
+            if n < 1:
+                raise UsageError("slot counts must be at least 1")
+            out.append(None if n == 1 else n)
+    return out
+
+
+def chain_json(c: Chain, *, others: Sequence[int] = (), cfg: SimConfig | None = None) -> dict[str, Any]:
+    cfg = cfg or config_for()
+    return {
+        "tokens": c.tokens,
+        "start": c.start,
+        "files": [{"tokens": f.tokens, "bytes": f.bytes, "reason": f.reason} for f in c.files],
+        "total_bytes": c.total_bytes,
+        "others": list(others),
+        "budget_bytes": budget_rule(c.tokens, others, start=c.start, cfg=cfg),
+    }
+
+
+def sweep_json(report: SweepReport) -> dict[str, Any]:
+    return {
+        "rows": [asdict(r) for r in report.rows],
+        "target_reread": report.target_reread,
+        "best_budget": report.best_budget,
+    }

@@ -50,7 +50,7 @@ SKIP_REASONS = Vocab("too-large", "tool-map-overflow", "budget", "staging-failed
 CONT_MATCHES = Vocab("visible-prefix", "tool-output-ids")
 CANCEL_REASONS = Vocab("shutdown", "client-gone")
 CROSS_QUANT = Vocab("accept", "reject")
-BACKENDS = Vocab("metal", "cuda", "cpu", "vulkan", "rocm")
+BACKENDS = Vocab("metal", "cuda", "cpu", "vulkan", "rocm", "sim")
 
 # ---------------------------------------------------------------------------------------------
 # Events

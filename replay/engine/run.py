@@ -20,7 +20,7 @@ import httpx
 from replay.engine.apis import APIS, ApiCall, ApiResult, make_client
 from replay.engine.plans import Plan
 from replay.engine.session import LIVE, SessionState
-from replay.metrics.record import RequestRecord
+from replay.metrics.record import RequestRecord, output_sha1
 from replay.metrics.switch import SwitchTracker
 from replay.trace.model import Request, Trace
 
@@ -216,3 +216,4 @@ def _fill(rec: RequestRecord, res: ApiResult, t0: int) -> None:
     rec.reprocessed_source = usage.reprocessed_source
     rec.output_tokens = usage.output_tokens
     rec.modelled = res.x_sim
+    rec.output_sha1 = output_sha1(res.message) if res.status == "ok" else None

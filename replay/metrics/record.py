@@ -6,10 +6,28 @@ metric means adding a property here; the engine's hot path only stamps times.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 _NS = 1e-9
+
+
+def output_sha1(message: dict[str, Any] | None) -> str | None:
+    """What the model said, as a digest: comparable across runs without keeping private text.
+
+    Tool-call ids are left out: servers make them up per request.
+    """
+    if message is None:
+        return None
+    said = {
+        "content": message.get("content") or "",
+        "reasoning": message.get("reasoning") or "",
+        "tool_calls": [[c.get("name"), c.get("arguments")] for c in message.get("tool_calls") or ()],
+    }
+    return hashlib.sha1(orjson.dumps(said)).hexdigest()
 
 
 def _seconds(a: int | None, b: int | None) -> float | None:
@@ -40,6 +58,7 @@ class RequestRecord:
     reprocessed_source: str | None = None
     output_tokens: int | None = None
     expected_output_tokens: int | None = None
+    output_sha1: str | None = None
     modelled: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -97,6 +116,7 @@ class RequestRecord:
             "expected_output_tokens": self.expected_output_tokens,
             "decode_tps": self.decode_tps,
             "finish": self.finish,
+            "output_sha1": self.output_sha1,
             "status": self.status,
             "http_status": self.http_status,
             "error": self.error,

@@ -1,1 +1,33 @@
-"""sim"""
+"""The embedded simulated ds4-server: ds4's cache policy in virtual time, and an HTTP front end.
+
+`CacheModel` is pure (jobs in at virtual times, events out) and is what both `replay sim serve`
+and `replay size sweep` run, so offline what-ifs and online behaviour cannot disagree. `serve`
+starts the HTTP server (`python -m replay.sim`); it is imported lazily so that sizing does not
+load the web stack.
+"""
+
+from __future__ import annotations
+
+from replay.sim.config import PRESETS, SimConfig, config_for
+from replay.sim.engine import CacheModel, ContextTooLong, Job, build_job
+from replay.sim.events import Result
+
+
+def serve(argv: list[str] | None = None) -> int:
+    """Run the simulated server with ds4-style flags; returns the process exit code."""
+    from replay.sim.server import serve as _serve
+
+    return _serve(argv)
+
+
+__all__ = [
+    "PRESETS",
+    "CacheModel",
+    "ContextTooLong",
+    "Job",
+    "Result",
+    "SimConfig",
+    "build_job",
+    "config_for",
+    "serve",
+]

@@ -34,6 +34,16 @@ def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, A
     return {"error": {"message": message, "type": kind}}
 
 
+def thinking_requested(body: dict[str, Any]) -> bool:
+    """ds4 thinks by default; these switches turn it off for one request (reference section 2)."""
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "disabled":
+        return False
+    if body.get("think") is False or body.get("reasoning_effort") == "none":
+        return False
+    return body.get("model") != "deepseek-chat"
+
+
 @dataclass(slots=True)
 class ChatRequest:
     api: str
@@ -43,6 +53,7 @@ class ChatRequest:
     max_tokens: int | None
     stream: bool
     include_usage: bool
+    thinking: bool = True
 
 
 def _int_or_none(body: dict[str, Any], *keys: str) -> int | None:
@@ -78,7 +89,7 @@ def parse_openai(body: dict[str, Any]) -> ChatRequest:
         if role == "assistant" and m.get("tool_calls"):
             calls = []
             for tc in m["tool_calls"]:
-                fn = tc.get("function") or {}
+                fn = tc.get("function") or tc  # tolerate the flat {"name", "arguments"} form
                 calls.append(
                     {
                         "id": tc.get("id", ""),
@@ -102,6 +113,7 @@ def parse_openai(body: dict[str, Any]) -> ChatRequest:
         max_tokens=_int_or_none(body, "max_completion_tokens", "max_tokens"),
         stream=bool(body.get("stream")),
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
+        thinking=thinking_requested(body),
     )
 
 
@@ -145,6 +157,7 @@ def parse_anthropic(body: dict[str, Any]) -> ChatRequest:
         max_tokens=_int_or_none(body, "max_tokens"),
         stream=bool(body.get("stream")),
         include_usage=True,
+        thinking=thinking_requested(body),
     )
 
 

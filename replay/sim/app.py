@@ -151,6 +151,7 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
                 cfg,
                 finish=finish,
                 tool_name=request.headers.get(TOOL_HEADER),
+                thinking=creq.thinking,
             )
         except ContextTooLong as exc:
             return error_response(f"{exc} (context_length_exceeded)")

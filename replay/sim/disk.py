@@ -15,8 +15,6 @@ from replay.sim import policy
 from replay.sim.config import SimConfig
 from replay.sim.seq import TokenSeq, is_prefix
 
-REASONS = ("cold", "continued", "evict", "shutdown")
-
 
 @dataclass(eq=False, slots=True)
 class Checkpoint:
@@ -63,6 +61,7 @@ class DiskStore:
         self.cfg = cfg
         self.files: list[Checkpoint] = list(files or [])
         self.total = sum(cp.size for cp in self.files)
+        self._longest_first: list[Checkpoint] | None = None
 
     @property
     def budget(self) -> int:
@@ -107,6 +106,7 @@ class DiskStore:
         cp = Checkpoint(seq, reason, key, size, created=now, last_used=now, trimmed=trimmed)
         self.files.append(cp)
         self.total += size
+        self._longest_first = None
         after: list[Checkpoint] = []
         if self.cfg.eviction == "base":
             after = self._evict_while(lambda: self.total > self.budget, now, protect=cp, incoming=None)
@@ -114,14 +114,12 @@ class DiskStore:
 
     def lookup(self, prompt: TokenSeq) -> Checkpoint | None:
         """The longest stored prefix of the prompt (tie: more tokens), honouring min tokens."""
-        best: Checkpoint | None = None
-        for cp in sorted(self.files, key=lambda c: c.tokens, reverse=True):
-            if not policy.restorable(cp, len(prompt), self.cfg):
-                continue
-            if is_prefix(cp.seq, prompt):
-                best = cp
-                break
-        return best
+        if self._longest_first is None:
+            self._longest_first = sorted(self.files, key=lambda c: c.tokens, reverse=True)
+        for cp in self._longest_first:
+            if policy.restorable(cp, len(prompt), self.cfg) and is_prefix(cp.seq, prompt):
+                return cp
+        return None
 
     def hit(self, cp: Checkpoint, now: float) -> None:
         cp.hits += 1
@@ -130,19 +128,23 @@ class DiskStore:
     def remove(self, cp: Checkpoint) -> None:
         self.files.remove(cp)
         self.total -= cp.size
+        self._longest_first = None
 
     def _evict_while(
         self, over: Callable[[], bool], now: float, protect: Checkpoint | None, incoming: TokenSeq | None
     ) -> list[Checkpoint]:
+        """Evict lowest score first (ties: least recently used) while `over()`; a file's score does
+        not depend on the other files, so one ranking serves the whole pass."""
         evicted: list[Checkpoint] = []
-        while over():
-            candidates = [cp for cp in self.files if cp is not protect]
-            if not candidates:
+        if not over():
+            return evicted
+        ranked = sorted(
+            (cp for cp in self.files if cp is not protect),
+            key=lambda cp: (policy.eviction_score(cp, now, self.cfg, incoming), cp.last_used),
+        )
+        for victim in ranked:
+            if not over():
                 break
-            victim = min(
-                candidates,
-                key=lambda cp: (policy.eviction_score(cp, now, self.cfg, incoming), cp.last_used),
-            )
             self.remove(victim)
             evicted.append(victim)
         return evicted

@@ -41,10 +41,27 @@ class Job:
     prompt: Prompt
     reply: Reply
     session: str | None = None
+    _full: TokenSeq | None = field(default=None, repr=False)
+    _visible: TokenSeq | None = field(default=None, repr=False)
 
     @property
     def prompt_tokens(self) -> int:
         return len(self.prompt.seq)
+
+    @property
+    def full(self) -> TokenSeq:
+        """Prompt plus every generated token: the live state after the reply (computed once, so
+        many models over the same job, as in a sweep, share it)."""
+        if self._full is None:
+            self._full = self.prompt.seq.extend(*self.reply.blocks)
+        return self._full
+
+    @property
+    def visible(self) -> TokenSeq:
+        """Prompt plus the reply as the client sends it back (no hidden reasoning)."""
+        if self._visible is None:
+            self._visible = self.prompt.seq.extend(*self.reply.visible_blocks)
+        return self._visible
 
 
 class ContextTooLong(ValueError):
@@ -69,11 +86,13 @@ def build_job(
     finish: str = "stop",
     tool_name: str | None = None,
     session: str | None = None,
+    thinking: bool = True,
 ) -> Job:
     """Render a request and plan its reply, the one way the server and offline sizing both do it.
 
     `finish="tool_calls"` answers with a call to `tool_name` (default: the first tool), when the
-    request has tools; anything else answers in text.
+    request has tools; anything else answers in text. With `--hidden-reasoning` the reply starts
+    with reasoning unless the request turned thinking off.
     """
     prompt = render(messages, tools)
     if len(prompt) >= cfg.ctx:
@@ -88,7 +107,7 @@ def build_job(
         cfg.default_max_tokens if max_tokens is None else max_tokens,
         finish=finish if finish in FINISHES else "stop",
         tool_name=tool_name,
-        hidden_reasoning=cfg.hidden_reasoning,
+        hidden_reasoning=cfg.hidden_reasoning and thinking,
         reasoning_tokens=cfg.reasoning_tokens,
         room=cfg.ctx - len(prompt),
     )
@@ -193,7 +212,7 @@ class CacheModel:
 
     def submit(self, job: Job, at: float | None = None) -> None:
         if job.prompt_tokens >= self.cfg.ctx:
-            raise ValueError(f"prompt of {job.prompt_tokens} tokens does not fit ctx {self.cfg.ctx}")
+            raise ContextTooLong(job.prompt_tokens, self.cfg.ctx)
         if at is not None:
             self._run_until(at)
         run = _Run(job, self.now)
@@ -391,7 +410,7 @@ class CacheModel:
             elif self._decode_may_save(run) and policy.continued_due(
                 run.P + run.gen, slot.last_store, self.cfg
             ):
-                seq = run.job.prompt.seq.extend(*run.job.reply.blocks).prefix(run.P + run.gen)
+                seq = run.job.full.prefix(run.P + run.gen)
                 slot.phase = "busy"
                 self._save(slot, seq, "continued", "token-text", 0, lambda s=slot: self._ready(s, "decode"))
 
@@ -581,8 +600,7 @@ class CacheModel:
         assert run is not None
         job, reply = run.job, run.job.reply
         complete = run.gen >= run.n
-        full = job.prompt.seq.extend(*reply.blocks)
-        slot.seq = full if complete else full.prefix(run.P + run.gen)
+        slot.seq = job.full if complete else job.full.prefix(run.P + run.gen)
         slot.visible = None
         tool_call = bool(reply.tool_calls) and complete
         if tool_call:
@@ -601,7 +619,7 @@ class CacheModel:
             and reply.hidden_tokens
             and policy.visible_key_applies(self.cfg, job.prompt.has_tools, tool_call)
         ):
-            slot.visible = job.prompt.seq.extend(*reply.visible_blocks)
+            slot.visible = job.visible
             self._emit(
                 ev.ThinkingRemembered(self.now, job.id, run.cached, run.P, len(slot.seq), slot.visible)
             )

@@ -64,21 +64,6 @@ def continued_due(live_tokens: int, last_store: int, cfg: SimConfig) -> bool:
     return live_tokens % step == 0
 
 
-def continued_points(start: int, end: int, cfg: SimConfig, *, step_tokens: int | None = None) -> list[int]:
-    """Continued saves a prefill from `start` to `end` writes when progress events fall every
-    `step_tokens` tokens from `start` (the prefill chunk) and once at `end`."""
-    step = step_tokens or cfg.prefill_step
-    points: list[int] = []
-    last = start
-    pos = start
-    while pos < end:
-        pos = min(pos + step, end)
-        if continued_due(pos, last, cfg):
-            points.append(pos)
-            last = pos
-    return points
-
-
 def evict_save_applies(live_tokens: int, cfg: SimConfig) -> bool:
     """On a live miss the whole live state is saved before the disk lookup, if it is >= min."""
     return cfg.disk and live_tokens >= cfg.kv_cache_min_tokens

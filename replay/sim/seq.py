@@ -20,9 +20,15 @@ class TokenSeq:
 
     def __init__(self, blocks: tuple[Block, ...] = (), n: int | None = None) -> None:
         self.blocks = tuple(b for b in blocks if b)
-        self.ends = list(accumulate(len(b) for b in self.blocks))
+        self.ends = list(accumulate(map(len, self.blocks)))
         total = self.ends[-1] if self.ends else 0
         self.n = total if n is None else min(n, total)
+
+    @classmethod
+    def _raw(cls, blocks: tuple[Block, ...], ends: list[int], n: int) -> TokenSeq:
+        out = cls.__new__(cls)
+        out.blocks, out.ends, out.n = blocks, ends, n
+        return out
 
     def __len__(self) -> int:
         return self.n
@@ -35,18 +41,18 @@ class TokenSeq:
 
     def extend(self, *blocks: Block) -> TokenSeq:
         """This sequence followed by `blocks` (a prefix view is cut to its length first)."""
-        return TokenSeq(self._whole_blocks() + blocks)
+        if self.ends and self.ends[-1] != self.n:
+            return TokenSeq(self._whole_blocks() + blocks)
+        new = tuple(b for b in blocks if b)
+        ends = list(accumulate(map(len, new), initial=self.n))[1:]
+        return TokenSeq._raw(self.blocks + new, self.ends + ends, self.n + sum(map(len, new)))
 
     def prefix(self, n: int) -> TokenSeq:
         """The first `n` tokens, sharing blocks."""
         if n >= self.n:
             return self
-        out = TokenSeq.__new__(TokenSeq)
         k = bisect_left(self.ends, n) + 1 if n > 0 else 0
-        out.blocks = self.blocks[:k]
-        out.ends = self.ends[:k]
-        out.n = max(n, 0)
-        return out
+        return TokenSeq._raw(self.blocks[:k], self.ends[:k], max(n, 0))
 
     def tokens(self) -> list[str]:
         out: list[str] = []
@@ -68,11 +74,31 @@ class TokenSeq:
         return self.blocks[:k] + (self.blocks[k][: self.n - start],)
 
 
+def _equal_blocks(a: tuple[Block, ...], b: tuple[Block, ...]) -> int:
+    """How many leading blocks are equal; tuple slices compare in C (identity first)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n - 1  # a[:lo] == b[:lo] and a[:hi+1] != b[:hi+1]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def common_prefix(a: TokenSeq, b: TokenSeq) -> int:
     """Length of the longest common token prefix of `a` and `b`."""
     limit = min(a.n, b.n)
-    pos = i = j = oa = ob = 0
     ablocks, bblocks = a.blocks, b.blocks
+    k = _equal_blocks(ablocks, bblocks)
+    pos = a.ends[k - 1] if k else 0
+    if pos >= limit:
+        return limit
+    i = j = k
+    oa = ob = 0
     while pos < limit:
         ba, bb = ablocks[i], bblocks[j]
         if oa == 0 and ob == 0 and (ba is bb or (len(ba) == len(bb) and ba == bb)):

@@ -1,0 +1,495 @@
+"""The A/B report: ratios first, absolute figures after, from the results files of every arm run.
+
+Absolute times drift from run to run as the OS page cache warms (seed figures section 3: a first
+round's prefill went 38.3 -> 27.9 -> 25.2 -> 23.3 s over four runs of the same build), so the
+figures that can be trusted are ratios taken inside one run (round k of each session over its
+round 1) and B/A ratios of two runs taken next to each other. The arms run A B, B A, ... so each
+adjacent pair sees the drift in both directions; the spread of a ratio across pairs says how far
+to trust it.
+
+A "round" is the k-th request of each session in trace order. Prefill time comes from the
+simulator's modelled seconds when the target is the simulator, else from the server's log
+(ds4's prompt-done time), else TTFT as measured.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from statistics import fmean
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from replay.metrics.hist import ALL, Summary
+from replay.metrics.results import RunResults
+from replay.report.table import ORDER, class_row
+
+FORMAT = "agent-replay-ab/1"
+ARMS = ("A", "B")
+# A B/A ratio names a winner only when every pair agrees by more than this (lower is better).
+WIN_MARGIN = 0.02
+DRIFT_NOTE = (
+    "Absolute times drift from run to run as the page cache warms (model file, checkpoints), so "
+    "compare ratios: round k over round 1 inside one run, and B/A of runs taken next to each other "
+    "(order A B, B A, ...). Absolute figures are shown last, for reference."
+)
+_MODELLED = ("prefill_s", "restore_s", "total_s")
+_SHOWN_MISMATCHES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ArmRun:
+    """One run of one arm: its results and how its cache started."""
+
+    index: int  # 1-based position in the run order
+    arm: str  # "A" or "B"
+    results: RunResults
+    exit_code: int
+    # dir, fresh (empty or missing when the server started), files and bytes at the end, removed
+    cache: dict[str, Any]
+
+
+# --- one run -----------------------------------------------------------------------------------
+
+
+def _ok(rec: dict[str, Any]) -> bool:
+    return rec.get("status") == "ok"
+
+
+def prefill_times(res: RunResults) -> tuple[str, dict[int, float]]:
+    """Prefill seconds per request seq, and where they came from (modelled, server-log or ttft)."""
+    ok = [r for r in res.requests if _ok(r)]
+    modelled = {
+        r["seq"]: r["modelled"]["prefill_s"]
+        for r in ok
+        if (r.get("modelled") or {}).get("prefill_s") is not None
+    }
+    if ok and len(modelled) == len(ok):
+        return "modelled", modelled
+    logged = {
+        s["request_seq"]: s["prompt_done_s"]
+        for s in res.server
+        if s.get("event") == "request"
+        and s.get("request_seq") is not None
+        and s.get("prompt_done_s") is not None
+    }
+    if ok and all(r["seq"] in logged for r in ok):
+        return "server-log", {r["seq"]: logged[r["seq"]] for r in ok}
+    return "ttft", {r["seq"]: r["ttft_s"] for r in ok if r.get("ttft_s") is not None}
+
+
+def rounds(res: RunResults) -> tuple[str, list[dict[int, dict[str, float]]]]:
+    """Per round k (list index k-1): {session index: {reprocessed, prefill_s}} of its ok requests."""
+    source, prefill = prefill_times(res)
+    by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for rec in res.requests:
+        by_session[rec["session"]].append(rec)
+    out: list[dict[int, dict[str, float]]] = []
+    for n, sid in enumerate(sorted(by_session)):
+        for k, rec in enumerate(sorted(by_session[sid], key=lambda r: r["id"])):
+            while len(out) <= k:
+                out.append({})
+            if not _ok(rec):
+                continue
+            values: dict[str, float] = {}
+            if rec.get("reprocessed_tokens") is not None:
+                values["reprocessed"] = rec["reprocessed_tokens"]
+            if rec["seq"] in prefill:
+                values["prefill_s"] = prefill[rec["seq"]]
+            out[k][n] = values
+    return source, out
+
+
+def _ratio(num: float, den: float) -> float | None:
+    if den == 0:
+        return 1.0 if num == 0 else None
+    return round(num / den, 4)
+
+
+def within_ratios(per_round: list[dict[int, dict[str, float]]]) -> dict[str, dict[str, Any]]:
+    """Round k over round 1, summed over the sessions that have both (same sessions top and bottom)."""
+    out: dict[str, dict[str, Any]] = {}
+    first = per_round[0] if per_round else {}
+    for k in range(2, len(per_round) + 1):
+        row: dict[str, Any] = {}
+        for metric, name in (("reprocessed", "reprocessed"), ("prefill_s", "prefill")):
+            both = [s for s, v in per_round[k - 1].items() if metric in v and metric in first.get(s, {})]
+            row[name] = (
+                _ratio(sum(per_round[k - 1][s][metric] for s in both), sum(first[s][metric] for s in both))
+                if both
+                else None
+            )
+            row[f"{name}_sessions"] = len(both)
+        out[f"{k}/1"] = row
+    return out
+
+
+def modelled_means(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Mean modelled seconds per switch class (the simulator's, independent of its time scale)."""
+    acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for rec in records:
+        m = rec.get("modelled")
+        if not _ok(rec) or not m:
+            continue
+        for cls in (ALL, *rec.get("switch", ())):
+            for key in _MODELLED:
+                if m.get(key) is not None:
+                    acc[cls][key].append(m[key])
+    return {cls: {k: round(fmean(v), 4) for k, v in keys.items()} for cls, keys in acc.items()}
+
+
+def class_figures(summary: Summary, records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per class: TTFT p50/p99, mean re-processed and cached tokens, modelled seconds where known."""
+    modelled = modelled_means(records)
+    names = [c for c in ORDER if c in summary.classes] + sorted(set(summary.classes) - set(ORDER))
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        row = class_row(summary.classes[name])
+        out[name] = {
+            "count": row["count"],
+            "errors": row["errors"],
+            "ttft_p50_s": row["ttft_p50_s"],
+            "ttft_p99_s": row["ttft_p99_s"],
+            "mean_reprocessed": row["mean_reprocessed"],
+            "mean_cached": row["mean_cached"],
+            "modelled": modelled.get(name),
+        }
+    return out
+
+
+def run_figures(run: ArmRun) -> dict[str, Any]:
+    res = run.results
+    source, per_round = rounds(res)
+    restores = [s for s in res.server if s.get("event") == "restore"]
+    return {
+        "index": run.index,
+        "arm": run.arm,
+        "results": res.path,
+        "cache": run.cache,
+        "exit_code": run.exit_code,
+        "outcome": (res.summary_line or {}).get("outcome", "cut short"),
+        "requests": len(res.requests),
+        "errors": sum(1 for r in res.requests if not _ok(r)),
+        "restores": len(restores) if res.server else None,
+        "prefill_source": source,
+        "rounds": [
+            {
+                "round": k,
+                "sessions": len(per),
+                "reprocessed": sum(v.get("reprocessed", 0) for v in per.values()),
+                "prefill_s": round(sum(v.get("prefill_s", 0.0) for v in per.values()), 6),
+            }
+            for k, per in enumerate(per_round, 1)
+        ],
+        "within": within_ratios(per_round),
+        "classes": class_figures(res.summary, res.requests),
+    }
+
+
+# --- across runs -------------------------------------------------------------------------------
+
+
+def _spread(values: list[float | None]) -> dict[str, Any]:
+    got = [v for v in values if v is not None]
+    return {
+        "values": values,
+        "min": min(got) if got else None,
+        "max": max(got) if got else None,
+        "mean": round(fmean(got), 4) if got else None,
+    }
+
+
+def winner(ratios: list[float | None]) -> str | None:
+    """'A' or 'B' when every pair agrees beyond the margin (lower is better), else None."""
+    got = [r for r in ratios if r is not None]
+    if not got or len(got) != len(ratios):
+        return None
+    if max(got) < 1 - WIN_MARGIN:
+        return "B"
+    if min(got) > 1 + WIN_MARGIN:
+        return "A"
+    return None
+
+
+def pairs(runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(A run, B run) for each adjacent pair in run order; an unfinished last pair is left out."""
+    out = []
+    for i in range(0, len(runs) - 1, 2):
+        two = {runs[i]["arm"]: runs[i], runs[i + 1]["arm"]: runs[i + 1]}
+        if set(two) == set(ARMS):
+            out.append((two["A"], two["B"]))
+    return out
+
+
+Getter = Callable[[dict[str, Any]], float | None]
+
+
+def _class_getter(cls: str, key: str) -> Getter:
+    def get(run: dict[str, Any]) -> float | None:
+        row = run["classes"].get(cls)
+        if row is None:
+            return None
+        if key.startswith("modelled_"):
+            return (row["modelled"] or {}).get(key.removeprefix("modelled_"))
+        return row[key]
+
+    return get
+
+
+def _within_getter(k: str, name: str) -> Getter:
+    return lambda run: run["within"].get(k, {}).get(name)
+
+
+def ab_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """B/A of each metric for every adjacent pair, with its spread and (if clear) the winner."""
+    paired = pairs(runs)
+    if not paired:
+        return []
+    metrics: list[tuple[str, str, Getter]] = []
+    for k in paired[0][0]["within"]:
+        for name in ("reprocessed", "prefill"):
+            metrics.append((f"round {k}", name, _within_getter(k, name)))
+    classes = [c for c in paired[0][0]["classes"] if c in paired[0][1]["classes"]]
+    for cls in classes:
+        for key in ("mean_reprocessed", "ttft_p50_s", "ttft_p99_s", "modelled_prefill_s", "modelled_total_s"):
+            metrics.append((cls, key, _class_getter(cls, key)))
+    out = []
+    for scope, metric, get in metrics:
+        values = [(get(a), get(b)) for a, b in paired]
+        if all(a is None and b is None for a, b in values):
+            continue
+        ratios = [None if a is None or b is None else _ratio(b, a) for a, b in values]
+        out.append({"scope": scope, "metric": metric, **_spread(ratios), "winner": winner(ratios)})
+    return out
+
+
+def arm_within(runs: list[dict[str, Any]], arm: str) -> dict[str, dict[str, Any]]:
+    mine = [r for r in runs if r["arm"] == arm]
+    keys = list(dict.fromkeys(k for r in mine for k in r["within"]))
+    return {
+        k: {
+            name: _spread([r["within"].get(k, {}).get(name) for r in mine])
+            for name in ("reprocessed", "prefill")
+        }
+        for k in keys
+    }
+
+
+def compare_outputs(runs: list[ArmRun], temp0_ids: set[int] | None) -> dict[str, Any]:
+    """Did every run give the same reply to each temperature-0 request? Compared by `output_sha1`.
+
+    In live history mode a reply that differs changes every later prompt of its session, so the
+    first differing request of each session is the one to look at.
+    """
+    if not any("output_sha1" in r for run in runs for r in run.results.requests):
+        return {"status": "unknown", "reason": "the results carry no output_sha1"}
+    hashes: dict[int, dict[str, list[str]]] = defaultdict(lambda: {a: [] for a in ARMS})
+    session_of: dict[int, str] = {}
+    for run in runs:
+        for rec in run.results.requests:
+            if not _ok(rec) or rec.get("output_sha1") is None:
+                continue
+            if temp0_ids is not None and rec["id"] not in temp0_ids:
+                continue
+            hashes[rec["id"]][run.arm].append(rec["output_sha1"])
+            session_of[rec["id"]] = rec["session"]
+    compared = sorted(rid for rid, h in hashes.items() if h["A"] and h["B"])
+    between = [rid for rid in compared if set(hashes[rid]["A"]) != set(hashes[rid]["B"])]
+    unstable = {a: [rid for rid in compared if len(set(hashes[rid][a])) > 1] for a in ARMS}
+    first: dict[str, int] = {}
+    for rid in sorted(set(between) | set(unstable["A"]) | set(unstable["B"])):
+        first.setdefault(session_of[rid], rid)
+    if not compared:
+        status = "unknown"
+    elif between or unstable["A"] or unstable["B"]:
+        status = "differ"
+    else:
+        status = "match"
+    return {
+        "status": status,
+        "compared": len(compared),
+        "matched": len(compared) - len(set(between) | set(unstable["A"]) | set(unstable["B"])),
+        "differ_between_arms": between[:_SHOWN_MISMATCHES],
+        "unstable_within_arm": {a: v[:_SHOWN_MISMATCHES] for a, v in unstable.items()},
+        "first_difference_per_session": first,
+    }
+
+
+def analyze(
+    runs: list[ArmRun],
+    temp0_ids: set[int] | None = None,
+    header: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The whole A/B summary as one JSON-able dict (what ab.json holds and the console shows)."""
+    figures = [run_figures(r) for r in runs]
+    arms: dict[str, Any] = {}
+    for arm in ARMS:
+        mine = [r for r in runs if r.arm == arm]
+        summary = Summary()
+        records: list[dict[str, Any]] = []
+        for r in mine:
+            summary.merge(r.results.summary)
+            records += r.results.requests
+        arms[arm] = {
+            "runs": [r.index for r in mine],
+            "classes": class_figures(summary, records),
+            "within": arm_within(figures, arm),
+        }
+    return {
+        "format": FORMAT,
+        **(header or {}),
+        "order": [r.arm for r in runs],
+        "note": DRIFT_NOTE,
+        "runs": figures,
+        "arms": arms,
+        "ab": ab_ratios(figures),
+        "outputs": compare_outputs(runs, temp0_ids),
+    }
+
+
+# --- console -----------------------------------------------------------------------------------
+
+
+def _f(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return f"{value:,}"
+
+
+def _range(spread: dict[str, Any], digits: int = 3) -> str:
+    lo, hi = spread["min"], spread["max"]
+    if lo is None:
+        return "-"
+    return _f(lo, digits) if lo == hi else f"{_f(lo, digits)}..{_f(hi, digits)}"
+
+
+def render(doc: dict[str, Any], console: Console) -> None:
+    say = console.print
+    arm_names = {a: (doc.get("targets") or {}).get(a, {}) for a in ARMS}
+    say(
+        "[bold]A/B[/bold]  "
+        + "  ".join(f"{a} = {arm_names[a].get('name', a)} ({arm_names[a].get('file', '?')})" for a in ARMS)
+        + f"  order {' '.join(doc['order'])}"
+        + ("  cache: reused per arm" if doc.get("reuse_cache") else "  cache: fresh per arm run"),
+        highlight=False,
+    )
+    say(f"[yellow]note:[/yellow] {doc['note']}", highlight=False)
+    console.print(_within_table(doc))
+    if doc["ab"]:
+        console.print(_ab_table(doc))
+    console.print(_class_table(doc))
+    firsts = [(r["arm"], (r["rounds"] or [{}])[0].get("prefill_s")) for r in doc["runs"]]
+    if firsts:
+        source = doc["runs"][0]["prefill_source"]
+        why = "modelled, so no drift" if source == "modelled" else "drift here is page cache and warm-up"
+        say(
+            f"round-1 prefill ({source}, summed over sessions) per run, in order: "
+            + " -> ".join(f"{a} {_f(v, 2)} s" for a, v in firsts)
+            + f" ({why})",
+            highlight=False,
+        )
+    say(_outputs_line(doc["outputs"]), highlight=False)
+
+
+def _within_table(doc: dict[str, Any]) -> Table:
+    sources = sorted({r["prefill_source"] for r in doc["runs"]}) or ["-"]
+    t = Table(
+        title=f"Within-run ratios: round k / round 1 of the same sessions (prefill from {', '.join(sources)})",
+        title_justify="left",
+    )
+    for col in ("run", "arm", "rounds", "re-processed", "prefill", "restores", "cache"):
+        t.add_column(col, justify="left" if col in ("run", "arm", "rounds", "cache") else "right")
+    for r in doc["runs"]:
+        for k, row in r["within"].items() or [("-", {})]:
+            t.add_row(
+                f"{r['index']:02d}",
+                r["arm"],
+                k,
+                _f(row.get("reprocessed")),
+                _f(row.get("prefill")),
+                _f(r["restores"]),
+                _cache_cell(r["cache"]),
+            )
+    for arm in ARMS:
+        for k, row in doc["arms"][arm]["within"].items():
+            t.add_row("all", arm, k, _range(row["reprocessed"]), _range(row["prefill"]), "", "", style="bold")
+    return t
+
+
+def _cache_cell(cache: dict[str, Any]) -> str:
+    if cache.get("dir") is None:
+        return "none"
+    return "fresh" if cache.get("fresh") else "reused"
+
+
+def _ab_table(doc: dict[str, Any]) -> Table:
+    t = Table(
+        title="A/B: B / A for each adjacent pair of runs (below 1: B lower; every metric is lower-is-better)",
+        title_justify="left",
+    )
+    for col in ("scope", "metric", "B/A min..max", "mean", "pairs", "winner"):
+        t.add_column(col, justify="right" if col in ("B/A min..max", "mean", "pairs") else "left")
+    for row in doc["ab"]:
+        t.add_row(
+            row["scope"],
+            row["metric"],
+            _range(row),
+            _f(row["mean"]),
+            str(len(row["values"])),
+            row["winner"] or "unclear",
+            style="bold" if row["scope"].startswith("round") else None,
+        )
+    return t
+
+
+def _class_table(doc: dict[str, Any]) -> Table:
+    t = Table(title="Per switch class, each arm (its runs merged; absolute, drifts)", title_justify="left")
+    cols = (
+        "class",
+        "arm",
+        "n",
+        "err",
+        "TTFT p50 s",
+        "p99",
+        "re-processed",
+        "cached",
+        "mod. prefill s",
+        "mod. total s",
+    )
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("class", "arm") else "right")
+    names = list(dict.fromkeys(c for a in ARMS for c in doc["arms"][a]["classes"]))
+    for cls in names:
+        for arm in ARMS:
+            row = doc["arms"][arm]["classes"].get(cls)
+            if row is None:
+                continue
+            m = row["modelled"] or {}
+            t.add_row(
+                cls,
+                arm,
+                _f(row["count"]),
+                _f(row["errors"]),
+                _f(row["ttft_p50_s"]),
+                _f(row["ttft_p99_s"]),
+                _f(row["mean_reprocessed"]),
+                _f(row["mean_cached"]),
+                _f(m.get("prefill_s")),
+                _f(m.get("total_s")),
+                style="bold" if cls == ALL else None,
+            )
+    return t
+
+
+def _outputs_line(out: dict[str, Any]) -> str:
+    if out["status"] == "unknown":
+        return f"outputs at temperature 0: not compared ({out.get('reason', 'no request ran in both arms')})"
+    line = f"outputs at temperature 0: {out['status']}, {out['matched']}/{out['compared']} requests identical in every run"
+    if out["status"] == "differ":
+        line += f"; first difference per session: {out['first_difference_per_session']}"
+    return line

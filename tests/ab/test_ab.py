@@ -1,0 +1,300 @@
+"""`replay ab` against two simulator builds that differ in one setting, where the winner is known.
+
+The case is seed figures section 3: three agents with ~12,000-character system prompts, two rounds,
+two slots, so round 2 of every agent misses live KV and must come from disk. With cold saves on,
+round 2 restores the cold checkpoint (round-2/round-1 re-processed far below 1); with
+`--kv-cache-cold-max-tokens 0` there is nothing restorable (thinking is on, so the evict saves hold
+a reasoning block the client never resends) and round 2 re-reads the whole prompt (ratio near 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from rich.console import Console
+
+from drivers.ports import free_port
+from drivers.target import target_from_dict
+from replay.ab import RunOptions, ab, arm_order, cache_target, plan_runs, run_ab
+from replay.engine.plans import make_plan
+from replay.errors import UsageError
+from replay.metrics.results import RunResults, read_results
+from replay.report.ab import ArmRun, compare_outputs, pairs, render, winner, within_ratios
+from replay.trace.writer import TraceWriter
+
+SIM_FLAGS = ["--batched-session", "2", "--time-scale", "500", "--hidden-reasoning"]
+THINKING = RunOptions(plan=make_plan("alternate"), think="on")
+
+
+def write_trace(path: Path, temperature: float = 0.0) -> Path:
+    """Three agents, ~12,000-character system prompts (1,850 synthetic tokens), two rounds."""
+    sessions = ["agent-1", "agent-2", "agent-3"]
+    with TraceWriter(path, source="scenario:cold-ab") as w:
+        history: dict[str, list[dict[str, Any]]] = {}
+        for s in sessions:
+            w.session(s, role="cron")
+        t = 0.0
+        for rnd in range(2):
+            for i, s in enumerate(sessions):
+                reply = {"role": "assistant", "content": {"synth": {"tokens": 30, "seed": 900 + i}}}
+                if rnd == 0:
+                    history[s] = [{"role": "system", "content": {"synth": {"tokens": 1850, "seed": 100 + i}}}]
+                else:
+                    history[s].append(reply)
+                history[s].append(
+                    {"role": "user", "content": {"synth": {"tokens": 40, "seed": 200 + 10 * rnd + i}}}
+                )
+                w.request(
+                    s,
+                    t,
+                    list(history[s]),
+                    params={"max_tokens": 30, "temperature": temperature},
+                    reply={"message": reply, "finish": "stop", "output_tokens": 30},
+                )
+                t += 1.0
+    return path
+
+
+def write_target(path: Path, name: str, extra: list[str]) -> Path:
+    flags = ", ".join(f'"{f}"' for f in SIM_FLAGS + extra)
+    path.write_text(f'kind = "sim"\nname = "{name}"\nkv_disk_dir = "auto"\nflags = [{flags}]\n')
+    return path
+
+
+@pytest.fixture
+def arms(tmp_path: Path) -> tuple[Path, Path, Path]:
+    trace = write_trace(tmp_path / "cold-ab.jsonl")
+    a = write_target(tmp_path / "cold-on.toml", "cold-on", [])
+    b = write_target(tmp_path / "cold-off.toml", "cold-off", ["--kv-cache-cold-max-tokens", "0"])
+    return trace, a, b
+
+
+def round1_cached(path: str) -> list[int]:
+    res = read_results(path)
+    firsts: dict[str, dict[str, Any]] = {}
+    for rec in sorted(res.requests, key=lambda r: r["id"]):
+        firsts.setdefault(rec["session"], rec)
+    return [r["cached_tokens"] for r in firsts.values()]
+
+
+@pytest.mark.e2e
+def test_cold_saves_on_beat_off_in_order_abba_on_fresh_caches(
+    arms: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace, a, b = arms
+    out = tmp_path / "ab"
+    code = ab(trace, a, b, repeat=2, out_dir=out, think="on", as_json=True)
+    assert code == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc == orjson.loads((out / "ab.json").read_bytes())
+    assert doc["complete"] is True
+
+    # Order A B B A, one results file per arm run, each started from its own arm's TOML.
+    assert doc["order"] == ["A", "B", "B", "A"]
+    names = ["ab-01-A", "ab-02-B", "ab-03-B", "ab-04-A"]
+    assert [Path(r["results"]).name for r in doc["runs"]] == [f"{n}.jsonl" for n in names]
+    for run, name in zip(doc["runs"], names, strict=True):
+        header = read_results(run["results"]).run["target"]
+        assert header["ab"]["arm"] == run["arm"] == name[-1]
+        assert ("--kv-cache-cold-max-tokens" in header["build"]["argv"]) == (run["arm"] == "B")
+
+    # A fresh cache per arm run: distinct directories, each in its own run's work dir, empty at
+    # start, removed after; no round-1 request was served by an earlier run's checkpoint.
+    caches = [r["cache"] for r in doc["runs"]]
+    assert len({c["dir"] for c in caches}) == 4
+    for c, name in zip(caches, names, strict=True):
+        assert c["fresh"] is True and c["removed"] is True and c["files"] > 0
+        assert Path(c["dir"]).is_relative_to(out / "work" / name)
+        assert not Path(c["dir"]).exists()
+    for run in doc["runs"]:
+        assert round1_cached(run["results"]) == [0, 0, 0]
+
+    # The expected winner: cold saves on restore round 2 from disk; off re-reads it all.
+    for run in doc["runs"]:
+        ratio = run["within"]["2/1"]
+        assert run["prefill_source"] == "modelled"
+        if run["arm"] == "A":
+            assert ratio["reprocessed"] < 0.2 and ratio["prefill"] < 0.2
+            assert run["restores"] == 3
+        else:
+            assert 0.9 < ratio["reprocessed"] < 1.1 and 0.9 < ratio["prefill"] < 1.1
+            assert run["restores"] == 0
+    ab_rows = {(r["scope"], r["metric"]): r for r in doc["ab"]}
+    for key in (("round 2/1", "reprocessed"), ("round 2/1", "prefill")):
+        assert ab_rows[key]["winner"] == "A" and len(ab_rows[key]["values"]) == 2
+        assert ab_rows[key]["min"] > 5  # B's ratio is many times A's
+    assert ab_rows[("all", "mean_reprocessed")]["winner"] == "A"
+    assert ab_rows[("switch", "modelled_prefill_s")]["winner"] == "A"
+    assert ab_rows[("cold", "mean_reprocessed")]["winner"] is None  # round 1 is the same in both
+    assert doc["arms"]["B"]["classes"]["switch"]["mean_cached"] == 0
+    assert doc["arms"]["A"]["classes"]["switch"]["mean_cached"] > 1500
+
+    # The console report leads with ratios and says why.
+    console = Console(record=True, width=160)
+    render(doc, console)
+    text = console.export_text()
+    assert text.index("Within-run ratios") < text.index("A/B: B / A") < text.index("Per switch class")
+    assert "page cache" in text and "order A B B A" in text
+    assert "outputs at temperature 0:" in text
+    # The simulator's replies depend only on the prompt: both arms must say the same.
+    assert all(r.get("output_sha1") for run in doc["runs"] for r in read_results(run["results"]).requests)
+    assert doc["outputs"]["status"] == "match"
+
+
+def test_arm_order_alternates_pairs() -> None:
+    assert arm_order(1) == ["A", "B"]
+    assert arm_order(2) == ["A", "B", "B", "A"]
+    assert arm_order(4) == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    with pytest.raises(UsageError):
+        arm_order(0)
+
+
+def test_plan_runs_gives_each_run_its_own_workdir_unless_reusing(tmp_path: Path) -> None:
+    fresh = plan_runs(tmp_path, 2, reuse_cache=False)
+    assert [p.name for p in fresh] == ["ab-01-A", "ab-02-B", "ab-03-B", "ab-04-A"]
+    assert len({p.workdir for p in fresh}) == 4 and all(p.fresh for p in fresh)
+    reused = plan_runs(tmp_path, 2, reuse_cache=True)
+    assert {p.workdir.name for p in reused} == {"arm-A", "arm-B"}
+    assert reused[0].workdir == reused[3].workdir and not any(p.fresh for p in reused)
+
+
+def test_cache_target_moves_explicit_cache_dirs_into_the_run(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    auto = target_from_dict({"kind": "sim", "kv_disk_dir": "auto"})
+    assert cache_target(auto, work, fresh=True) is auto
+    explicit = target_from_dict({"kind": "ds4", "kv_disk_dir": "/data/kv"})
+    assert cache_target(explicit, work, fresh=True).kv_disk_dir == str(work / "kv")
+    assert cache_target(explicit, work, fresh=False).kv_disk_dir == "/data/kv"
+    flag = target_from_dict({"kind": "sim", "flags": ["--kv-disk-dir", "/data/kv", "-c", "100"]})
+    assert cache_target(flag, work, fresh=True).flags == ("--kv-disk-dir", str(work / "kv"), "-c", "100")
+    eq = target_from_dict({"kind": "sim", "flags": ["--kv-disk-dir=/data/kv"]})
+    assert cache_target(eq, work, fresh=True).flags == (f"--kv-disk-dir={work / 'kv'}",)
+
+
+def test_run_ab_refuses_a_used_out_dir(arms: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    trace, a, b = arms
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "ab-01-A.jsonl").write_text("")
+    with pytest.raises(UsageError, match="not empty"):
+        run_ab(trace, a, b, out_dir=used)
+
+
+def _run(index: int, arm: str, outputs: dict[int, str | None], session: str = "s1") -> ArmRun:
+    requests = []
+    for seq, (rid, sha) in enumerate(sorted(outputs.items()), 1):
+        rec: dict[str, Any] = {"kind": "request", "seq": seq, "id": rid, "session": session, "status": "ok"}
+        if sha is not None:
+            rec["output_sha1"] = sha
+        requests.append(rec)
+    res = RunResults(path=f"ab-{index:02d}-{arm}.jsonl", run={}, requests=requests)
+    return ArmRun(index, arm, res, 0, {"dir": None, "fresh": False})
+
+
+def test_outputs_match_when_every_run_gave_the_same_reply() -> None:
+    same = {1: "aa", 2: "bb"}
+    runs = [_run(1, "A", same), _run(2, "B", same), _run(3, "B", same), _run(4, "A", same)]
+    out = compare_outputs(runs, temp0_ids={1, 2})
+    assert out["status"] == "match" and out["compared"] == 2 and out["matched"] == 2
+
+
+def test_outputs_differ_between_arms_and_name_the_first_difference() -> None:
+    a = {1: "aa", 2: "bb", 3: "cc"}
+    b = {1: "aa", 2: "XX", 3: "YY"}  # live history: once 2 differs, 3 follows
+    runs = [_run(1, "A", a), _run(2, "B", b), _run(3, "B", b), _run(4, "A", a)]
+    out = compare_outputs(runs, temp0_ids=None)
+    assert out["status"] == "differ" and out["matched"] == 1
+    assert out["differ_between_arms"] == [2, 3]
+    assert out["first_difference_per_session"] == {"s1": 2}
+
+
+def test_outputs_unstable_within_an_arm_and_temperature_filter() -> None:
+    runs = [_run(1, "A", {1: "aa", 2: "p"}), _run(2, "B", {1: "aa", 2: "p"}), _run(3, "B", {1: "zz", 2: "q"})]
+    out = compare_outputs(runs, temp0_ids={1})  # request 2 was sampled at temperature > 0
+    assert out["compared"] == 1 and out["unstable_within_arm"]["B"] == [1]
+    assert out["status"] == "differ"
+
+
+def test_outputs_unknown_without_hashes() -> None:
+    runs = [_run(1, "A", {1: None}), _run(2, "B", {1: None})]
+    assert compare_outputs(runs, temp0_ids=None)["status"] == "unknown"
+
+
+def test_winner_needs_every_pair_to_agree_beyond_the_margin() -> None:
+    assert winner([0.5, 0.7]) == "B"
+    assert winner([3.0, 1.5]) == "A"
+    assert winner([0.5, 1.2]) is None
+    assert winner([0.99, 0.995]) is None  # inside the 2% margin
+    assert winner([0.5, None]) is None
+
+
+def test_pairs_take_adjacent_runs_and_drop_an_unfinished_pair() -> None:
+    runs = [{"arm": a, "index": i} for i, a in enumerate(["A", "B", "B", "A", "A"], 1)]
+    got = [(a["index"], b["index"]) for a, b in pairs(runs)]
+    assert got == [(1, 2), (4, 3)]
+
+
+def test_within_ratios_use_only_sessions_present_in_both_rounds() -> None:
+    per_round = [
+        {0: {"reprocessed": 1000, "prefill_s": 2.0}, 1: {"reprocessed": 1000, "prefill_s": 2.0}},
+        {0: {"reprocessed": 100, "prefill_s": 0.2}},  # session 1's round 2 failed
+    ]
+    got = within_ratios(per_round)["2/1"]
+    assert got["reprocessed"] == 0.1 and got["prefill"] == 0.1 and got["reprocessed_sessions"] == 1
+
+
+@pytest.mark.e2e
+def test_reuse_cache_keeps_one_cache_per_arm_and_the_daily_service_is_stopped_once(
+    arms: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    trace, a, b = arms
+    daily = Path(__file__).parent.parent / "drivers" / "fake_daily.py"
+    state = tmp_path / "machine"
+    state.mkdir()
+    port = free_port()
+    cmd = [sys.executable, str(daily)]
+    service = tmp_path / "daily.toml"
+    service.write_text(
+        f'state_dir = "{tmp_path / "guard-state"}"\n[service]\nmanager = "command"\nname = "daily"\n'
+        f"start = {orjson.dumps([*cmd, 'start', str(state), str(port)]).decode()}\n"
+        f"stop = {orjson.dumps([*cmd, 'stop', str(state)]).decode()}\n"
+        f"status = {orjson.dumps([*cmd, 'status', str(state)]).decode()}\n"
+        f'pid_file = "{state / "daily.pid"}"\nport = {port}\nstop_timeout = 10\nready_timeout = 10\n'
+    )
+    subprocess.run([*cmd, "start", str(state), str(port)], check=True)
+    try:
+        outcome = run_ab(
+            trace,
+            a,
+            b,
+            repeat=2,
+            out_dir=tmp_path / "ab",
+            options=THINKING,
+            reuse_cache=True,
+            service=service,
+        )
+        # The daily service was stopped before run 1 and given back after run 4, once.
+        starts = (state / "starts.log").read_text().split()
+        stops = (state / "stops.log").read_text().split()
+        assert (len(starts), len(stops)) == (2, 1)
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((state / "daily.pid").read_text()), signal.SIGKILL)
+    assert outcome.exit_code == 0
+    runs = outcome.doc["runs"]
+    assert [r["arm"] for r in runs] == ["A", "B", "B", "A"]
+    first_a, last_a = runs[0], runs[3]
+    assert first_a["cache"]["dir"] == last_a["cache"]["dir"]
+    assert first_a["cache"]["fresh"] is True and last_a["cache"]["fresh"] is False
+    assert not last_a["cache"]["removed"] and Path(last_a["cache"]["dir"]).is_dir()
+    assert round1_cached(first_a["results"]) == [0, 0, 0]
+    # The second A run's first round restores what the first A run saved.
+    assert all(c > 1500 for c in round1_cached(last_a["results"]))
