@@ -31,8 +31,7 @@ from drivers.launch import plan_target, start_target
 from drivers.process import ChildProcess
 from drivers.target import Target, load_target
 from replay.engine.plans import Plan, make_plan
-from replay.engine.run import EngineConfig
-from replay.engine.session import HISTORY_MODES
+from replay.engine.run import EngineConfig, check_options
 from replay.errors import UsageError
 from replay.metrics.results import append_records, read_results
 from replay.report.ab import ArmRun, analyze, render
@@ -292,12 +291,7 @@ def ab(
     console: Console | None = None,
 ) -> int:
     """`replay ab`: run, then print the report (or its JSON); returns the exit code."""
-    if history not in HISTORY_MODES:
-        raise UsageError(f"--history must be one of {', '.join(HISTORY_MODES)}")
-    if think not in ("off", "on", "auto"):
-        raise UsageError("--think must be off, on or auto")
-    if api is not None and api not in ("openai", "anthropic"):
-        raise UsageError("--api must be openai or anthropic")
+    check_options(history, think, api)
     options = RunOptions(
         plan=make_plan(plan, concurrency=concurrency, speed=speed, round_robin=round_robin),
         api=api,

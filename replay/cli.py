@@ -44,10 +44,12 @@ def run(
         str | None, typer.Option(help="Server base URL, or 'sim[:preset]' to start the simulator (default).")
     ] = None,
     server: Annotated[
-        Path | None, typer.Option(help="Target TOML (kind, binary or checkout, model, flags): the tool starts it.")
+        Path | None,
+        typer.Option(help="Target TOML (kind, binary or checkout, model, flags): the tool starts it."),
     ] = None,
     service: Annotated[
-        Path | None, typer.Option(help="Daily-service TOML: stop it (and pause its jobs) for the run, restore after.")
+        Path | None,
+        typer.Option(help="Daily-service TOML: stop it (and pause its jobs) for the run, restore after."),
     ] = None,
     workdir: Annotated[Path | None, typer.Option(help="Where started servers keep logs and caches.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Print every action the run would take; take none.")] = False,
@@ -55,17 +57,26 @@ def run(
         "results.jsonl"
     ),
     plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = "alternate",
-    concurrency: Annotated[int | None, typer.Option(help="Requests in flight for overlap (and a cap for timed).")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Requests in flight for overlap (and a cap for timed).")
+    ] = None,
     speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
-    round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns instead of trace order.")] = False,
+    round_robin: Annotated[
+        bool, typer.Option(help="alternate: sessions take turns instead of trace order.")
+    ] = False,
     api: Annotated[str | None, typer.Option(help="openai | anthropic (default: each session's api).")] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send (default: each session's).")] = None,
-    history: Annotated[str, typer.Option(help="live: splice the server's replies; recorded: resend the trace.")] = "live",
+    history: Annotated[
+        str, typer.Option(help="live: splice the server's replies; recorded: resend the trace.")
+    ] = "live",
     think: Annotated[str, typer.Option(help="off | on | auto (auto sends no thinking switch).")] = "off",
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
     max_duration: Annotated[float | None, typer.Option(help="Stop the run after this many seconds.")] = None,
     sim_args: Annotated[
-        str, typer.Option("--sim-args", help="Extra simulator flags for --target sim, e.g. '--kv-disk-space-mb 65536'.")
+        str,
+        typer.Option(
+            "--sim-args", help="Extra simulator flags for --target sim, e.g. '--kv-disk-space-mb 65536'."
+        ),
     ] = "",
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
 ) -> None:
@@ -115,7 +126,9 @@ def report(
 
 @app.command()
 def restore(
-    journal: Annotated[Path | None, typer.Option(help="Journal file (default: the tool's state directory).")] = None,
+    journal: Annotated[
+        Path | None, typer.Option(help="Journal file (default: the tool's state directory).")
+    ] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the actions; take none.")] = False,
 ) -> None:
     """Finish giving the daily service back after a run that crashed (e.g. kill -9)."""
@@ -133,7 +146,9 @@ def ab(
     a: Annotated[Path, typer.Option("--a", help="Target TOML of build A.")],
     b: Annotated[Path, typer.Option("--b", help="Target TOML of build B.")],
     repeat: Annotated[int, typer.Option(help="Runs per arm, in pairs A B, B A, ... (2 gives A B B A).")] = 2,
-    out_dir: Annotated[Path | None, typer.Option(help="Where results, logs and ab.json go (must be empty).")] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option(help="Where results, logs and ab.json go (must be empty).")
+    ] = None,
     plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = "alternate",
     concurrency: Annotated[int | None, typer.Option(help="Requests in flight for overlap.")] = None,
     speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
@@ -146,7 +161,9 @@ def ab(
     max_duration: Annotated[float | None, typer.Option(help="Stop each run after this many seconds.")] = None,
     reuse_cache: Annotated[bool, typer.Option(help="One disk cache per arm, kept across its runs.")] = False,
     keep_cache: Annotated[bool, typer.Option(help="Keep each run's disk cache after it.")] = False,
-    service: Annotated[Path | None, typer.Option(help="Daily-service TOML: stopped once for the whole A/B.")] = None,
+    service: Annotated[
+        Path | None, typer.Option(help="Daily-service TOML: stopped once for the whole A/B.")
+    ] = None,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """A/B two server builds on the same trace, A B B A, leading with within-run ratios."""
@@ -207,9 +224,13 @@ def size_chain(
     per_token: Annotated[str | None, typer.Option(help="Checkpoint bytes per token, e.g. 34.5KiB.")] = None,
     fixed: Annotated[str | None, typer.Option(help="Fixed bytes per file, e.g. 22.9MiB.")] = None,
     interval: Annotated[int | None, typer.Option(help="--kv-cache-continued-interval-tokens")] = None,
-    chunk: Annotated[int | None, typer.Option(help="Prefill chunk (continued saves land on chunk ends).")] = None,
+    chunk: Annotated[
+        int | None, typer.Option(help="Prefill chunk (continued saves land on chunk ends).")
+    ] = None,
     preset: Annotated[str, typer.Option(help="Model preset: qwen38-q2 | deepseek-v4-flash")] = "qwen38-q2",
-    others: Annotated[str, typer.Option(help="Other conversations active the same day, e.g. 130K,130K.")] = "",
+    others: Annotated[
+        str, typer.Option(help="Other conversations active the same day, e.g. 130K,130K.")
+    ] = "",
     anchor: Annotated[int | None, typer.Option(help="Chat anchor position of the cold save.")] = None,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
@@ -217,7 +238,9 @@ def size_chain(
     from replay import commands
 
     try:
-        commands.size_chain(tokens, start, per_token, fixed, interval, chunk, preset, others, anchor, json, console)
+        commands.size_chain(
+            tokens, start, per_token, fixed, interval, chunk, preset, others, anchor, json, console
+        )
     except ReplayError as exc:
         raise _fail(exc) from None
 
@@ -225,16 +248,24 @@ def size_chain(
 @size_app.command("sweep")
 def size_sweep(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
-    budgets: Annotated[str, typer.Option(help="Budgets to try, e.g. 4G,24G,64G.")] = "4G,8G,16G,24G,32G,48G,64G",
+    budgets: Annotated[
+        str, typer.Option(help="Budgets to try, e.g. 4G,24G,64G.")
+    ] = "4G,8G,16G,24G,32G,48G,64G",
     preset: Annotated[str, typer.Option(help="Model preset: qwen38-q2 | deepseek-v4-flash")] = "qwen38-q2",
     plan: Annotated[str, typer.Option(help="sequential | timed")] = "sequential",
     speed: Annotated[float, typer.Option(help="Time scale for the timed plan.")] = 1.0,
     history: Annotated[str, typer.Option(help="live | recorded")] = "live",
     slots: Annotated[str, typer.Option(help="Resident slot counts to try, e.g. 1,2.")] = "1",
     routing: Annotated[str, typer.Option(help="upstream,reuse-aware")] = "upstream",
-    target: Annotated[str | None, typer.Option(help="Goal: no switch re-reads more than this, e.g. 20K.")] = None,
-    stale: Annotated[str | None, typer.Option(help="Earlier days' checkpoints already on disk, e.g. 8.6G.")] = None,
-    hidden_reasoning: Annotated[bool, typer.Option(help="Replies carry reasoning the client never resends.")] = False,
+    target: Annotated[
+        str | None, typer.Option(help="Goal: no switch re-reads more than this, e.g. 20K.")
+    ] = None,
+    stale: Annotated[
+        str | None, typer.Option(help="Earlier days' checkpoints already on disk, e.g. 8.6G.")
+    ] = None,
+    hidden_reasoning: Annotated[
+        bool, typer.Option(help="Replies carry reasoning the client never resends.")
+    ] = False,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Run the cache model offline over a trace for each budget; find the smallest that meets --target."""
@@ -242,7 +273,19 @@ def size_sweep(
 
     try:
         commands.size_sweep(
-            trace, budgets, preset, plan, speed, history, slots, routing, target, stale, hidden_reasoning, json, console
+            trace,
+            budgets,
+            preset,
+            plan,
+            speed,
+            history,
+            slots,
+            routing,
+            target,
+            stale,
+            hidden_reasoning,
+            json,
+            console,
         )
     except ReplayError as exc:
         raise _fail(exc) from None

@@ -12,9 +12,7 @@ import orjson
 from rich.console import Console
 
 from replay.engine.plans import make_plan
-from replay.engine.run import EngineConfig
-from replay.engine.session import HISTORY_MODES
-from replay.errors import UsageError
+from replay.engine.run import EngineConfig, check_options
 from replay.metrics.results import append_records, merged_summary, read_results
 from replay.report.table import class_table, summary_rows
 from replay.runner import check_reachable, run_trace
@@ -55,12 +53,7 @@ def run(
     console: Console | None = None,
 ) -> int:
     """Replay a trace; returns the exit code (0 ok, 1 requests failed, 130/143 interrupted)."""
-    if history not in HISTORY_MODES:
-        raise UsageError(f"--history must be one of {', '.join(HISTORY_MODES)}")
-    if think not in ("off", "on", "auto"):
-        raise UsageError("--think must be off, on or auto")
-    if api is not None and api not in ("openai", "anthropic"):
-        raise UsageError("--api must be openai or anthropic")
+    check_options(history, think, api)
     the_plan = make_plan(plan, concurrency=concurrency, speed=speed, round_robin=round_robin)
     loaded = read_trace(trace)  # validates fully before anything is sent
     say = (console or Console(stderr=True)).print
@@ -83,7 +76,14 @@ def run(
             )
             header = {"kind": tgt.kind, "url": served.url, "build": served.build, "effective": settings}
             outcome = run_trace(
-                loaded, the_plan, config, out, header, max_duration_s=max_duration, console=console, keep_records=True
+                loaded,
+                the_plan,
+                config,
+                out,
+                header,
+                max_duration_s=max_duration,
+                console=console,
+                keep_records=True,
             )
         append_records(out, server_records(tgt.kind, served.log_path, outcome.results))
     if console is not None:

@@ -3,23 +3,29 @@
 No package registry ships a small GGUF, so we write one with the `gguf` package. The weights are
 random, but three properties are engineered so measurements are predictable:
 
-- Output is printable and never stops early: hidden dimension 0 is a constant 1.0 that no layer
-  writes to (row 0 of every `attn_output` and `ffn_down` is zero), and `output.weight[:, 0]` is a
-  per-token logit bias that pushes control, special and byte tokens far down. Every request runs
-  to `max_tokens` with finish reason "length".
-- Common English words are single tokens: every prefix of every word is in the vocabulary (with
-  and without the SentencePiece space marker), so llama.cpp's SPM merge always reaches the whole
-  word. A prompt of N words is then about N tokens, like a real BPE model.
+- Output is printable and never stops early: hidden dimension 0 is a constant that no layer
+  writes to (row 0 of every `attn_output` and `ffn_down` is zero), and the output matrix's
+  column 0 turns it into a per-token logit bias that pushes control, special and byte tokens far
+  down. Every request runs to `max_tokens` with finish reason "length".
+  llama: `token_embd[:, 0] = 1` and `output.weight[:, 0]` is the bias (0 or -1000).
+  gemma2 ties the output to `token_embd`, so there column 0 is 2 for printable tokens and 1 for
+  the others (positive for every token, since any token may end a prompt), and a large
+  `output_norm` weight on dimension 0 turns that gap into a logit gap of hundreds.
+- Common English words are single tokens: every prefix of every word (ours plus
+  `replay.trace.synth.WORDS`) is in the vocabulary, with and without the SentencePiece space
+  marker, so llama.cpp's SPM merge always reaches the whole word. N synthetic words are about
+  N prompt tokens, as with a real BPE model.
 - Same arguments give the same bytes (a seeded generator, fixed write order), so a cached model
-  file can be compared and re-used.
+  file can be compared and re-used. The vocabulary follows `synth.WORDS`, so a change there
+  changes the bytes.
 
 Matrices are F16 and norms F32: an all-F32 model aborts in the CPU backend's `get_rows`.
 The `gemma2` variant has a sliding window on every other layer; llama-server then creates context
 checkpoints, the nearest CPU stand-in for hybrid (SSM + attention) models.
 
-Sizes: the default 2 layers x 64 dims (~0.4M parameters, under 1 MB) is for fast tests; `SLOW`
-(8 layers x 512 dims, ~30M parameters, ~60 MB) gives a server where a cache miss on a 4K-token
-prompt costs seconds and a hit tens of milliseconds.
+Sizes (vocabulary ~6K tokens): the default 2 layers x 64 dims (~0.9M parameters, 1.9 MB, written
+in ~0.5 s) is for fast tests; `SLOW` (8 layers x 512 dims, ~33M parameters, 67 MB, ~1.3 s) gives a
+server where a cache miss on a 4K-token prompt costs seconds and a hit tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -52,9 +58,9 @@ _FORBIDDEN_BIAS = -1000.0
 # gemma2 (tied output): output_norm weight on the constant dimension; the allowed/forbidden gap in
 # token_embd[:, 0] is 1.0, so the logit gap is about this times the normalised constant (~1-2).
 _TIED_BIAS_SCALE = 100.0
+_TIED_EMBED_SCALE = 0.05
 
-COMMON_WORDS: tuple[str, ...] = tuple(
-    """
+_COMMON_WORDS_TEXT = """
     the of and to a in is it you that he was for on are with as i his they be at one have this
     from or had by hot word but what some we can out other were all there when up use your how
     said an each she which do their time if will way about many then them write would like so
@@ -86,8 +92,8 @@ COMMON_WORDS: tuple[str, ...] = tuple(
     dry wonder laugh thousand ago ran check game shape equate miss brought heat snow tire bring
     yes distant fill east paint language among file code data server cache token model request
     response function value error result string list type class method return build run test
-    """.split()
-)
+"""
+COMMON_WORDS: tuple[str, ...] = tuple(_COMMON_WORDS_TEXT.split())
 
 SLOW = {"layers": 8, "dim": 512}
 
@@ -105,7 +111,8 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return min(64, self.dim // 4)
+        """64 like real models once the width allows it, else four heads (dim is a multiple of 16)."""
+        return 64 if self.dim >= 256 and self.dim % 64 == 0 else self.dim // 4
 
     @property
     def heads(self) -> int:
@@ -220,10 +227,17 @@ def _tensors(spec: ModelSpec, vocab: Vocab) -> list[tuple[str, np.ndarray]]:
         # gemma2 ties output to token_embd, so column 0 is both the input constant and the bias.
         # It stays positive for every token (any token can end a prompt) and is larger for
         # printable ones; a large output_norm weight turns that gap into a wide logit gap.
-        embd[:, 1:] *= 0.25  # keeps the random part of the logits small enough for varied samples
+        # Tied weights score each token by its likeness to the current one, which makes a model
+        # repeat its last token; small embeddings leave the final state to the layers' outputs.
+        embd[:, 1:] *= _TIED_EMBED_SCALE
         embd[:, 0] = np.where(vocab.allowed, 2.0, 1.0)
         out_norm[0] = _TIED_BIAS_SCALE
         out = None
+
+    # gemma2's layers must not see the constant (it would drown the tokens' own directions).
+    in_norm = ones.copy()
+    if spec.arch == "gemma2":
+        in_norm[0] = 0.0
 
     tensors: list[tuple[str, np.ndarray]] = [("token_embd.weight", _f16(embd))]
     for i in range(spec.layers):
@@ -233,7 +247,7 @@ def _tensors(spec: ModelSpec, vocab: Vocab) -> list[tuple[str, np.ndarray]]:
         down = normal((d, ff), ff)
         down[0, :] = 0.0
         layer = [
-            ("attn_norm.weight", _f32(ones)),
+            ("attn_norm.weight", _f32(in_norm)),
             ("attn_q.weight", _f16(normal((d, d), d))),
             ("attn_k.weight", _f16(normal((d, d), d))),
             ("attn_v.weight", _f16(normal((d, d), d))),
@@ -242,7 +256,7 @@ def _tensors(spec: ModelSpec, vocab: Vocab) -> list[tuple[str, np.ndarray]]:
         if spec.arch == "gemma2":
             layer.append(("post_attention_norm.weight", _f32(ones)))
         layer += [
-            ("ffn_norm.weight", _f32(ones)),
+            ("ffn_norm.weight", _f32(in_norm)),
             ("ffn_gate.weight", _f16(normal((ff, d), d))),
             ("ffn_up.weight", _f16(normal((ff, d), d))),
             ("ffn_down.weight", _f16(down)),

@@ -36,7 +36,9 @@ def resolve_target(spec: str | None, server: Path | None, sim_args: list[str], s
         return target_from_dict({"kind": "external", "url": spec.rstrip("/")}, name="external")
     if spec != "sim" and not spec.startswith("sim:"):
         raise UsageError(f"--target must be a URL (http://HOST:PORT) or sim[:preset], not {spec!r}")
-    return target_from_dict({"kind": "sim", "flags": sim_flags(spec.partition(":")[2], sim_args, scratch)}, name="sim")
+    return target_from_dict(
+        {"kind": "sim", "flags": sim_flags(spec.partition(":")[2], sim_args, scratch)}, name="sim"
+    )
 
 
 def sim_flags(preset: str, extra: list[str], scratch: Path) -> list[str]:

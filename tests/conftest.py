@@ -24,3 +24,9 @@ def scripted_server(_scripted_server_session: ScriptedServer) -> ScriptedServer:
     """The session's scripted SSE server, with scripts and records cleared for this test."""
     _scripted_server_session.reset()
     return _scripted_server_session
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """The API clients run on asyncio only (their transport is an asyncio protocol)."""
+    return "asyncio"

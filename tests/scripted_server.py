@@ -39,9 +39,11 @@ Fault = Literal[
     "hang",  # never answer (until the client goes away)
     "hang_mid_stream",  # stop sending after `fault_after` token events
     "bad_json",  # a data line / body that is not JSON
+    "linger",  # complete stream, then the body is left open (never ends)
 ]
 
 _TRANSPORT_KEY = "scripted.transport"
+_RECV_KEY = "scripted.recv_ns"
 
 
 @dataclass
@@ -80,8 +82,10 @@ class Seen:
     request_id: str | None
     headers: dict[str, str]
     body: Any
-    recv_ns: int  # handler entered (headers parsed)
+    recv_ns: int  # request head parsed, as the app is entered
+    client_port: int | None = None  # a fresh port per connection shows connections are not reused
     first_token_ns: int | None = None  # just before the first token event was handed to the socket
+    last_token_ns: int | None = None  # likewise for the last one
     done_ns: int | None = None
 
     @property
@@ -123,10 +127,6 @@ class _Frames:
     def other(self, frame: bytes) -> None:
         self.items.append((False, frame))
 
-    @property
-    def n_tokens(self) -> int:
-        return sum(1 for is_token, _ in self.items if is_token)
-
 
 class ScriptedServer:
     """Start with `start()`, set `default` / `queue` / `by_id`, read `seen`; `stop()` at the end."""
@@ -159,12 +159,11 @@ class ScriptedServer:
 
     # --- lifecycle ---
 
-    def start(self) -> ScriptedServer:
+    def _build(self, port: int = 0) -> tuple[uvicorn.Server, socket.socket]:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", port))
         self.port = sock.getsockname()[1]
-        self._sock = sock
         config = uvicorn.Config(
             self._app(),
             loop="asyncio",
@@ -176,9 +175,13 @@ class ScriptedServer:
             timeout_graceful_shutdown=2,
             backlog=2048,
         )
-        self._server = uvicorn.Server(config)
+        return uvicorn.Server(config), sock
+
+    def start(self) -> ScriptedServer:
+        """Serve from a background thread of this process."""
+        self._server, self._sock = self._build()
         self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="scripted-server", daemon=True
+            target=self._server.run, kwargs={"sockets": [self._sock]}, name="scripted-server", daemon=True
         )
         self._thread.start()
         deadline = time.monotonic() + 10
@@ -213,25 +216,42 @@ class ScriptedServer:
                 Route("/v1/chat/completions", self._openai, methods=["POST"]),
                 Route("/v1/messages", self._anthropic, methods=["POST"]),
                 Route("/health", lambda _r: JSONResponse({"status": "ok"}), methods=["GET"]),
+                Route("/_seen", self._seen, methods=["GET"]),
             ]
         )
 
         async def with_transport(scope: dict, receive: Any, send: Any) -> None:
             if scope["type"] == "http":
+                scope[_RECV_KEY] = time.perf_counter_ns()  # request head parsed: arrival
                 scope[_TRANSPORT_KEY] = receive.__self__.transport  # uvicorn's RequestResponseCycle
             await app(scope, receive, send)
 
         return with_transport
 
+    async def _seen(self, _request: Request) -> JSONResponse:
+        """Server-side stamps, for a client in another process (benchmarks)."""
+        rows = [
+            {
+                "request_id": x.request_id,
+                "recv_ns": x.recv_ns,
+                "first_token_ns": x.first_token_ns,
+                "last_token_ns": x.last_token_ns,
+                "done_ns": x.done_ns,
+            }
+            for x in list(self.seen)
+        ]
+        return JSONResponse(rows)
+
     async def _begin(self, request: Request) -> tuple[Script, Seen]:
-        recv_ns = time.perf_counter_ns()
+        recv_ns = request.scope[_RECV_KEY]
         raw = await request.body()
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = raw
         rid = request.headers.get("x-request-id")
-        seen = Seen(request.url.path, rid, dict(request.headers), body, recv_ns)
+        port = request.client.port if request.client else None
+        seen = Seen(request.url.path, rid, dict(request.headers), body, recv_ns, port)
         self.seen.append(seen)
         if rid is not None and rid in self.by_id:
             script = self.by_id[rid]
@@ -327,7 +347,9 @@ class _Reply:
     async def _whole(self) -> None:
         s = self.s
         n = s.reasoning_tokens + s.tokens
-        await self._until(self.seen.recv_ns + int((s.first_token_delay_s + max(n - 1, 0) * s.token_interval_s) * 1e9))
+        await self._until(
+            self.seen.recv_ns + int((s.first_token_delay_s + max(n - 1, 0) * s.token_interval_s) * 1e9)
+        )
         payload = self._openai_whole() if self.api == "openai" else self._anthropic_whole()
         data = b'{"not json' if s.fault == "bad_json" else orjson.dumps(payload)
         await self._start(200, "application/json", len(data))
@@ -363,7 +385,11 @@ class _Reply:
             msg["reasoning_content"] = self._reasoning()
         if s.tool_calls:
             msg["tool_calls"] = [
-                {"id": tc["id"], "type": "function", "function": {"name": tc["name"], "arguments": tc["arguments"]}}
+                {
+                    "id": tc["id"],
+                    "type": "function",
+                    "function": {"name": tc["name"], "arguments": tc["arguments"]},
+                }
                 for tc in s.tool_calls
             ]
         out: dict[str, Any] = {
@@ -381,7 +407,12 @@ class _Reply:
     def _anthropic_usage(self) -> dict[str, Any]:
         if self.s.usage is not None:
             return self.s.usage
-        return {"input_tokens": self.prompt, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0, "output_tokens": 0}
+        return {
+            "input_tokens": self.prompt,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 0,
+        }
 
     def _anthropic_finish(self) -> str:
         return self.s.finish or ("tool_use" if self.s.tool_calls else "end_turn")
@@ -394,7 +425,14 @@ class _Reply:
         if s.tokens:
             blocks.append({"type": "text", "text": self._content()})
         for tc in s.tool_calls:
-            blocks.append({"type": "tool_use", "id": tc["id"], "name": tc["name"], "input": orjson.loads(tc["arguments"])})
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": tc["id"],
+                    "name": tc["name"],
+                    "input": orjson.loads(tc["arguments"]),
+                }
+            )
         usage = {**self._anthropic_usage(), **(s.final_usage or {"output_tokens": self._n_output()})}
         out: dict[str, Any] = {
             "id": "msg_scripted",
@@ -413,7 +451,12 @@ class _Reply:
 
     def _chunk(self, delta: dict[str, Any] | None, finish: str | None = None) -> dict[str, Any]:
         choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
-        return {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "model": self.model, "choices": choices}
+        return {
+            "id": "chatcmpl-scripted",
+            "object": "chat.completion.chunk",
+            "model": self.model,
+            "choices": choices,
+        }
 
     def _openai_frames(self) -> tuple[list[bytes], _Frames, list[bytes]]:
         s = self.s
@@ -426,10 +469,17 @@ class _Reply:
         for i in range(s.tokens):
             body.token(_sse(self._chunk({"content": f"{s.token_text}{i} "})))
         for index, tc in enumerate(s.tool_calls):
-            first = {"index": index, "id": tc["id"], "type": "function", "function": {"name": tc["name"], "arguments": ""}}
+            first = {
+                "index": index,
+                "id": tc["id"],
+                "type": "function",
+                "function": {"name": tc["name"], "arguments": ""},
+            }
             body.token(_sse(self._chunk({"tool_calls": [first]})))
             for piece in _split(tc["arguments"], s.arg_pieces):
-                body.token(_sse(self._chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})))
+                body.token(
+                    _sse(self._chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+                )
         finish = self._chunk({}, self._openai_finish())
         if s.timings is not None:
             finish["timings"] = s.timings
@@ -464,12 +514,19 @@ class _Reply:
         body = _Frames()
         index = 0
 
-        def block(kind: str, start_block: dict[str, Any], deltas: list[dict[str, Any]], start_is_token: bool) -> None:
+        def block(
+            kind: str, start_block: dict[str, Any], deltas: list[dict[str, Any]], start_is_token: bool
+        ) -> None:
             nonlocal index
-            frame = _sse({"type": "content_block_start", "index": index, "content_block": start_block}, "content_block_start")
+            frame = _sse(
+                {"type": "content_block_start", "index": index, "content_block": start_block},
+                "content_block_start",
+            )
             (body.token if start_is_token else body.other)(frame)
             for d in deltas:
-                body.token(_sse({"type": "content_block_delta", "index": index, "delta": d}, "content_block_delta"))
+                body.token(
+                    _sse({"type": "content_block_delta", "index": index, "delta": d}, "content_block_delta")
+                )
             body.other(_sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
             index += 1
 
@@ -480,8 +537,15 @@ class _Reply:
             deltas = [{"type": "text_delta", "text": f"{s.token_text}{i} "} for i in range(s.tokens)]
             block("text", {"type": "text", "text": ""}, deltas, False)
         for tc in s.tool_calls:
-            deltas = [{"type": "input_json_delta", "partial_json": p} for p in _split(tc["arguments"], s.arg_pieces)]
-            block("tool_use", {"type": "tool_use", "id": tc["id"], "name": tc["name"], "input": {}}, deltas, True)
+            deltas = [
+                {"type": "input_json_delta", "partial_json": p} for p in _split(tc["arguments"], s.arg_pieces)
+            ]
+            block(
+                "tool_use",
+                {"type": "tool_use", "id": tc["id"], "name": tc["name"], "input": {}},
+                deltas,
+                True,
+            )
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": self._anthropic_finish(), "stop_sequence": None},
@@ -516,8 +580,9 @@ class _Reply:
             await self._until(first_at + int(sent * s.token_interval_s * 1e9))
             if self.transport.is_closing():
                 return  # the client went away
+            self.seen.last_token_ns = time.perf_counter_ns()
             if sent == 0:
-                self.seen.first_token_ns = time.perf_counter_ns()
+                self.seen.first_token_ns = self.seen.last_token_ns
             await self._write(b"".join(pending) + frame)
             pending.clear()
             sent += 1
@@ -526,6 +591,9 @@ class _Reply:
             return
         for frame in pending + tail:
             await self._write(frame)
+        if s.fault == "linger":
+            await self._hang()
+            return
         await self.send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _mid_stream_fault(self) -> None:
@@ -541,3 +609,28 @@ class _Reply:
             err = {"type": "error", "error": {"type": "server_error", "message": s.error_message}}
             await self._write(_sse(err, "error"))
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def main() -> None:
+    """Serve one default script in the foreground, so a benchmark client runs in another process."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--first-token-delay-s", type=float, default=0.02)
+    ap.add_argument("--token-interval-s", type=float, default=0.0)
+    ap.add_argument("--tokens", type=int, default=64)
+    args = ap.parse_args()
+    scripted = ScriptedServer()
+    scripted.default = Script(
+        first_token_delay_s=args.first_token_delay_s,
+        token_interval_s=args.token_interval_s,
+        tokens=args.tokens,
+    )
+    server, sock = scripted._build(args.port)
+    print(f"PORT {scripted.port}", flush=True)
+    server.run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()

@@ -11,7 +11,9 @@ Behaviour a driver relies on:
 - Once `GET /health` answers 200 it prints llama-server's readiness line to stderr, in llama.cpp's
   log format: `0.00.052.114 I srv          main: server is listening on http://127.0.0.1:PORT`.
   With `--port 0` the server picks a free port and this line names it.
-- SIGTERM or SIGINT stops the server and exits 0 within about a second.
+- SIGTERM or SIGINT stops the server: exit 0 at once when idle or generating. llama.cpp stops its
+  loop only between batches, so mid-way through a long prompt batch it leaves after
+  STOP_DEADLINE_S without the C++ cleanup (faulthandler's "Timeout" and stack on stderr, exit 1).
 - A flag it does not map is an error (one line, exit 2), never silently ignored: a benchmark must
   not run with a setting the user believes is in effect but is not.
 """
@@ -19,22 +21,21 @@ Behaviour a driver relies on:
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import http.client
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
 
 PROG = "xllamacpp_launch"
 READY_TEXT = "srv          main: server is listening on {address}"
 HEALTH_TIMEOUT_S = 60.0
-STOP_DEADLINE_S = 10.0
-_T0 = time.monotonic()
+# One prompt batch of a larger model can take many seconds; nothing on disk depends on the cleanup.
+STOP_DEADLINE_S = 2.0
 
 # A setter takes the xllamacpp.CommonParams and the parsed value.
 Setter = Callable[[Any, Any], None]
@@ -70,6 +71,10 @@ def _const(name: str, value: Any) -> Setter:
         setattr(p, name, value)
 
     return set_
+
+
+def _noop(_p: Any, _v: Any) -> None:
+    """For flags whose effect xllamacpp always has: accepting them is honest, ignoring others is not."""
 
 
 def _set_model(p: Any, v: str) -> None:
@@ -158,9 +163,19 @@ FLAGS: list[tuple[tuple[str, ...], Any, Setter, str]] = [
     (("-kvu", "--kv-unified"), None, _const("kv_unified", True), "one KV buffer shared by all slots"),
     (("-no-kvu", "--no-kv-unified"), None, _const("kv_unified", False), "a KV buffer per slot"),
     (("--swa-full",), None, _const("swa_full", True), "full-size sliding-window cache"),
-    (("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"), int, _attr("n_ctx_checkpoints"), "checkpoints per slot"),
+    (
+        ("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"),
+        int,
+        _attr("n_ctx_checkpoints"),
+        "checkpoints per slot",
+    ),
     (("-cms", "--checkpoint-min-step"), int, _attr("checkpoint_min_step"), "min tokens between checkpoints"),
-    (("-sps", "--slot-prompt-similarity"), float, _attr("slot_prompt_similarity"), "LCP share to pick a slot"),
+    (
+        ("-sps", "--slot-prompt-similarity"),
+        float,
+        _attr("slot_prompt_similarity"),
+        "LCP share to pick a slot",
+    ),
     (("--cache-reuse",), int, _attr("n_cache_reuse"), "min chunk for KV shifting reuse (0 off)"),
     (("--cache-idle-slots",), None, _const("cache_idle_slots", True), "save idle slots to the host cache"),
     (("--no-cache-idle-slots",), None, _const("cache_idle_slots", False), "do not save idle slots"),
@@ -175,13 +190,20 @@ FLAGS: list[tuple[tuple[str, ...], Any, Setter, str]] = [
     (("--no-context-shift",), None, _const("ctx_shift", False), "fail requests that overflow"),
     (("-cb", "--cont-batching"), None, _const("cont_batching", True), "continuous batching (default)"),
     (("-nocb", "--no-cont-batching"), None, _const("cont_batching", False), "no continuous batching"),
-    (("-ngl", "--gpu-layers", "--n-gpu-layers"), int, _attr("n_gpu_layers"), "layers to offload (CPU build: none)"),
+    (
+        ("-ngl", "--gpu-layers", "--n-gpu-layers"),
+        int,
+        _attr("n_gpu_layers"),
+        "layers to offload (CPU build: none)",
+    ),
     (("-to", "--timeout"), int, _set_timeout, "HTTP read/write timeout seconds"),
     (("--api-key",), str, _set_api_key, "API key(s), comma separated"),
     (("--webui",), None, _const("ui", True), "serve the web UI"),
     (("--no-webui",), None, _const("ui", False), "do not serve the web UI"),
     (("-v", "--verbose", "--log-verbose"), None, _const("verbosity", 2**31 - 1), "log everything"),
     (("-lv", "--verbosity", "--log-verbosity"), int, _attr("verbosity"), "log verbosity threshold"),
+    (("--log-prefix",), None, _noop, "level letter on each line (always on in xllamacpp)"),
+    (("--log-timestamps",), None, _noop, "timestamp on each line (always on in xllamacpp)"),
 ]
 
 
@@ -194,7 +216,7 @@ class _Step(argparse.Action):
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
         steps = getattr(namespace, "steps", None) or []
-        steps.append((self.setter, True if self.nargs == 0 else values))
+        steps.append((self.setter, True if self.nargs == 0 else values, option_string))
         namespace.steps = steps
 
 
@@ -212,14 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_flags(argv: Sequence[str]) -> list[tuple[Setter, Any]]:
-    """Flags in command-line order as (setter, value); later flags win, as in llama-server."""
+def parse_flags(argv: Sequence[str]) -> list[tuple[Setter, Any, str]]:
+    """Flags in command-line order as (setter, value, flag); later flags win, as in llama-server."""
     ns, unknown = build_parser().parse_known_args(list(argv))
     if unknown:
         flag = next((u for u in unknown if u.startswith("-")), unknown[0])
         raise LaunchError(f"unknown or unsupported llama-server flag: {flag}", 2)
-    steps: list[tuple[Setter, Any]] = getattr(ns, "steps", None) or []
-    if not any(setter is _set_model for setter, _v in steps):
+    steps: list[tuple[Setter, Any, str]] = getattr(ns, "steps", None) or []
+    if not any(setter is _set_model for setter, _v, _f in steps):
         raise LaunchError("missing -m/--model FILE", 2)
     return steps
 
@@ -233,16 +255,20 @@ def make_params(argv: Sequence[str]) -> Any:
         raise LaunchError(f"xllamacpp is not installed ({e}): pip install 'agent-replay[llama]'", 1) from e
     p = xllamacpp.CommonParams()
     p.port = 8080  # llama-server's default; xllamacpp's own default is 0
-    for setter, value in steps:
-        setter(p, value)
+    for setter, value, flag in steps:
+        try:
+            setter(p, value)
+        except (AttributeError, KeyError) as e:  # an older wheel without this setting
+            version = getattr(xllamacpp, "__version__", "?")
+            raise LaunchError(f"{flag} is not supported by xllamacpp {version} ({e})", 2) from e
     if p.cpuparams_batch.n_threads < 0:
         p.cpuparams_batch.n_threads = p.cpuparams.n_threads  # llama-server: -tb defaults to -t
     return p
 
 
-def _log(level: str, text: str) -> None:
-    """One line in llama.cpp's common_log format (minutes.seconds.ms.us, level letter)."""
-    us = int((time.monotonic() - _T0) * 1_000_000)
+def _log(level: str, text: str, t0: float) -> None:
+    """One line in llama.cpp's common_log format (minutes.seconds.ms.us since t0, level letter)."""
+    us = int((time.monotonic() - t0) * 1_000_000)
     stamp = f"{us // 60_000_000}.{us // 1_000_000 % 60:02d}.{us // 1000 % 1000:03d}.{us % 1000:03d}"
     sys.stderr.write(f"{stamp} {level} {text}\n")
     sys.stderr.flush()
@@ -250,14 +276,15 @@ def _log(level: str, text: str) -> None:
 
 def wait_healthy(address: str, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
     """Poll GET /health until 200: the server answers 503 while loading and refuses before binding."""
-    url = urlsplit(address)
-    host = url.hostname or "127.0.0.1"
+    # llama.cpp formats the address as "http://%s:%d" (no brackets around an IPv6 host).
+    host, _, port = address.removeprefix("http://").rpartition(":")
+    host = host.strip("[]")
     if host in ("0.0.0.0", "::", ""):
         host = "127.0.0.1"
     deadline = time.monotonic() + timeout_s
     last = "no answer"
     while time.monotonic() < deadline:
-        conn = http.client.HTTPConnection(host, url.port or 80, timeout=2.0)
+        conn = http.client.HTTPConnection(host, int(port), timeout=2.0)
         try:
             conn.request("GET", "/health")
             status = conn.getresponse().status
@@ -272,18 +299,6 @@ def wait_healthy(address: str, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
     raise LaunchError(f"server at {address} not healthy after {timeout_s:.0f} s: {last}", 1)
 
 
-def _hard_exit_after(seconds: float) -> None:
-    """Leave even if the C++ side hangs on shutdown: a stuck child would block the whole run."""
-
-    def fire() -> None:
-        _log("E", f"srv          main: shutdown took over {seconds:.0f} s, exiting hard")
-        os._exit(1)
-
-    t = threading.Timer(seconds, fire)
-    t.daemon = True
-    t.start()
-
-
 def serve(argv: Sequence[str]) -> int:
     """Start the server, announce readiness, block until SIGTERM/SIGINT, stop it."""
     params = make_params(argv)
@@ -293,19 +308,22 @@ def serve(argv: Sequence[str]) -> int:
     # signal is delivered only to sigwait below, never into a C++ thread.
     stop_signals = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
-    global _T0
-    _T0 = time.monotonic()  # llama.cpp's log clock starts as the server initialises; keep ours in step
+    t0 = time.monotonic()  # llama.cpp's log clock starts as the server initialises; keep ours in step
     try:
         server = xllamacpp.Server(params)
     except (RuntimeError, ValueError) as e:
         raise LaunchError(f"server failed to start: {e}", 1) from e
     address = server.listening_address
-    wait_healthy(address)
-    _log("I", READY_TEXT.format(address=address))
-    signum = signal.sigwait(stop_signals)
-    _log("I", f"srv          main: received {signal.Signals(signum).name}, shutting down")
-    _hard_exit_after(STOP_DEADLINE_S)
+    if not stop_signals & signal.sigpending():  # stopped while loading: never announce readiness
+        wait_healthy(address)
+        _log("I", READY_TEXT.format(address=address), t0)
+        signal.sigwait(stop_signals)
+    # No line of ours here: requests may still be logging, and our write could split one of theirs.
+    # The watchdog is faulthandler's C thread because the server's destructor holds the GIL while it
+    # waits for the batch: a Python timer could never run. It prints "Timeout" and the stack, exit 1.
+    faulthandler.dump_traceback_later(STOP_DEADLINE_S, exit=True)
     del server
+    faulthandler.cancel_dump_traceback_later()
     return 0
 
 

@@ -59,7 +59,7 @@ def history_trace(
     deltas), and a replay materialises ~history_tokens per request.
     """
     body = history_tokens - system_tokens
-    params = {"max_tokens": output_tokens, "stream": True}
+    params = {"max_tokens": output_tokens, "stream": True, "extra": {"bench": {"first_token_ms": 0}}}
     with TraceWriter(path, source="scenario:bench-history", created="2026-01-01T00:00:00+00:00") as w:
         system = {"role": "system", "content": {"synth": {"tokens": system_tokens, "seed": 7}}}
         for s in range(sessions):

@@ -6,8 +6,10 @@ failure is the result's `status` and one-line `error`, with whatever was receive
 kept. Only cancellation from the caller propagates.
 
 Timing: each moment is a named `time.perf_counter_ns()` stamp on the result. Network
-chunks are stamped as they arrive, before parsing, so parser cost never shows up as
-TTFT. TTFT stops at the first event that carries content, reasoning or a tool call;
+chunks carry the time they arrived (the kernel's receive stamp on Linux), never the
+time the parser got to them, so neither parsing nor a busy event loop shows up as
+TTFT. TTFT runs from the moment the request starts going out (connection setup is
+`connect_s`) to the first event that carries content, reasoning or a tool call;
 role-only chunks, keep-alive comments and usage-only chunks do not count.
 
 Connections: `make_client()` opens a fresh connection per request and never pools
@@ -20,8 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import socket
 import ssl
+import struct
 import sys
 import time
 from collections import deque
@@ -117,7 +121,7 @@ class ApiResult:
     t_first_byte: int | None = None  # first body chunk (may be a keep-alive or role chunk)
     t_first_token: int | None = None  # first content / reasoning / tool-call event
     t_last_token: int | None = None
-    t_done: int | None = None  # exchange over, in every outcome
+    t_done: int | None = None  # terminal event / last body byte arrived; else when we gave up
     message: dict[str, Any] | None = None  # neutral assistant message
     finish: str | None = None  # OpenAI vocabulary: stop | length | tool_calls | ...
     usage: Usage = field(default_factory=Usage)
@@ -171,127 +175,150 @@ class ApiResult:
 
 # --- transport: stamps taken where bytes arrive ---------------------------------------
 
+# Linux stamps every received packet in the kernel when SO_TIMESTAMPNS is set, and TCP
+# hands the stamp of the newest packet read to recvmsg() (kernel >= 4.13). With it a
+# token's arrival time no longer depends on when our event loop got round to reading
+# it: a GC pause or hundreds of busy streams in the same loop do not move TTFT.
+# Elsewhere (or if the option is refused) the stamp is taken in the loop's read callback.
+_SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else None  # == SCM_TIMESTAMPNS
+_TIMESPEC = struct.Struct("@ll")
+_RECV_BYTES = 256 * 1024
+_PAUSE_AT = 4 << 20  # stop reading when this many bytes wait for the reader
 
-class _RxProtocol(asyncio.Protocol):
-    """Buffers received data with its arrival stamp, taken in the loop's read callback.
 
-    Stamping here rather than when the reading task resumes keeps event-loop lag
-    (hundreds of other streams being served in the same loop iteration) out of TTFT.
+class _StampedStream(httpcore.AsyncNetworkStream):
+    """A plain TCP stream for httpcore; `rx_ns` is when the bytes last returned by read() arrived.
+
+    Reading is eager: the loop's reader callback receives data as soon as the socket
+    is readable and queues it with its stamp, so even the fallback stamp is not
+    delayed by the consuming task's scheduling.
     """
 
-    _PAUSE_AT = 4 << 20  # stop reading when this many bytes wait for the reader
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.chunks: deque[tuple[int, bytes]] = deque()
-        self.buffered = 0
-        self.eof = False
-        self.exc: BaseException | None = None
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._loop = loop
+        self._kernel_stamps = False
+        if _SO_TIMESTAMPNS is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                self._kernel_stamps = True
+            except OSError:
+                pass
+        self._chunks: deque[tuple[int, bytes]] = deque()
+        self._buffered = 0
+        self._eof = False
+        self._exc: OSError | None = None
         self._wake: asyncio.Future[None] | None = None
-        self._drained: asyncio.Future[None] | None = None
+        self._reading = True
+        self._closed = False
+        self.rx_ns: int | None = None
+        loop.add_reader(self._fd, self._on_readable)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        self.chunks.append((time.perf_counter_ns(), data))
-        self.buffered += len(data)
-        if self.buffered > self._PAUSE_AT and self.transport is not None:
-            self.transport.pause_reading()
-        self._notify()
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        self._notify()
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.eof = True
-        self.exc = exc
-        self._notify()
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-
-    def pause_writing(self) -> None:
-        self._drained = asyncio.get_running_loop().create_future()
-
-    def resume_writing(self) -> None:
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-        self._drained = None
-
-    def _notify(self) -> None:
+    def _on_readable(self) -> None:
+        try:
+            data, anc, _flags, _addr = self._sock.recvmsg(_RECV_BYTES, 64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._exc = exc
+            data, anc = b"", []
+        now = time.perf_counter_ns()
+        if not data:
+            self._eof = True
+            self._stop_reading()
+        else:
+            stamp = now
+            for level, kind, raw in anc:
+                if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
+                    sec, nsec = _TIMESPEC.unpack_from(raw)
+                    # Kernel stamps are wall-clock; move them onto the monotonic clock.
+                    kernel = sec * 1_000_000_000 + nsec - (time.time_ns() - now)
+                    if now - 60_000_000_000 < kernel <= now:  # else the wall clock stepped
+                        stamp = kernel
+            self._chunks.append((stamp, data))
+            self._buffered += len(data)
+            if self._buffered > _PAUSE_AT:
+                self._stop_reading()
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
 
-    async def wait_data(self) -> None:
-        self._wake = asyncio.get_running_loop().create_future()
-        try:
-            await self._wake
-        finally:
-            self._wake = None
-
-
-class _RxStream(httpcore.AsyncNetworkStream):
-    """httpcore network stream over `_RxProtocol`; `rx_ns` is when the last bytes read arrived."""
-
-    def __init__(self, proto: _RxProtocol) -> None:
-        self._proto = proto
-        self.rx_ns: int | None = None
+    def _stop_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        proto = self._proto
-        if not proto.chunks and not proto.eof:
+        if not self._chunks and not self._eof:
+            self._wake = self._loop.create_future()
             try:
                 async with asyncio.timeout(timeout):
-                    await proto.wait_data()
+                    await self._wake
             except TimeoutError:
                 raise httpcore.ReadTimeout("read timed out") from None
-        if proto.chunks:
-            stamp, data = proto.chunks.popleft()
+            finally:
+                self._wake = None
+        if self._chunks:
+            stamp, data = self._chunks.popleft()
             if len(data) > max_bytes:
-                proto.chunks.appendleft((stamp, data[max_bytes:]))
+                self._chunks.appendleft((stamp, data[max_bytes:]))
                 data = data[:max_bytes]
-            proto.buffered -= len(data)
-            if proto.transport is not None and proto.buffered <= proto._PAUSE_AT:
-                proto.transport.resume_reading()
+            self._buffered -= len(data)
+            if not self._reading and not self._eof and not self._closed and self._buffered <= _PAUSE_AT:
+                self._reading = True
+                self._loop.add_reader(self._fd, self._on_readable)
             self.rx_ns = stamp
             return data
-        if proto.exc is not None:
-            raise httpcore.ReadError(str(proto.exc) or type(proto.exc).__name__)
+        if self._exc is not None:
+            raise httpcore.ReadError(str(self._exc) or type(self._exc).__name__)
         return b""
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        proto = self._proto
-        transport = proto.transport
-        if transport is None or transport.is_closing():
+        if self._closed:
             raise httpcore.WriteError("connection closed before the request was written")
-        transport.write(buffer)
-        if proto._drained is not None:
-            try:
-                async with asyncio.timeout(timeout):
-                    await proto._drained
-            except TimeoutError:
-                raise httpcore.WriteTimeout("write timed out") from None
-        if proto.exc is not None:
-            raise httpcore.WriteError(str(proto.exc))
+        try:
+            async with asyncio.timeout(timeout):
+                await self._loop.sock_sendall(self._sock, buffer)
+        except TimeoutError:
+            raise httpcore.WriteTimeout("write timed out") from None
+        except OSError as exc:
+            raise httpcore.WriteError(str(exc) or type(exc).__name__) from None
 
     async def aclose(self) -> None:
-        if self._proto.transport is not None:
-            self._proto.transport.close()
+        if not self._closed:
+            self._closed = True
+            self._stop_reading()
+            self._loop.remove_writer(self._fd)  # a cancelled sock_sendall unregisters only later
+            self._sock.close()
 
     async def start_tls(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
         raise httpcore.ConnectError("TLS is served by httpx's default transport (https:// mount)")
 
     def get_extra_info(self, info: str) -> Any:
-        transport = self._proto.transport
+        if info == "socket":
+            return self._sock
         if info == "is_readable":
             # httpcore asks before reusing an idle connection; we never reuse, but answer truly.
-            return bool(self._proto.chunks) or self._proto.eof
-        return None if transport is None else transport.get_extra_info(info)
+            return bool(self._chunks) or self._eof
+        if info in ("client_addr", "server_addr"):
+            try:
+                return self._sock.getsockname() if info == "client_addr" else self._sock.getpeername()
+            except OSError:
+                return None
+        return None
 
 
-class _RxBackend(httpcore.AsyncNetworkBackend):
+async def _resolve(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list[Any]:
+    """Addresses to try; an IP literal skips getaddrinfo, which asyncio runs in a thread."""
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (str(ip), port))]
+
+
+class _StampedBackend(httpcore.AsyncNetworkBackend):
     """Plain-TCP connects straight on the asyncio loop (an IP literal never touches a resolver thread)."""
 
     async def connect_tcp(
@@ -305,19 +332,37 @@ class _RxBackend(httpcore.AsyncNetworkBackend):
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                _, proto = await loop.create_connection(
-                    _RxProtocol, host, port, local_addr=(local_address, 0) if local_address else None
-                )
+                infos = await _resolve(loop, host, port)
+                sock = await self._connect(loop, infos, local_address, socket_options)
         except TimeoutError:
             raise httpcore.ConnectTimeout(f"connect to {host}:{port} timed out") from None
         except OSError as exc:
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from None
-        sock = proto.transport.get_extra_info("socket") if proto.transport else None
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            for option in socket_options or ():
-                sock.setsockopt(*option)
-        return _RxStream(proto)
+        return _StampedStream(sock, loop)
+
+    @staticmethod
+    async def _connect(
+        loop: asyncio.AbstractEventLoop, infos: list[Any], local_address: str | None, socket_options: Any
+    ) -> socket.socket:
+        error: OSError | None = None
+        for family, kind, proto, _name, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                for option in socket_options or ():
+                    sock.setsockopt(*option)
+                if local_address:
+                    sock.bind((local_address, 0))
+                await loop.sock_connect(sock, addr)
+                return sock
+            except OSError as exc:
+                sock.close()
+                error = exc
+            except BaseException:
+                sock.close()
+                raise
+        raise error or OSError(f"no address to connect to for {infos!r}")
 
     async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
         raise httpcore.ConnectError("unix sockets are not supported")
@@ -332,7 +377,7 @@ class _StampedTransport(httpx.AsyncHTTPTransport):
     def __init__(self, limits: httpx.Limits) -> None:
         super().__init__(limits=limits, retries=0, verify=False)  # plain TCP only: no CA bundle to load
         # httpx does not take a network backend; its pool is replaced with one built the
-        # same way (httpx 0.28 keeps it in `_pool`) but on `_RxBackend`.
+        # same way (httpx 0.28 keeps it in `_pool`) but on `_StampedBackend`.
         self._pool = httpcore.AsyncConnectionPool(
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
@@ -340,7 +385,7 @@ class _StampedTransport(httpx.AsyncHTTPTransport):
             http1=True,
             http2=False,
             retries=0,
-            network_backend=_RxBackend(),
+            network_backend=_StampedBackend(),
         )
 
 
@@ -371,7 +416,7 @@ def make_client(connect_timeout_s: float = 10.0) -> httpx.AsyncClient:
 def _rx_clock(response: httpx.Response) -> Callable[[], int]:
     """Arrival stamp of the bytes just read, or the current time on transports without one."""
     stream = response.extensions.get("network_stream")
-    if isinstance(stream, _RxStream):
+    if isinstance(stream, _StampedStream):
         return lambda: stream.rx_ns or time.perf_counter_ns()
     return time.perf_counter_ns
 

@@ -19,7 +19,8 @@ import httpx
 
 from replay.engine.apis import APIS, ApiCall, ApiResult, make_client
 from replay.engine.plans import Plan
-from replay.engine.session import LIVE, SessionState
+from replay.engine.session import HISTORY_MODES, LIVE, SessionState
+from replay.errors import UsageError
 from replay.metrics.record import RequestRecord, output_sha1
 from replay.metrics.switch import SwitchTracker
 from replay.trace.model import Request, Trace
@@ -39,6 +40,19 @@ class EngineConfig:
     stream: bool | None = None
     run_id: str = "run"
     lookahead: int = 4096
+
+
+THINK_MODES = ("off", "on", "auto")
+
+
+def check_options(history: str, think: str, api: str | None) -> None:
+    """Refuse run options the engine does not know, before anything starts."""
+    if history not in HISTORY_MODES:
+        raise UsageError(f"--history must be one of {', '.join(HISTORY_MODES)}")
+    if think not in THINK_MODES:
+        raise UsageError(f"--think must be one of {', '.join(THINK_MODES)}")
+    if api is not None and api not in APIS:
+        raise UsageError(f"--api must be one of {', '.join(APIS)}")
 
 
 @dataclass(slots=True)
@@ -101,7 +115,9 @@ class Engine:
         if event is not None:
             event.set()
 
-    async def _one(self, client: httpx.AsyncClient, req: Request, prev: Request | None, window: anyio.Semaphore) -> None:
+    async def _one(
+        self, client: httpx.AsyncClient, req: Request, prev: Request | None, window: anyio.Semaphore
+    ) -> None:
         try:
             deps_done = 0
             for dep in self.plan.waits_for(req, prev):

@@ -41,7 +41,9 @@ class ClassStats:
         if rec.get("latency_s") is not None:
             self.hists["latency_us"].record_value(min(int(rec["latency_s"] * 1e6), _RANGES["latency_us"]))
         if rec.get("reprocessed_tokens") is not None:
-            self.hists["reprocessed"].record_value(min(int(rec["reprocessed_tokens"]), _RANGES["reprocessed"]))
+            self.hists["reprocessed"].record_value(
+                min(int(rec["reprocessed_tokens"]), _RANGES["reprocessed"])
+            )
 
     def merge(self, other: ClassStats) -> None:
         self.count += other.count

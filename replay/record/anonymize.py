@@ -10,13 +10,17 @@ changes every block after it, as it would on a server.
 
 Structure is kept: roles, message counts, tool-call ids (renamed, pairing intact), timings,
 usage, finish reasons, statuses. Names (tools, schema properties, argument keys, session ids,
-blob ids) become two synthetic words chosen by the same keyed hash, consistently everywhere.
+blob ids) become identifiers of as many tokens drawn from the same keyed hash, consistently
+everywhere. Tool-call arguments keep their JSON layout, only their strings change. Token counts
+are the simulator's (`replay.record.tokens`), so on the simulator an anonymised trace prefills
+what the original did; long texts split into parts pay for the newline that joins them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +28,7 @@ from typing import Any
 import orjson
 
 from replay.errors import TraceError
-from replay.record.tokens import count_tokens, token_starts
+from replay.record.tokens import PART_SEPARATOR_TOKENS, count_tokens, token_starts
 from replay.trace.model import FORMAT, Message
 from replay.trace.reader import validate
 from replay.trace.synth import synth_text
@@ -35,6 +39,7 @@ _SCHEMA_KEEP = {"type", "format", "$schema"}
 _SCHEMA_NAMES = {"properties", "patternProperties", "$defs", "definitions"}
 _SCHEMA_TEXT = {"description", "title"}
 _MEMO_MAX = 8192
+_JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"(\s*:)?')
 
 
 class Anonymizer:
@@ -68,7 +73,7 @@ class Anonymizer:
         cached = self._memo.get(text)
         if cached is not None:
             return cached
-        starts = list(token_starts(text)) if self._count is count_tokens else None
+        starts = token_starts(text) if self._count is count_tokens else None
         n = len(starts) if starts is not None else self._count(text)
         if n == 0:
             out: Any = ""
@@ -80,7 +85,8 @@ class Anonymizer:
             for i in range(0, n, self.block_tokens):
                 end = starts[i + self.block_tokens] if i + self.block_tokens < n else len(text)
                 chained = self._mac(chained, text[starts[i] : end].encode())
-                out.append({"synth": {"tokens": min(self.block_tokens, n - i), "seed": self._seed(chained)}})
+                size = min(self.block_tokens, n - i) - (PART_SEPARATOR_TOKENS if i else 0)
+                out.append({"synth": {"tokens": size, "seed": self._seed(chained)}})
         if len(self._memo) < _MEMO_MAX:
             self._memo[text] = out
         return out
@@ -91,15 +97,26 @@ class Anonymizer:
         return synth_text(n, self._seed(self._mac(b"plain", text.encode()))) if n else ""
 
     def name(self, name: str) -> str:
-        """An identifier-like replacement: two synthetic words joined by '_'."""
+        """An identifier of as many tokens: letter runs from the keyed hash, joined by '_'.
+
+        Letters rather than dictionary words, so that different names never collide.
+        """
         if not name:
             return name
-        return "_".join(synth_text(2, self._seed(self._mac(b"name", name.encode()))).split())
+        n = max(1, self._count(name))
+        digest = self._mac(b"name", name.encode())
+        while len(digest) < n * 8:
+            digest += self._mac(b"more", digest)
+        words = []
+        for k in range((n + 1) // 2):
+            chunk = digest[k * 8 : k * 8 + 8]
+            words.append("".join(chr(ord("a") + b % 26) for b in chunk[: 5 + chunk[7] % 4]))
+        return "_".join(words) + ("_" if n % 2 == 0 else "")
 
     def call_id(self, call_id: str) -> str:
         if not call_id:
             return call_id
-        return "call_" + self._mac(b"call", call_id.encode()).hex()[:20]
+        return "tc_" + self._mac(b"call", call_id.encode()).hex()[:20]
 
     def content(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -117,21 +134,20 @@ class Anonymizer:
     # --- structures --------------------------------------------------------------------
 
     def arguments(self, arguments: str) -> str:
-        """Tool-call arguments: JSON keys renamed like schema properties, string values replaced."""
+        """Tool-call arguments: JSON text rewritten in place (its layout kept), keys renamed like
+        schema properties, string values replaced; text that is not JSON is replaced whole."""
         try:
-            obj = orjson.loads(arguments)
+            orjson.loads(arguments)
         except orjson.JSONDecodeError:
             return self.plain(arguments)
-        return orjson.dumps(self._json_values(obj)).decode()
 
-    def _json_values(self, obj: Any) -> Any:
-        if isinstance(obj, str):
-            return self.plain(obj)
-        if isinstance(obj, list):
-            return [self._json_values(v) for v in obj]
-        if isinstance(obj, dict):
-            return {self.name(str(k)): self._json_values(v) for k, v in obj.items()}
-        return obj
+        def swap(match: re.Match[str]) -> str:
+            body, colon = match.group(1), match.group(2)
+            if colon is not None:
+                return f'"{self.name(body)}"{colon}'
+            return f'"{self.plain(body)}"'
+
+        return _JSON_STRING.sub(swap, arguments)
 
     def message(self, msg: Message) -> Message:
         if "$reply" in msg:
@@ -243,7 +259,11 @@ class Anonymizer:
 
     def blob_value(self, value: Any) -> Any:
         """A blob: tools, a message, or content; which one is told by its shape."""
-        if isinstance(value, list) and value and all(isinstance(t, dict) and ("function" in t) for t in value):
+        if (
+            isinstance(value, list)
+            and value
+            and all(isinstance(t, dict) and ("function" in t) for t in value)
+        ):
             return self.tools(value)
         if isinstance(value, dict) and "role" in value:
             return self.message(value)
@@ -252,10 +272,15 @@ class Anonymizer:
         return self.content(value)
 
     def labels(self, labels: dict[str, Any]) -> dict[str, Any]:
-        return {k: self.name(v) if isinstance(v, str) else v for k, v in labels.items()}
+        """Session labels: the recorder's own vocabulary (`label_source`) kept, other values renamed."""
+        return {
+            k: self.name(v) if isinstance(v, str) and k != "label_source" else v for k, v in labels.items()
+        }
 
 
-def anonymize_trace(src: str | Path, dst: str | Path, key: str, block_tokens: int = BLOCK_TOKENS) -> dict[str, int]:
+def anonymize_trace(
+    src: str | Path, dst: str | Path, key: str, block_tokens: int = BLOCK_TOKENS
+) -> dict[str, int]:
     """Write an anonymised copy of trace `src` to `dst`; returns counts of what was rewritten.
 
     The input is validated first (streaming), then rewritten line by line: the output keeps every

@@ -42,8 +42,21 @@ class RecordView:
             (self.out, "dim"),
         )
         table = Table(box=None, padding=(0, 2), header_style="bold")
-        for col in ("session", "role", "api", "requests", "depth", "in flight", "last", "status", "prompt", "ago"):
-            table.add_column(col, justify="right" if col in ("requests", "depth", "in flight", "prompt", "ago") else "left")
+        for col in (
+            "session",
+            "role",
+            "api",
+            "requests",
+            "depth",
+            "in flight",
+            "last",
+            "status",
+            "prompt",
+            "ago",
+        ):
+            table.add_column(
+                col, justify="right" if col in ("requests", "depth", "in flight", "prompt", "ago") else "left"
+            )
         now = time.perf_counter_ns()
         sessions = list(self.recorder.inference.sessions.values())
         sessions.sort(key=lambda s: s.last.arrived_ns if s.last else 0, reverse=True)
@@ -59,7 +72,9 @@ class RecordView:
                 str(s.depth),
                 str(s.in_flight) if s.in_flight else "",
                 last.tag if last else "",
-                Text(status, style=_STATUS_STYLE.get(status, "red" if status and status != "in flight" else "")),
+                Text(
+                    status, style=_STATUS_STYLE.get(status, "red" if status and status != "in flight" else "")
+                ),
                 str(done.prompt_tokens) if done and done.prompt_tokens is not None else "",
                 f"{(now - last.arrived_ns) / 1e9:.0f}s" if last else "",
             )

@@ -16,9 +16,10 @@ recorder only ever sees the body.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -50,8 +51,12 @@ HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
-_NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"x-replay-session", b"x-replay-role"}
-RECORDED_ROUTES = {"/v1/chat/completions": "openai", "/chat/completions": "openai", "/v1/messages": "anthropic"}
+_NOT_FORWARDED = HOP_BY_HOP | {b"host", b"content-length", b"expect", b"x-replay-session", b"x-replay-role"}
+RECORDED_ROUTES = {
+    "/v1/chat/completions": "openai",
+    "/chat/completions": "openai",
+    "/v1/messages": "anthropic",
+}
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 log = logging.getLogger("replay.record")
 
@@ -121,7 +126,9 @@ class RecordingProxy:
         self.in_flight = 0
         self.passthrough = 0
         self.internal_errors = 0
-        self.app = Starlette(routes=[Route("/{path:path}", self._handle, methods=METHODS)], lifespan=self._lifespan)
+        self.app = Starlette(
+            routes=[Route("/{path:path}", self._handle, methods=METHODS)], lifespan=self._lifespan
+        )
 
     @asynccontextmanager
     async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
@@ -138,23 +145,19 @@ class RecordingProxy:
             label = Label(header_label, "header")
         body = await request.body()
         api = RECORDED_ROUTES.get(path) if request.method == "POST" else None
-        pending = None
+        begin: Callable[[], Pending | None] | None = None
         if api is not None and self.recorder is not None:
-            try:
-                pending = self.recorder.begin(api, body, label, request.headers.get("x-replay-role"), arrived)
-            except Exception as exc:  # a recorder bug must never stop the traffic
-                self._internal(exc)
+            recorder, role = self.recorder, request.headers.get("x-replay-role")
+            begin = functools.partial(recorder.begin, api, body, label, role, arrived)
         else:
             self.passthrough += 1
-        timeout = httpx.Timeout(None, connect=self.connect_timeout_s).as_dict()
         upstream = httpx.Request(
             request.method,
             upstream_url(self.upstream, path, request.url.query),
             headers=_request_headers(request.headers.raw, recorded=api is not None),
             content=body,
-            extensions={"timeout": timeout},
         )
-        return _Relay(self, upstream, pending, api)
+        return _Relay(self, upstream, api, begin)
 
     def _internal(self, exc: Exception) -> None:
         self.internal_errors += 1
@@ -164,13 +167,45 @@ class RecordingProxy:
 
 
 class _Relay:
-    """The ASGI response for one request: relay upstream's reply, watch for the agent leaving."""
+    """The ASGI response for one request: relay upstream's reply, watch for the agent leaving.
 
-    def __init__(self, proxy: RecordingProxy, upstream: httpx.Request, pending: Pending | None, api: str | None):
+    Reading the request for the trace (parsing, session inference) waits until the request has
+    gone upstream, and runs while the server computes: on a 200K-token conversation it takes
+    milliseconds the agent would otherwise see added to its first token.
+    """
+
+    def __init__(
+        self,
+        proxy: RecordingProxy,
+        upstream: httpx.Request,
+        api: str | None,
+        begin: Callable[[], Pending | None] | None,
+    ) -> None:
         self.proxy = proxy
         self.upstream = upstream
-        self.pending = pending
-        self.tap = ReplyTap(api) if pending is not None and api is not None else None
+        self.api = api
+        self._begin = begin
+        self.pending: Pending | None = None
+        self.tap: ReplyTap | None = None
+        timeout = httpx.Timeout(None, connect=proxy.connect_timeout_s).as_dict()
+        upstream.extensions = {**upstream.extensions, "timeout": timeout, "trace": self._trace}
+
+    async def _trace(self, name: str, _info: Any) -> None:
+        if name.endswith("receive_response_headers.started"):
+            self._start_recording()
+
+    def _start_recording(self) -> None:
+        """Hand the request to the recorder (once): when it went upstream, or when it failed to."""
+        begin, self._begin = self._begin, None
+        if begin is None or self.proxy.recorder is None:
+            return
+        try:
+            self.pending = begin()
+        except Exception as exc:  # a recorder bug must never stop the traffic
+            self.proxy._internal(exc)
+            return
+        if self.pending is not None and self.api is not None:
+            self.tap = ReplyTap(self.api)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         state = _State()
@@ -192,6 +227,7 @@ class _Relay:
                 tg.cancel_scope.cancel()
         finally:
             self.proxy.in_flight -= 1
+            self._start_recording()
             if self.pending is not None:
                 self._record(state)
         if state.abort:
@@ -232,7 +268,9 @@ class _Relay:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except httpx.TransportError as exc:
             state.status, state.abort = "stream_broken", True
-            state.error = f"upstream connection failed after {state.sent_bytes} bytes: {type(exc).__name__}: {exc}"
+            state.error = (
+                f"upstream connection failed after {state.sent_bytes} bytes: {type(exc).__name__}: {exc}"
+            )
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()

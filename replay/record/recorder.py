@@ -116,14 +116,13 @@ class Recorder:
         parsed, a = pending.parsed, pending.assignment
         anon = self.anonymizer
         messages = parsed.messages if anon is None else anon.messages(parsed.messages)
-        params = dict(parsed.params)
+        params = dict(parsed.params) if anon is None else anon.params(parsed.params)
         tools = params.get("tools")
         if tools:
-            tools = tools if anon is None else anon.tools(tools)
-            digest = hashlib.blake2b(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS), digest_size=6).hexdigest()
+            digest = hashlib.blake2b(
+                orjson.dumps(tools, option=orjson.OPT_SORT_KEYS), digest_size=6
+            ).hexdigest()
             params["tools"] = self.writer.blob(f"tools-{digest}", tools)
-        if anon is not None:
-            params = anon.params(params)
         reply = self._reply(pending, outcome, status, error)
         if anon is not None:
             reply = anon.reply(reply)

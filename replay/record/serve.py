@@ -7,9 +7,12 @@ so anyone who can reach it can use them.
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import uvicorn
@@ -24,6 +27,35 @@ from replay.record.sessions import SessionInference
 from replay.trace.writer import TraceWriter
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without re-raising the stop signal after its graceful shutdown.
+
+    Ctrl-C or SIGTERM is how a recording ends, not a failure: the trace is closed, the summary
+    printed and the exit code is 0. A second signal forces the exit, as in uvicorn.
+    """
+
+    stopped_by: str | None = None
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def stop(sig: int, _frame: object) -> None:
+            if self.should_exit:
+                self.force_exit = True
+            self.should_exit = True
+            self.stopped_by = signal.Signals(sig).name
+
+        original = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -67,15 +99,16 @@ class RecordingServer:
         self.host, self._port = host, port
         self.port = 0
         self._sock: socket.socket | None = None
-        self._server: uvicorn.Server | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self.stopped_by: str | None = None  # the signal that ended `serve_forever`
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def bind(self) -> uvicorn.Server:
+    def bind(self) -> _Server:
         """Bind the socket and make the uvicorn server (once); `port` is known from here on."""
         if self._server is not None:
             return self._server
@@ -86,10 +119,14 @@ class RecordingServer:
             sock.bind((self.host, self._port))
         except OSError as exc:
             sock.close()
+            self.writer.close()
             raise UsageError(f"cannot listen on {self.host}:{self._port}: {exc.strerror}") from None
+        sock.listen(2048)  # connections queue from here on, so "listening on" is true when printed
         self.port = sock.getsockname()[1]
         self._sock = sock
-        logging.getLogger("uvicorn.error").addFilter(QuietUpstreamBroke())
+        uvicorn_log = logging.getLogger("uvicorn.error")
+        if not any(isinstance(f, QuietUpstreamBroke) for f in uvicorn_log.filters):
+            uvicorn_log.addFilter(QuietUpstreamBroke())
         config = uvicorn.Config(
             self.proxy.app,
             loop="asyncio",
@@ -103,7 +140,7 @@ class RecordingServer:
             timeout_graceful_shutdown=5,
             backlog=2048,
         )
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config)
         return self._server
 
     def start(self) -> RecordingServer:
@@ -130,6 +167,8 @@ class RecordingServer:
         self._close()
 
     def _close(self) -> None:
+        if self._server is not None:
+            self.stopped_by = self._server.stopped_by
         if self._sock is not None:
             self._sock.close()
         self._server = self._thread = self._sock = None
@@ -142,7 +181,7 @@ class RecordingServer:
         self.stop()
 
     def serve_forever(self, console: Console | None = None) -> None:
-        """Serve in this thread until Ctrl-C / SIGTERM (uvicorn's handlers), with the live table."""
+        """Serve in this (main) thread until Ctrl-C or SIGTERM, with the live table if given a console."""
         server = self.bind()
         try:
             if console is None:
@@ -169,11 +208,7 @@ def record(
     host, port = parse_listen(listen)
     server = RecordingServer(upstream, out, host=host, port=port, anonymize_key=key if anonymize else None)
     console = console or Console(stderr=True)
-    try:
-        server.bind()
-    except BaseException:
-        server._close()
-        raise
+    server.bind()
     console.print(f"listening on {server.url} -> {server.upstream}, writing {server.out}", highlight=False)
     if host not in _LOOPBACK:
         console.print(
@@ -184,7 +219,8 @@ def record(
     stats = server.recorder.stats
     console.print(
         f"{server.out}: {stats.recorded} requests recorded in {len(server.recorder.inference.sessions)} sessions"
-        f" ({stats.errors} with errors, {stats.unrecorded} not recordable)",
+        f" ({stats.errors} with errors, {stats.unrecorded} not recordable)"
+        + (f"; stopped by {server.stopped_by}" if server.stopped_by else ""),
         highlight=False,
     )
     return 0 if not stats.write_errors else 1

@@ -41,27 +41,38 @@ _LABEL_OK = re.compile(r"[^A-Za-z0-9_.:-]+")
 _CC_SESSION = re.compile(r"_session_([0-9a-fA-F-]{8,})")
 
 
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
+def _frozen(value: Any) -> Any:
+    """A hashable copy of JSON-like data (content lists, tool calls)."""
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _frozen(v)) for k, v in value.items())
+    return value
 
 
-def message_key(msg: Message) -> bytes:
-    """A message as an agent would resend it: reasoning (never resent) is left out."""
+def message_key(msg: Message) -> int:
+    """A message as an agent would resend it: reasoning (never resent) is left out.
+
+    Python's own hashing (64 bits, per process) rather than a digest: this runs over the whole
+    conversation on every request, and the keys never leave memory.
+    """
     calls = msg.get("tool_calls") or ()
-    key = [
-        msg.get("role"),
-        msg.get("content") if msg.get("content") is not None else "",
-        [[c.get("id"), c.get("name"), c.get("arguments")] for c in calls],
-        msg.get("tool_call_id"),
-    ]
-    return _digest(orjson.dumps(key))
+    content = msg.get("content")
+    return hash(
+        (
+            msg.get("role"),
+            "" if content is None else _frozen(content),
+            tuple((c.get("id"), c.get("name"), c.get("arguments")) for c in calls),
+            msg.get("tool_call_id"),
+        )
+    )
 
 
-def prefix_chain(messages: list[Message]) -> list[bytes]:
+def prefix_chain(messages: list[Message]) -> list[int]:
     """chain[i] identifies messages[:i]; equal chains mean equal prefixes."""
-    chain = [b""]
-    for msg in messages:
-        chain.append(_digest(chain[-1] + message_key(msg)))
+    chain = [0]
+    for i, msg in enumerate(messages):
+        chain.append(hash((chain[-1], i, message_key(msg))))
     return chain
 
 
@@ -99,7 +110,7 @@ class Head:
 
     session: SessionState
     messages: list[Message]
-    chain: bytes
+    chain: int
     arrived_ns: int
     tag: str = "turn"
     done_ns: int | None = None
@@ -121,7 +132,7 @@ class SessionState:
     model: str
     scope: str  # sessions are inferred among requests of one scope (API, and user id if any)
     explicit: bool
-    system_key: bytes | None
+    system_key: int | None
     labels: dict[str, Any] = field(default_factory=dict)
     heads: deque[Head] = field(default_factory=deque)
     in_flight: int = 0
@@ -148,17 +159,17 @@ class Assignment:
     new_session: bool
 
 
-def _system_key(messages: list[Message], tools_key: bytes | None) -> bytes | None:
+def _system_key(messages: list[Message], tools: int | None) -> int | None:
     n = 0
     while n < len(messages) and messages[n].get("role") == "system":
         n += 1
-    if n == 0 and tools_key is None:
+    if n == 0 and tools is None:
         return None
-    return _digest(b"".join(message_key(m) for m in messages[:n]) + b"|" + (tools_key or b""))
+    return hash((tuple(message_key(m) for m in messages[:n]), tools))
 
 
-def tools_key(tools: Any) -> bytes | None:
-    return _digest(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)) if tools else None
+def tools_key(tools: Any) -> int | None:
+    return hash(_frozen(tools)) if tools else None
 
 
 def _texts(messages: list[Message]) -> list[str]:
@@ -191,7 +202,7 @@ class SessionInference:
         self.max_heads = max_heads
         self.carry_over_chars = carry_over_chars
         self.sessions: dict[str, SessionState] = {}
-        self._index: dict[tuple[str, bytes], Head] = {}  # (scope, chain) -> latest head
+        self._index: dict[tuple[str, int], Head] = {}  # (scope, chain) -> latest head
         self._scope_count: dict[str, int] = {}
 
     # --- arrival -----------------------------------------------------------------------
@@ -239,7 +250,11 @@ class SessionInference:
         after = base if base is not None and base.done_ns is not None and base.rid is not None else None
         if after is None and session.last_done is not None and session.last_done.rid is not None:
             after = session.last_done
-        delay = max(0.0, (now_ns - after.done_ns) / 1e9) if after is not None and after.done_ns is not None else None
+        delay = (
+            max(0.0, (now_ns - after.done_ns) / 1e9)
+            if after is not None and after.done_ns is not None
+            else None
+        )
         if delay is not None:
             session.gaps.append(delay)
         head = Head(session=session, messages=messages, chain=chain[-1], arrived_ns=now_ns, tag=tag)
@@ -260,14 +275,16 @@ class SessionInference:
             return "compaction"
         return "turn"
 
-    def _longest(self, chain: list[bytes], scope: str) -> Head | None:
+    def _longest(self, chain: list[int], scope: str) -> Head | None:
         for i in range(len(chain) - 1, 0, -1):
             head = self._index.get((scope, chain[i]))
             if head is not None:
                 return head
         return None
 
-    def _compacted(self, messages: list[Message], skey: bytes | None, scope: str, now_ns: int) -> SessionState | None:
+    def _compacted(
+        self, messages: list[Message], skey: int | None, scope: str, now_ns: int
+    ) -> SessionState | None:
         texts = _texts(messages)
         carried = []
         rhythmic = []
@@ -279,7 +296,12 @@ class SessionInference:
             if len(reply) >= self.carry_over_chars and any(reply in t for t in texts):
                 carried.append(s)
                 continue
-            if skey is not None and s.system_key == skey and s.depth > len(messages) and self._in_rhythm(s, now_ns):
+            if (
+                skey is not None
+                and s.system_key == skey
+                and s.depth > len(messages)
+                and self._in_rhythm(s, now_ns)
+            ):
                 rhythmic.append(s)
         pick = carried or ([] if self.cron_like() else rhythmic)
         if not pick:
@@ -312,7 +334,7 @@ class SessionInference:
         model: str,
         scope: str,
         explicit: bool,
-        skey: bytes | None,
+        skey: int | None,
         label: Label | None,
         role_hint: str | None,
     ) -> SessionState:
@@ -327,7 +349,14 @@ class SessionInference:
         if label is not None:
             labels["label_source"] = label.source
         session = SessionState(
-            id=sid, role=role, api=api, model=model, scope=scope, explicit=explicit, system_key=skey, labels=labels
+            id=sid,
+            role=role,
+            api=api,
+            model=model,
+            scope=scope,
+            explicit=explicit,
+            system_key=skey,
+            labels=labels,
         )
         self.sessions[sid] = session
         return session

@@ -1,29 +1,35 @@
-"""A tokenizer-free token count for text whose real tokenizer we do not have.
+"""Token counts for text whose model tokenizer we do not have: the simulator's tokenizer.
 
-Anonymisation and the importers must replace text with synthetic text "of the same token count"
-and cut prompts into fixed-size token blocks, without a model's tokenizer. A word counts one
-token and each punctuation mark another: close to BPE counts for prose and code alike, and exactly
-one token per word on `replay.trace.synth` text, so re-counting synthetic text gives back the
-number it was made from.
+Anonymisation replaces text with synthetic text "of the same token count", and the Mooncake
+importer and exporter cut prompts into 512-token blocks. Both count with the simulator's
+word-piece tokenizer (`replay.sim.tokenizer`), so an anonymised or imported trace has, on the
+simulator, the prompt lengths and shared prefixes the original had; it is lossless (tokens join
+back to the text) and gives exactly one token per `replay.trace.synth` word.
+
+Synthetic content stored as a list of parts is joined by newlines, and a newline between two
+words is a token of its own: `PART_SEPARATOR_TOKENS` is what each join costs.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
+from replay.sim.tokenizer import tokenize
 
-_TOKEN = re.compile(r"\w+|[^\w\s]")
+PART_SEPARATOR_TOKENS = 1
 
 
 def count_tokens(text: str) -> int:
-    return sum(1 for _ in _TOKEN.finditer(text)) if text else 0
+    return len(tokenize(text)) if text else 0
 
 
-def tokens(text: str) -> list[str]:
-    return _TOKEN.findall(text)
+def tokens(text: str) -> tuple[str, ...]:
+    return tokenize(text)
 
 
-def token_starts(text: str) -> Iterator[int]:
-    """Character offset where each token begins."""
-    for match in _TOKEN.finditer(text):
-        yield match.start()
+def token_starts(text: str) -> list[int]:
+    """Character offset where each token begins (the tokenizer is lossless, so offsets add up)."""
+    out = []
+    pos = 0
+    for tok in tokenize(text):
+        out.append(pos)
+        pos += len(tok)
+    return out

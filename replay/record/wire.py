@@ -125,7 +125,11 @@ def openai_to_neutral(messages: Any, counter: list[int] | None = None) -> list[M
         elif role in ("tool", "function"):
             call_id = m.get("tool_call_id") if role == "tool" else m.get("name")
             out.append(
-                {"role": "tool", "tool_call_id": str(call_id or ""), "content": _text_parts(m.get("content"), counter)}
+                {
+                    "role": "tool",
+                    "tool_call_id": str(call_id or ""),
+                    "content": _text_parts(m.get("content"), counter),
+                }
             )
         else:
             raise WireError(f"unknown message role {role!r}")
@@ -272,7 +276,9 @@ def parse_request(api: str, body: bytes) -> Parsed:
         tools = anthropic_tools_to_openai(obj.get("tools")) or None
         max_tokens = obj.get("max_tokens")
         meta = obj.get("metadata")
-        user_id = meta.get("user_id") if isinstance(meta, dict) and isinstance(meta.get("user_id"), str) else None
+        user_id = (
+            meta.get("user_id") if isinstance(meta, dict) and isinstance(meta.get("user_id"), str) else None
+        )
     else:
         raise WireError(f"unknown api {api!r}")
     if not messages:

@@ -91,6 +91,7 @@ class _Planned:
     tag: str
     label: str
     rid: int = 0
+    ends: float = 0.0  # estimated
 
 
 @dataclass(slots=True)
@@ -228,6 +229,7 @@ class _Builder:
         label: str,
         delay_s: float,
         prewarm: bool = False,
+        after: _Planned | None = None,
     ) -> _Planned:
         s = state.spec
         params: dict[str, Any] = {"temperature": 0, "stream": True}
@@ -250,14 +252,15 @@ class _Builder:
             messages=list(messages),
             params=params,
             reply=reply,
-            after=state.last,
+            after=after or state.last,
             delay_s=delay_s,
             tag=tag,
             label=label,
         )
         self.planned.append(p)
         decode = 0 if prewarm else s.reply_tokens
-        state.ready_at = t + new_tokens / NOMINAL_PREFILL_TPS + decode / NOMINAL_DECODE_TPS
+        p.ends = t + new_tokens / NOMINAL_PREFILL_TPS + decode / NOMINAL_DECODE_TPS
+        state.ready_at = p.ends
         state.last = p
         if not prewarm:
             state.real_requests += 1
@@ -266,7 +269,16 @@ class _Builder:
             state.pending_call = calls[0]["id"] if calls else None
         return p
 
-    def turn(self, state: _State, t: float, grow: int, delay_s: float, label: str, tag: str | None) -> None:
+    def turn(
+        self,
+        state: _State,
+        t: float,
+        grow: int,
+        delay_s: float,
+        label: str,
+        tag: str | None,
+        after: _Planned | None = None,
+    ) -> _Planned:
         if state.real_requests == 0:
             new = state.tokens
         else:
@@ -277,7 +289,7 @@ class _Builder:
             state.messages.append(self._growth(state, grow))
             new = state.tokens - before
         state.turns += 1
-        self._plan(state, t, state.messages, new, tag or _default_tag(state.spec), label, delay_s)
+        return self._plan(state, t, state.messages, new, tag or _default_tag(state.spec), label, delay_s, after=after)
 
     def prewarm(self, state: _State, t: float, delay_s: float, label: str) -> None:
         if state.pending_reply is not None:
@@ -370,12 +382,18 @@ class _Builder:
     def _parallel(self, step: Step, counts: dict[str, int]) -> None:
         start = self.now
         end = start
-        for sid in step.sessions:
+        firsts: dict[str, _Planned] = {}
+        leaders = [sid for sid in step.sessions if sid not in step.follows]
+        for sid in leaders + [sid for sid in step.sessions if sid in step.follows]:
             state = self.states[sid]
             for r in range(counts[sid]):
                 first = start + step.start[sid]
                 t = max(first, state.ready_at + self._delay(step, sid, r)) if state.last else first
-                self._one_turn(step, sid, state, t, counts, r)
+                after = None
+                if r == 0 and sid in step.follows and step.follows[sid] in firsts:
+                    after = firsts[step.follows[sid]]
+                    t = max(t, after.ends + step.gap_s[sid])
+                firsts.setdefault(sid, self._one_turn(step, sid, state, t, counts, r, after))
             end = max(end, state.ready_at)
         self.now = end
 
@@ -395,14 +413,16 @@ class _Builder:
         first = 1 if state.real_requests == 0 else 0
         return first + max(0, math.ceil((until - state.tokens) / grow))
 
-    def _one_turn(self, step: Step, sid: str, state: _State, t: float, counts: dict[str, int], r: int) -> None:
+    def _one_turn(
+        self, step: Step, sid: str, state: _State, t: float, counts: dict[str, int], r: int, after: _Planned | None = None
+    ) -> _Planned:
         grow = self.size(step.grow[sid])
         target = self.size(step.grow_to[sid])
         if target and state.real_requests:
             left = counts[sid] - r
             grow = max(0, math.ceil((target - state.tokens) / max(1, left)))
         label = step.label if r == 0 or not step.label else f"{step.label} ({r + 1})"
-        self.turn(state, t, grow, self._delay(step, sid, r), label, step.tag)
+        return self.turn(state, t, grow, self._delay(step, sid, r), label, step.tag, after)
 
 
 def _default_tag(s: SessionSpec) -> str:

@@ -7,20 +7,26 @@ the trace's seconds and the modelled seconds stay the same seconds.
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
+from replay.metrics.results import append_records
 from replay.runner import RunOutcome, check_reachable, run_trace
 from replay.scenario.build import GenerateResult, generate
 from replay.scenario.spec import Arm, Scenario
-from replay.targets import open_target
+from replay.serverlog import effective_settings, server_records
+from replay.targets import open_target, resolve_target
 from replay.trace.reader import read_trace
+
+if TYPE_CHECKING:
+    from drivers.launch import Served
 
 
 @dataclass(slots=True)
@@ -49,10 +55,63 @@ def run_command(spec: Scenario, arm: Arm, trace: str = "TRACE.jsonl") -> str:
         parts.append(f"--concurrency {spec.run.concurrency}")
     if spec.run.round_robin:
         parts.append("--round-robin")
+    if spec.run.think != "off":
+        parts.append(f"--think {spec.run.think}")
     if spec.run.plan in ("timed", "closed-loop"):
         parts.append(f"--speed {spec.run.time_scale:g}")
     parts.append(f"--sim-args '{' '.join(flags)}'")
     return " ".join(parts)
+
+
+def _prepare(spec: Scenario, arm: Arm, out: Path) -> tuple[Scenario, Path, GenerateResult]:
+    out.mkdir(parents=True, exist_ok=True)
+    armed = spec.with_params(arm.params)
+    trace_path = out / f"{spec.name}-{arm.name}.trace.jsonl"
+    return armed, trace_path, generate(armed, trace_path)
+
+
+def _replay(
+    spec: Scenario,
+    arm: Arm,
+    out: Path,
+    served: Served,
+    kind: str,
+    scale: float,
+    trace_path: Path,
+    generated: GenerateResult,
+    timeout_s: float,
+) -> tuple[ArmRun, int]:
+    """One arm against a server that is already up; its log lines are the ones written meanwhile."""
+    results = out / f"{spec.name}-{arm.name}.results.jsonl"
+    log = results.with_suffix(".server.log")
+    log_start = Path(served.log_path).stat().st_size if served.log_path and Path(served.log_path).exists() else 0
+    trace = read_trace(trace_path)
+    speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
+    plan = make_plan(spec.run.plan, concurrency=spec.run.concurrency, speed=speed, round_robin=spec.run.round_robin)
+    config = EngineConfig(
+        base_url=served.url, think=spec.run.think, timeout_s=timeout_s, run_id=uuid.uuid4().hex[:8]
+    )
+    header: dict[str, Any] = {
+        "kind": kind,
+        "url": served.url,
+        "build": served.build,
+        "effective": effective_settings(kind, served.log_path),
+        "scenario": spec.name,
+        "arm": arm.name,
+        "time_scale": scale,
+    }
+    outcome = run_trace(trace, plan, config, results, header, keep_records=True)
+    return ArmRun(arm=arm.name, trace=trace_path, results=results, log=log, outcome=outcome, generated=generated), log_start
+
+
+def _finish(run: ArmRun, served: Served, kind: str, log_start: int) -> None:
+    """Copy this run's part of the server log next to its results and append its `server` records."""
+    if served.log_path is None or not Path(served.log_path).exists():
+        return
+    with open(served.log_path, "rb") as src:
+        src.seek(log_start)
+        run.log.write_bytes(src.read())
+    append_records(run.results, server_records(kind, run.log, run.outcome.results))
 
 
 def run_arm(
@@ -60,31 +119,49 @@ def run_arm(
     arm: Arm,
     out_dir: str | Path,
     time_scale: float | None = None,
-    extra_sim: list[str] | None = None,
     console: Console | None = None,
     timeout_s: float = 600.0,
 ) -> ArmRun:
     """Generate the arm's trace, start a simulator with the arm's flags, replay, stop it."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     scale = time_scale or spec.run.time_scale
-    armed = spec.with_params(arm.params)
-    trace_path = out / f"{spec.name}-{arm.name}.trace.jsonl"
-    generated = generate(armed, trace_path)
+    armed, trace_path, generated = _prepare(spec, arm, out)
     if generated.notice and console is not None:
         console.print(f"[yellow]note:[/yellow] {generated.notice}", highlight=False)
-    results = out / f"{spec.name}-{arm.name}.results.jsonl"
-    log = results.with_suffix(".server.log")
-    trace = read_trace(trace_path)
-    speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
-    plan = make_plan(spec.run.plan, concurrency=spec.run.concurrency, speed=speed, round_robin=spec.run.round_robin)
-    flags = sim_flags(arm, scale) + list(extra_sim or [])
-    with open_target("sim", flags, log_path=log) as target:
-        check_reachable(target.url)
-        config = EngineConfig(base_url=target.url, timeout_s=timeout_s, run_id=uuid.uuid4().hex[:8])
-        described: dict[str, Any] = {**target.describe(), "scenario": spec.name, "arm": arm.name}
-        outcome = run_trace(trace, plan, config, results, described)
-    return ArmRun(arm=arm.name, trace=trace_path, results=results, log=log, outcome=outcome, generated=generated)
+    with tempfile.TemporaryDirectory(prefix="replay-scenario-") as scratch:
+        target = resolve_target("sim", None, sim_flags(arm, scale), Path(scratch))
+        with open_target(target, Path(scratch) / "work") as served:
+            check_reachable(served.url)
+            run, log_start = _replay(armed, arm, out, served, target.kind, scale, trace_path, generated, timeout_s)
+        _finish(run, served, target.kind, log_start)
+    return run
+
+
+def run_shared(
+    runs: list[tuple[Scenario, Arm]],
+    out_dir: str | Path,
+    flags: list[str],
+    time_scale: float,
+    timeout_s: float = 600.0,
+) -> list[ArmRun]:
+    """Several (scenario, arm) runs, one after another, on ONE simulator started with `flags`.
+
+    The server's state (live slot, disk checkpoints) carries over from run to run, so use it only
+    for runs whose outcome cannot depend on what came before; it saves a process start per run.
+    """
+    out = Path(out_dir)
+    done: list[ArmRun] = []
+    with tempfile.TemporaryDirectory(prefix="replay-scenario-") as scratch:
+        scaled = flags if "--time-scale" in flags else [*flags, "--time-scale", f"{time_scale:g}"]
+        target = resolve_target("sim", None, scaled, Path(scratch))
+        with open_target(target, Path(scratch) / "work") as served:
+            check_reachable(served.url)
+            for spec, arm in runs:
+                armed, trace_path, generated = _prepare(spec, arm, out)
+                run, log_start = _replay(armed, arm, out, served, target.kind, time_scale, trace_path, generated, timeout_s)
+                _finish(run, served, target.kind, log_start)
+                done.append(run)
+    return done
 
 
 def run_arms(

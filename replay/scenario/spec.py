@@ -45,6 +45,8 @@ class RunSettings:
     plan: str = "alternate"
     concurrency: int | None = None
     round_robin: bool = False
+    # The engine's --think: "on"/"auto" where the scenario is about reasoning the server hides.
+    think: str = "off"
     # Modelled seconds per wall second when the scenario runs on the simulator (demo, tests).
     time_scale: float = 1000.0
 
@@ -84,6 +86,7 @@ class Step:
     start: dict[str, float] = field(default_factory=dict)
     gap_s: dict[str, float] = field(default_factory=dict)
     pause_s: dict[str, float] = field(default_factory=dict)
+    follows: dict[str, str] = field(default_factory=dict)
     at: float | None = None
     keep_messages: int = 0
     keep_tokens: int = 0
@@ -349,6 +352,7 @@ def _build(
         plan=run_t.choice("plan", PLANS, "alternate"),
         concurrency=concurrency or None,
         round_robin=run_t.flag("round_robin"),
+        think=run_t.choice("think", ("off", "on", "auto"), "off"),
         time_scale=run_t.number("time_scale", 1000.0, low=1e-9),
     )
     run_t.done()
@@ -471,6 +475,17 @@ def _per_session(t: _Table, key: str, sessions: tuple[str, ...], kind: type, def
     return out
 
 
+def _follows(t: _Table, names: tuple[str, ...]) -> dict[str, str]:
+    """`follows = {review = "main"}`: review's first request waits for main's first of the step."""
+    value = t.get("follows", dict, {}, "a table {session = session}")
+    for sid, leader in value.items():
+        if sid not in names or leader not in names or sid == leader:
+            raise t.fail("follows", f"{sid} = {leader!r}: both must be other sessions of this step")
+        if leader in value:
+            raise t.fail("follows", f"{leader!r} follows another session itself")
+    return dict(value)
+
+
 def _step(where: _Where, i: int, data: Any, sessions: dict[str, SessionSpec], params: dict[str, Any]) -> Step:
     t = _Table(where, ("steps", i), data)
     op = t.choice("op", OPS, "turn")
@@ -500,6 +515,7 @@ def _step(where: _Where, i: int, data: Any, sessions: dict[str, SessionSpec], pa
         start=_per_session(t, "start", names, float, 0.0),
         gap_s=_per_session(t, "gap_s", names, float, 0.0),
         pause_s=_per_session(t, "pause_s", names, float, 0.0),
+        follows=_follows(t, names),
         at=None if at is None else float(at),
         keep_messages=t.int("keep_messages", 0),
         keep_tokens=t.int("keep_tokens", 0),

@@ -70,7 +70,9 @@ class TraceWriter:
         labels: dict[str, Any] | None = None,
     ) -> None:
         self._sessions[sid] = _SessionState()
-        self._line({"kind": "session", "id": sid, "role": role, "api": api, "model": model, "labels": labels or {}})
+        self._line(
+            {"kind": "session", "id": sid, "role": role, "api": api, "model": model, "labels": labels or {}}
+        )
 
     def blob(self, bid: str, value: Any) -> dict[str, str]:
         """Store a large shared value once; returns the reference to put where it is used."""

@@ -143,7 +143,14 @@ def test_every_fault_is_recorded_and_the_run_goes_on(scripted_server, tmp_path):
         read_trace(trace), make_plan("alternate"), config, tmp_path / "r.jsonl", {}, keep_records=True
     )
     statuses = [r["status"] for r in outcome.results]
-    assert statuses[:6] == ["http_error", "stream_broken", "stream_broken", "stream_broken", "server_error", "timeout"]
+    assert statuses[:6] == [
+        "http_error",
+        "stream_broken",
+        "stream_broken",
+        "stream_broken",
+        "server_error",
+        "timeout",
+    ]
     assert statuses[6:] == ["ok"] * 3
     assert outcome.errors == 6 and outcome.exit_code == 1
     assert all(r["error"] and "request f-" in r["error"] for r in outcome.results[:6])
@@ -170,12 +177,25 @@ def test_sigint_to_a_real_run_leaves_a_parseable_results_file(scripted_server, t
     trace = _many_sessions(tmp_path / "t.jsonl", sessions=2, turns=20)
     out = tmp_path / "r.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "replay", "run", str(trace), "--target", scripted_server.url, "--out", str(out), "--quiet"],
+        [
+            sys.executable,
+            "-m",
+            "replay",
+            "run",
+            str(trace),
+            "--target",
+            scripted_server.url,
+            "--out",
+            str(out),
+            "--quiet",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b'"kind":"request"') < 2):
+    while time.monotonic() < deadline and (
+        not out.exists() or out.read_bytes().count(b'"kind":"request"') < 2
+    ):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGINT)
     assert proc.wait(timeout=20) == 130
@@ -192,10 +212,23 @@ def test_sigterm_exits_143_with_a_summary(scripted_server, tmp_path):
     trace = _many_sessions(tmp_path / "t.jsonl", sessions=2, turns=20)
     out = tmp_path / "r.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "replay", "run", str(trace), "--target", scripted_server.url, "--out", str(out), "--quiet"]
+        [
+            sys.executable,
+            "-m",
+            "replay",
+            "run",
+            str(trace),
+            "--target",
+            scripted_server.url,
+            "--out",
+            str(out),
+            "--quiet",
+        ]
     )
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and (not out.exists() or out.read_bytes().count(b'"kind":"request"') < 1):
+    while time.monotonic() < deadline and (
+        not out.exists() or out.read_bytes().count(b'"kind":"request"') < 1
+    ):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGTERM)
     assert proc.wait(timeout=20) == 143
@@ -205,7 +238,9 @@ def test_sigterm_exits_143_with_a_summary(scripted_server, tmp_path):
 def test_malformed_trace_exits_2_and_sends_nothing(scripted_server, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(SAMPLE.read_text().replace('"keep":2', '"keep":99', 1))
-    result = _cli("run", str(bad), "--target", scripted_server.url, "--out", str(tmp_path / "r.jsonl"), "--quiet")
+    result = _cli(
+        "run", str(bad), "--target", scripted_server.url, "--out", str(tmp_path / "r.jsonl"), "--quiet"
+    )
     assert result.returncode == 2
     assert f"{bad}:" in result.stderr and "keep 99" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -219,7 +254,9 @@ def test_unreachable_target_is_a_clear_error_before_the_run(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    result = _cli("run", str(SAMPLE), "--target", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "r.jsonl"))
+    result = _cli(
+        "run", str(SAMPLE), "--target", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "r.jsonl")
+    )
     assert result.returncode == 2
     assert "unreachable" in result.stderr
     assert not (tmp_path / "r.jsonl").exists()

@@ -49,4 +49,6 @@ def test_results_files_merge_and_survive_a_missing_summary(tmp_path):
         single.add(rec)
     merged = merged_summary([read_results(tmp_path / "a.jsonl"), read_results(tmp_path / "b.jsonl")])
     assert merged.classes["all"].count == 400
-    assert merged.classes["switch"].percentile("ttft_us", 99) == single.classes["switch"].percentile("ttft_us", 99)
+    assert merged.classes["switch"].percentile("ttft_us", 99) == single.classes["switch"].percentile(
+        "ttft_us", 99
+    )

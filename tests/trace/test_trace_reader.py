@@ -22,7 +22,13 @@ def write_lines(path, objs) -> str:
 
 
 def req(rid, **kw):
-    base = {"kind": "request", "id": rid, "session": "a", "t": 0, "append": [{"role": "user", "content": "hi"}]}
+    base = {
+        "kind": "request",
+        "id": rid,
+        "session": "a",
+        "t": 0,
+        "append": [{"role": "user", "content": "hi"}],
+    }
     base.update(kw)
     return base
 
@@ -35,17 +41,33 @@ def req(rid, **kw):
         ([{**HEADER, "format": "other/9"}], 1, "unsupported format"),
         ([HEADER, {"kind": "turn"}], 2, "unknown kind 'turn'"),
         ([HEADER, {"kind": "session"}], 2, "missing field 'id'"),
-        ([HEADER, SESSION, {"kind": "request", "id": 1, "session": "a", "append": []}], 3, "missing field 't'"),
+        (
+            [HEADER, SESSION, {"kind": "request", "id": 1, "session": "a", "append": []}],
+            3,
+            "missing field 't'",
+        ),
         ([HEADER, SESSION, req(1, t="soon")], 3, "field 't' must be"),
         ([HEADER, SESSION, req(1, session="b")], 3, "session 'b', not defined"),
         ([HEADER, SESSION, req(2), req(2)], 4, "not greater than the previous id 2"),
         ([HEADER, SESSION, req(1, parent=7, keep=1)], 3, "parent 7 is not a request defined"),
-        ([HEADER, SESSION, req(1), req(2, parent=1, keep=2)], 4, "keep 2 is larger than parent 1's 1 messages"),
-        ([HEADER, SESSION, req(1, append=[{"role": "user", "content": {"$blob": "x"}}])], 3, "unknown blob 'x'"),
+        (
+            [HEADER, SESSION, req(1), req(2, parent=1, keep=2)],
+            4,
+            "keep 2 is larger than parent 1's 1 messages",
+        ),
+        (
+            [HEADER, SESSION, req(1, append=[{"role": "user", "content": {"$blob": "x"}}])],
+            3,
+            "unknown blob 'x'",
+        ),
         ([HEADER, SESSION, req(1, append=[{"$reply": 4}])], 3, "$reply refers to request 4"),
         ([HEADER, SESSION, req(1, append=[{"role": "boss", "content": "x"}])], 3, "role must be one of"),
         ([HEADER, SESSION, req(1, append=[{"role": "tool", "content": "x"}])], 3, "tool_call_id"),
-        ([HEADER, SESSION, req(1, append=[{"role": "user", "content": {"synth": {"tokens": -1}}}])], 3, "synth"),
+        (
+            [HEADER, SESSION, req(1, append=[{"role": "user", "content": {"synth": {"tokens": -1}}}])],
+            3,
+            "synth",
+        ),
         ([HEADER, SESSION, req(1, append=[])], 3, "has no messages"),
         ([HEADER, {**SESSION, "api": "grpc"}], 2, "api must be one of"),
         ([HEADER, SESSION, SESSION], 3, "defined twice"),
@@ -79,7 +101,10 @@ def test_writer_delta_encodes_and_reader_rebuilds(tmp_path):
             reply = {"message": {**call, "tool_calls": [{"id": f"c{turn}", "name": "f", "arguments": "{}"}]}}
             w.request("a", float(turn), list(msgs), {"max_tokens": 4}, reply=reply)
             full.append(list(msgs))
-            msgs = msgs + [reply["message"], {"role": "tool", "tool_call_id": f"c{turn}", "content": f"r{turn}"}]
+            msgs = msgs + [
+                reply["message"],
+                {"role": "tool", "tool_call_id": f"c{turn}", "content": f"r{turn}"},
+            ]
         compacted = [system, {"role": "user", "content": "summary"}]
         w.request("a", 9.0, compacted, {}, tag="compaction")
         full.append(compacted)
