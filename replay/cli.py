@@ -291,6 +291,32 @@ def size_sweep(
         raise _fail(exc) from None
 
 
+llama_app = typer.Typer(no_args_is_help=True, help="A real llama.cpp server as a target: tiny test models.")
+app.add_typer(llama_app, name="llama")
+
+
+@llama_app.command("make-model")
+def llama_make_model(
+    path: Annotated[Path, typer.Argument(help="Where to write the GGUF file.")],
+    layers: Annotated[int, typer.Option(help="Transformer layers.")] = 2,
+    dim: Annotated[int, typer.Option(help="Hidden size.")] = 64,
+    arch: Annotated[str, typer.Option(help="llama | gemma2 (sliding window: context checkpoints)")] = "llama",
+    swa: Annotated[int, typer.Option(help="gemma2 sliding-window size.")] = 256,
+    ctx: Annotated[int, typer.Option(help="Training context length.")] = 16384,
+    seed: Annotated[int, typer.Option(help="Weights seed; same arguments give the same bytes.")] = 0,
+    slow: Annotated[bool, typer.Option(help="8 layers x 512 dims: a cache miss costs seconds.")] = False,
+) -> None:
+    """Write a random-weight GGUF whose output is printable and always runs to max_tokens."""
+    from replay.llama_model import SLOW, make_model
+
+    try:
+        size = {**{"layers": layers, "dim": dim}, **(SLOW if slow else {})}
+        written = make_model(path, arch=arch, swa=swa, ctx=ctx, seed=seed, **size)
+    except ReplayError as exc:
+        raise _fail(exc) from None
+    console.print(f"wrote {written} ({written.stat().st_size:,} bytes)", highlight=False)
+
+
 logs_app = typer.Typer(no_args_is_help=True, help="Server logs: the figures people compute by hand.")
 app.add_typer(logs_app, name="logs")
 
