@@ -1,0 +1,406 @@
+"""One request's call and result, and the HTTP exchange every wire API shares.
+
+Every API function takes an `ApiCall` (neutral messages) and returns an `ApiResult`: it never
+raises for anything the server or the network did; the failure is the result's `status` and
+one-line `error`, with whatever was received kept. Only cancellation from the caller propagates.
+Each moment is a named `time.perf_counter_ns()` stamp on the result. TTFT runs from the moment
+the request starts going out (connection setup is `connect_s`) to the first event that carries
+content, reasoning or a tool call; role-only chunks, keep-alive comments and usage-only chunks do
+not count.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import anyio
+import httpx
+import orjson
+
+from replay.engine.sse import SseEvent, SseParser
+from replay.engine.usage import Usage
+
+try:
+    import sniffio  # noqa: F401
+except ImportError:
+    # httpcore runs `import sniffio` on every request; without the package each failed
+    # import rescans sys.path (~0.3 ms per request, twice). Cache the miss; httpcore then
+    # assumes asyncio, which is what we run on.
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
+from replay.engine.transport import rx_clock
+
+Think = Literal["off", "on", "auto"]
+Status = Literal["ok", "http_error", "timeout", "connect_error", "stream_broken", "server_error"]
+State = Literal["waiting", "prefill", "decoding", "done"]
+OnState = Callable[[State], None] | None
+
+# Request fields that switch a model's thinking on or off, per API. Each set is one that
+# no server we target rejects: ds4 reads `thinking`; llama.cpp, vLLM and SGLang read
+# `chat_template_kwargs` (Qwen3-style templates) and ignore unknown fields. Not sent:
+# `reasoning_effort: "none"` (vLLM/SGLang validate it against low|medium|high and answer 400).
+THINK_FIELDS: dict[str, dict[Think, dict[str, Any]]] = {
+    "openai": {
+        "off": {"thinking": {"type": "disabled"}, "chat_template_kwargs": {"enable_thinking": False}},
+        "on": {"chat_template_kwargs": {"enable_thinking": True}},
+        "auto": {},
+    },
+    "anthropic": {
+        "off": {"thinking": {"type": "disabled"}},
+        "on": {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+        "auto": {},
+    },
+}
+
+
+_ERROR_TEXT_MAX = 300
+_DRAIN_S = 0.5  # how long the body may go on after [DONE] / message_stop
+
+
+@dataclass(slots=True)
+class ApiCall:
+    """One request, fully materialised; the engine builds it, the API function sends it."""
+
+    base_url: str  # without /v1
+    model: str
+    messages: list[dict[str, Any]]  # neutral format, content is str
+    max_tokens: int
+    tools: list[dict[str, Any]] | None = None  # OpenAI function tools
+    temperature: float | None = None
+    stream: bool = True
+    think: Think = "auto"
+    extra_body: dict[str, Any] = field(default_factory=dict)  # merged into the body last
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. X-Request-ID, X-Replay-*
+    timeout_s: float | None = None  # whole request, send to last byte
+    connect_timeout_s: float = 10.0
+
+    @property
+    def name(self) -> str:
+        """How error messages name this request: by X-Request-ID when the engine set one."""
+        for key, value in self.headers.items():
+            if key.lower() == "x-request-id":
+                return f"request {value}"
+        return "request"
+
+
+@dataclass(slots=True)
+class ApiResult:
+    """What came back, stamped; fields stay None for moments that were never reached."""
+
+    status: Status = "ok"
+    http_status: int | None = None
+    error: str | None = None  # one line, names the request
+    t_start: int | None = None  # the call began: before connecting
+    t_connected: int | None = None  # TCP connection open
+    t_sent: int | None = None  # request headers start going out: TTFT's zero
+    t_headers: int | None = None  # response headers received
+    t_first_byte: int | None = None  # first body chunk (may be a keep-alive or role chunk)
+    t_first_token: int | None = None  # first content / reasoning / tool-call event
+    t_last_token: int | None = None
+    t_done: int | None = None  # terminal event / last body byte arrived; else when we gave up
+    message: dict[str, Any] | None = None  # neutral assistant message
+    finish: str | None = None  # OpenAI vocabulary: stop | length | tool_calls | ...
+    usage: Usage = field(default_factory=Usage)
+    raw_usage: dict[str, Any] | None = None  # usage object as the server sent it
+    timings: dict[str, Any] | None = None  # llama.cpp `timings`
+    x_sim: dict[str, Any] | None = None  # simulator's modelled times
+    n_events: int = 0  # SSE events dispatched
+    n_token_events: int = 0  # of which carried a token
+    n_comments: int = 0  # keep-alive comment lines
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def _span(self, start: int | None, end: int | None) -> float | None:
+        return None if start is None or end is None else (end - start) / 1e9
+
+    @property
+    def connect_s(self) -> float | None:
+        return self._span(self.t_start, self.t_connected)
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self._span(self.t_sent, self.t_first_token)
+
+    @property
+    def headers_s(self) -> float | None:
+        return self._span(self.t_sent, self.t_headers)
+
+    @property
+    def first_byte_s(self) -> float | None:
+        return self._span(self.t_sent, self.t_first_byte)
+
+    @property
+    def latency_s(self) -> float | None:
+        return self._span(self.t_sent, self.t_done)
+
+    @property
+    def decode_s(self) -> float | None:
+        return self._span(self.t_first_token, self.t_last_token)
+
+    @property
+    def decode_tps(self) -> float | None:
+        """Tokens per second after the first token (the first one is prefill's)."""
+        n = self.usage.output_tokens
+        span = self.decode_s
+        if n is None or n < 2 or not span:
+            return None
+        return (n - 1) / span
+
+
+# --- shared exchange ------------------------------------------------------------------
+
+
+class _Reader(Protocol):
+    """Per-API interpretation of a response; the exchange does HTTP, timing and faults."""
+
+    terminal: str  # what a complete stream ends with, for the error message
+    done: bool  # terminal event seen
+    error: str | None  # the server reported an error inside the stream
+
+    def event(self, ev: SseEvent) -> bool: ...  # True when the event carried a token
+    def body(self, obj: dict[str, Any]) -> None: ...  # whole non-stream response
+    def fill(self, res: ApiResult) -> None: ...  # message, finish, usage from what was read
+
+
+class _BadPayload(Exception):
+    """The server sent bytes that are not the JSON the protocol promises."""
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _ERROR_TEXT_MAX else text[: _ERROR_TEXT_MAX - 3] + "..."
+
+
+def _error_text(payload: bytes) -> str:
+    """The human part of an error body: `error.message`, `error`, `detail`, or the text."""
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return _one_line(payload.decode("utf-8", "replace")) or "(empty body)"
+    if isinstance(obj, dict):
+        err = obj.get("error", obj.get("detail"))
+        if isinstance(err, dict):
+            err = err.get("message") or err.get("type") or err
+        if err is not None:
+            return _one_line(err if isinstance(err, str) else orjson.dumps(err).decode())
+    return _one_line(orjson.dumps(obj).decode())
+
+
+def _transport_text(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return _one_line(f"{type(exc).__name__}: {text}")
+
+
+class _SendStamps:
+    """httpcore trace hook: stamps the moment the request starts going out.
+
+    TTFT counts from there, so connection setup (a fresh TCP connect per request,
+    see `make_client`) is measured as `connect_s` and never inflates TTFT.
+    """
+
+    __slots__ = ("res",)
+
+    def __init__(self, res: ApiResult) -> None:
+        self.res = res
+
+    async def __call__(self, name: str, info: Mapping[str, Any]) -> None:
+        if name == "http11.send_request_headers.started" or name == "http2.send_request_headers.started":
+            self.res.t_sent = time.perf_counter_ns()
+        elif name == "connection.connect_tcp.complete":
+            self.res.t_connected = time.perf_counter_ns()
+
+
+async def exchange(
+    client: httpx.AsyncClient,
+    call: ApiCall,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    reader: _Reader,
+    on_state: OnState,
+) -> ApiResult:
+    res = ApiResult()
+    where = f"{call.name} POST {path}"
+    parser = SseParser()
+    if on_state:
+        on_state("waiting")
+    payload = orjson.dumps(body)
+    request = client.build_request(
+        "POST",
+        call.base_url.rstrip("/") + path,
+        content=payload,
+        headers={**headers, **call.headers},
+        timeout=httpx.Timeout(None, connect=call.connect_timeout_s),
+        extensions={"trace": _SendStamps(res)},
+    )
+    try:
+        with anyio.fail_after(call.timeout_s):
+            await _talk(client, request, call.stream, res, reader, parser, on_state, where)
+    except TimeoutError:
+        if res.t_done is None:  # else only the drain after a complete response was cut short
+            res.status, res.error = "timeout", f"{where}: no complete response after {call.timeout_s:g}s"
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as exc:
+        res.status, res.error = "connect_error", f"{where}: {_transport_text(exc)}"
+    except httpx.TransportError as exc:
+        phase = "before response headers" if res.t_headers is None else f"after {res.n_events} events"
+        res.status, res.error = "stream_broken", f"{where}: connection failed {phase}: {_transport_text(exc)}"
+    except _BadPayload as exc:
+        res.status, res.error = "stream_broken", f"{where}: {exc}"
+    if res.t_done is None:
+        res.t_done = time.perf_counter_ns()
+    res.n_comments = parser.comments
+    reader.fill(res)
+    if on_state:
+        on_state("done")
+    return res
+
+
+async def _talk(
+    client: httpx.AsyncClient,
+    request: httpx.Request,
+    stream: bool,
+    res: ApiResult,
+    reader: _Reader,
+    parser: SseParser,
+    on_state: OnState,
+    where: str,
+) -> None:
+    res.t_start = time.perf_counter_ns()
+    response = await client.send(request, stream=True)
+    if res.t_sent is None:  # a transport without httpcore's trace hook
+        res.t_sent = res.t_start
+    clock = rx_clock(response)
+    try:
+        res.t_headers = clock()
+        res.http_status = response.status_code
+        if response.status_code >= 400:
+            res.status = "http_error"
+            text = _error_text(await response.aread())
+            res.error = f"{where}: HTTP {response.status_code}: {text}"
+            return
+        if on_state:
+            on_state("prefill")
+        is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
+        if stream and is_sse:
+            await _read_stream(response, clock, res, reader, parser, on_state, where)
+        else:
+            await _read_body(response, clock, res, reader)
+    finally:
+        await response.aclose()
+
+
+async def _read_body(
+    response: httpx.Response, clock: Callable[[], int], res: ApiResult, reader: _Reader
+) -> None:
+    chunks: list[bytes] = []
+    async for chunk in response.aiter_raw():
+        if res.t_first_byte is None:
+            res.t_first_byte = clock()
+        chunks.append(chunk)
+    res.t_done = clock()
+    try:
+        obj = orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as exc:
+        raise _BadPayload(f"response body is not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise _BadPayload("response body is not a JSON object")
+    reader.body(obj)
+
+
+async def _read_stream(
+    response: httpx.Response,
+    clock: Callable[[], int],
+    res: ApiResult,
+    reader: _Reader,
+    parser: SseParser,
+    on_state: OnState,
+    where: str,
+) -> None:
+    feed = parser.feed
+    event = reader.event
+    chunks = response.aiter_raw()
+    async for chunk in chunks:
+        now = clock()
+        if res.t_first_byte is None:
+            res.t_first_byte = now
+        for ev in feed(chunk):
+            res.n_events += 1
+            if event(ev):
+                res.n_token_events += 1
+                if res.t_first_token is None:
+                    res.t_first_token = now
+                    if on_state:
+                        on_state("decoding")
+                res.t_last_token = now
+            if reader.done or reader.error is not None:
+                break
+        if reader.done or reader.error is not None:
+            res.t_done = now
+            break
+    else:
+        for ev in parser.finish():
+            res.n_events += 1
+            reader.event(ev)
+            if reader.done or reader.error is not None:
+                break
+    if reader.error is not None:
+        res.status, res.error = "server_error", f"{where}: server error in stream: {reader.error}"
+    elif not reader.done:
+        got = len(parser.pending)
+        res.status = "stream_broken"
+        res.error = f"{where}: stream ended without {reader.terminal} after {res.n_events} events" + (
+            f" ({got} bytes of an unfinished event dropped)" if got else ""
+        )
+    if res.t_done is not None:
+        await _drain(chunks)
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the body to its end after the terminal event, briefly.
+
+    Leaving the async-for early would strand httpx's chain of async generators for the
+    garbage collector, which finalises each through a new task (about five per
+    request). Whatever happens after the terminal event (a close without the last
+    chunk, a reset) no longer concerns the request.
+    """
+    with anyio.move_on_after(_DRAIN_S):
+        try:
+            async for _ in chunks:
+                pass
+        except httpx.TransportError:
+            pass
+
+
+def load_event(data: bytes) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise _BadPayload(
+            f"event data is not JSON: {_one_line(data[:120].decode('utf-8', 'replace'))}"
+        ) from None
+    if not isinstance(obj, dict):
+        raise _BadPayload("event data is not a JSON object")
+    return obj
+
+
+def stream_error(obj: Any) -> str:
+    err = obj.get("error", obj) if isinstance(obj, dict) else obj
+    if isinstance(err, dict):
+        err = err.get("message") or err.get("type") or orjson.dumps(err).decode()
+    return _one_line(str(err))
+
+
+def reply_message(
+    content: list[str], reasoning: list[str], tool_calls: list[dict[str, str]]
+) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(content)}
+    if tool_calls:
+        msg["tool_calls"] = tool_calls
+    if reasoning:
+        msg["reasoning"] = "".join(reasoning)
+    return msg

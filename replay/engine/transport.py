@@ -1,0 +1,281 @@
+"""The HTTP transport under the API clients: fresh connections, and stamps where bytes arrive.
+
+Network chunks carry the time they arrived (the kernel's receive stamp on Linux), never the time
+the parser got to them, so neither parsing nor a busy event loop shows up as TTFT.
+`make_client()` opens a fresh connection per request and never pools or retries, because
+llama-server closes the connection after each stream while saying keep-alive, and ds4 closes
+after every response; reusing one would fail or silently re-send a request whose body went out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ipaddress
+import socket
+import ssl
+import struct
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import httpcore
+import httpx
+
+try:
+    import sniffio  # noqa: F401
+except ImportError:
+    # httpcore runs `import sniffio` on every request; without the package each failed
+    # import rescans sys.path (~0.3 ms per request, twice). Cache the miss; httpcore then
+    # assumes asyncio, which is what we run on.
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
+
+
+# --- transport: stamps taken where bytes arrive ---------------------------------------
+
+# Linux stamps every received packet in the kernel when SO_TIMESTAMPNS is set, and TCP
+# hands the stamp of the newest packet read to recvmsg() (kernel >= 4.13). With it a
+# token's arrival time no longer depends on when our event loop got round to reading
+# it: a GC pause or hundreds of busy streams in the same loop do not move TTFT.
+# Elsewhere (or if the option is refused) the stamp is taken in the loop's read callback.
+_SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else None  # == SCM_TIMESTAMPNS
+_TIMESPEC = struct.Struct("@ll")
+_RECV_BYTES = 256 * 1024
+_PAUSE_AT = 4 << 20  # stop reading when this many bytes wait for the reader
+
+
+class _StampedStream(httpcore.AsyncNetworkStream):
+    """A plain TCP stream for httpcore; `rx_ns` is when the bytes last returned by read() arrived.
+
+    Reading is eager: the loop's reader callback receives data as soon as the socket
+    is readable and queues it with its stamp, so even the fallback stamp is not
+    delayed by the consuming task's scheduling.
+    """
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._loop = loop
+        self._kernel_stamps = False
+        if _SO_TIMESTAMPNS is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                self._kernel_stamps = True
+            except OSError:
+                pass
+        self._chunks: deque[tuple[int, bytes]] = deque()
+        self._buffered = 0
+        self._eof = False
+        self._exc: OSError | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._reading = True
+        self._closed = False
+        self.rx_ns: int | None = None
+        loop.add_reader(self._fd, self._on_readable)
+
+    def _on_readable(self) -> None:
+        try:
+            data, anc, _flags, _addr = self._sock.recvmsg(_RECV_BYTES, 64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._exc = exc
+            data, anc = b"", []
+        now = time.perf_counter_ns()
+        if not data:
+            self._eof = True
+            self._stop_reading()
+        else:
+            stamp = now
+            for level, kind, raw in anc:
+                if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
+                    sec, nsec = _TIMESPEC.unpack_from(raw)
+                    # Kernel stamps are wall-clock; move them onto the monotonic clock.
+                    kernel = sec * 1_000_000_000 + nsec - (time.time_ns() - now)
+                    if now - 60_000_000_000 < kernel <= now:  # else the wall clock stepped
+                        stamp = kernel
+            self._chunks.append((stamp, data))
+            self._buffered += len(data)
+            if self._buffered > _PAUSE_AT:
+                self._stop_reading()
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    def _stop_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if not self._chunks and not self._eof:
+            self._wake = self._loop.create_future()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wake
+            except TimeoutError:
+                raise httpcore.ReadTimeout("read timed out") from None
+            finally:
+                self._wake = None
+        if self._chunks:
+            stamp, data = self._chunks.popleft()
+            if len(data) > max_bytes:
+                self._chunks.appendleft((stamp, data[max_bytes:]))
+                data = data[:max_bytes]
+            self._buffered -= len(data)
+            if not self._reading and not self._eof and not self._closed and self._buffered <= _PAUSE_AT:
+                self._reading = True
+                self._loop.add_reader(self._fd, self._on_readable)
+            self.rx_ns = stamp
+            return data
+        if self._exc is not None:
+            raise httpcore.ReadError(str(self._exc) or type(self._exc).__name__)
+        return b""
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if self._closed:
+            raise httpcore.WriteError("connection closed before the request was written")
+        try:
+            async with asyncio.timeout(timeout):
+                await self._loop.sock_sendall(self._sock, buffer)
+        except TimeoutError:
+            raise httpcore.WriteTimeout("write timed out") from None
+        except OSError as exc:
+            raise httpcore.WriteError(str(exc) or type(exc).__name__) from None
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._stop_reading()
+            self._loop.remove_writer(self._fd)  # a cancelled sock_sendall unregisters only later
+            self._sock.close()
+
+    async def start_tls(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("TLS is served by httpx's default transport (https:// mount)")
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "socket":
+            return self._sock
+        if info == "is_readable":
+            # httpcore asks before reusing an idle connection; we never reuse, but answer truly.
+            return bool(self._chunks) or self._eof
+        if info in ("client_addr", "server_addr"):
+            try:
+                return self._sock.getsockname() if info == "client_addr" else self._sock.getpeername()
+            except OSError:
+                return None
+        return None
+
+
+async def _resolve(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list[Any]:
+    """Addresses to try; an IP literal skips getaddrinfo, which asyncio runs in a thread."""
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (str(ip), port))]
+
+
+class _StampedBackend(httpcore.AsyncNetworkBackend):
+    """Plain-TCP connects straight on the asyncio loop (an IP literal never touches a resolver thread)."""
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                infos = await _resolve(loop, host, port)
+                sock = await self._connect(loop, infos, local_address, socket_options)
+        except TimeoutError:
+            raise httpcore.ConnectTimeout(f"connect to {host}:{port} timed out") from None
+        except OSError as exc:
+            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from None
+        return _StampedStream(sock, loop)
+
+    @staticmethod
+    async def _connect(
+        loop: asyncio.AbstractEventLoop, infos: list[Any], local_address: str | None, socket_options: Any
+    ) -> socket.socket:
+        error: OSError | None = None
+        for family, kind, proto, _name, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                for option in socket_options or ():
+                    sock.setsockopt(*option)
+                if local_address:
+                    sock.bind((local_address, 0))
+                await loop.sock_connect(sock, addr)
+                return sock
+            except OSError as exc:
+                sock.close()
+                error = exc
+            except BaseException:
+                sock.close()
+                raise
+        raise error or OSError(f"no address to connect to for {infos!r}")
+
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("unix sockets are not supported")
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class _StampedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport with the stamping network backend under its connection pool."""
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        super().__init__(limits=limits, retries=0, verify=False)  # plain TCP only: no CA bundle to load
+        # httpx does not take a network backend; its pool is replaced with one built the
+        # same way (httpx 0.28 keeps it in `_pool`) but on `_StampedBackend`.
+        self._pool = httpcore.AsyncConnectionPool(
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=_StampedBackend(),
+        )
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """Loading the CA bundle costs tens of milliseconds; once per process is enough."""
+    return httpx.create_ssl_context()
+
+
+def make_client(connect_timeout_s: float = 10.0) -> httpx.AsyncClient:
+    """An AsyncClient that can never reuse a connection nor re-send a request.
+
+    No keep-alive pool (each request opens its own connection and closes it), no
+    connection cap (a cap would queue requests inside the client and hide it from
+    TTFT), no retries, no proxies from the environment, no redirects. Plain http
+    goes through the stamping transport; https through httpx's own (asyncio only).
+    """
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    return httpx.AsyncClient(
+        transport=_StampedTransport(limits),
+        mounts={"https://": httpx.AsyncHTTPTransport(limits=limits, retries=0, verify=_tls_context())},
+        timeout=httpx.Timeout(None, connect=connect_timeout_s),
+        trust_env=False,
+        follow_redirects=False,
+    )
+
+
+def rx_clock(response: httpx.Response) -> Callable[[], int]:
+    """Arrival stamp of the bytes just read, or the current time on transports without one."""
+    stream = response.extensions.get("network_stream")
+    if isinstance(stream, _StampedStream):
+        return lambda: stream.rx_ns or time.perf_counter_ns()
+    return time.perf_counter_ns
