@@ -207,7 +207,11 @@ def run_workers(
                     for p in dead:
                         index = procs.index(p) + 1
                         msg = f"shard {index}/{workers}: worker exited with code {p.exitcode}"
-                        reports.append(WorkerReport(shard=index, count=workers, out="", outcome="failed", exit_code=1, error=msg))
+                        reports.append(
+                            WorkerReport(
+                                shard=index, count=workers, out="", outcome="failed", exit_code=1, error=msg
+                            )
+                        )
     finally:
         for proc in procs:
             proc.join()

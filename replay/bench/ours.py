@@ -61,27 +61,47 @@ def drive(
     max_duration_s: float | None = None,
 ) -> Point:
     """Keep `concurrency` streams in flight (closed loop) for `requests` or `max_duration_s`."""
-    trace = stream_trace(work / f"{label}.trace.jsonl", requests, output_tokens=tokens, bench={"first_token_ms": first_token_ms})
+    trace = stream_trace(
+        work / f"{label}.trace.jsonl",
+        requests,
+        output_tokens=tokens,
+        bench={"first_token_ms": first_token_ms},
+    )
     config = EngineConfig(base_url=srv.url, run_id=label, timeout_s=120.0)
     srv.clear()
     cpu0 = srv.cpu_s()
     t0 = time.perf_counter()
-    outcome = run_workers(trace, make_plan("overlap", concurrency=concurrency), config, work / f"{label}.results.jsonl", {"kind": "refserver", "url": srv.url}, workers, max_duration_s)
+    outcome = run_workers(
+        trace,
+        make_plan("overlap", concurrency=concurrency),
+        config,
+        work / f"{label}.results.jsonl",
+        {"kind": "refserver", "url": srv.url},
+        workers,
+        max_duration_s,
+    )
     elapsed = time.perf_counter() - t0
     server_cpu = srv.cpu_s() - cpu0
     truth = srv.truth(clear=True)
-    records = [r for r in read_results(outcome.out).requests if r.get("status") == "ok" and r.get("ttft_s") is not None]
+    records = [
+        r
+        for r in read_results(outcome.out).requests
+        if r.get("status") == "ok" and r.get("ttft_s") is not None
+    ]
     point = Point(label, concurrency, workers, first_token_ms, tokens)
     point.errors = outcome.errors
     point.requests = len(records)
     point.host_load = round(os.getloadavg()[0], 2)
     if not records:
         return point
-    start = min(r["sent_s"] for r in records)
-    end = max(r["sent_s"] + r["latency_s"] for r in records)
-    point.wall_s = round(end - start, 3)
-    point.rate = round(len(records) / point.wall_s, 1) if point.wall_s > 0 else 0.0
-    point.in_flight_mean = round(sum(r["latency_s"] for r in records) / point.wall_s, 1) if point.wall_s > 0 else 0.0
+    # Rate over the server-stamped window, exactly as the peers' rates are taken.
+    rows = [truth[f"{label}-{r['id']}"] for r in records if f"{label}-{r['id']}" in truth]
+    rows = [row for row in rows if row[4] is not None]
+    if rows:
+        point.wall_s = round((max(row[4] for row in rows) - min(row[2] for row in rows)) / 1e9, 3)
+    if point.wall_s > 0:
+        point.rate = round(len(rows) / point.wall_s, 1)
+        point.in_flight_mean = round(sum(r["latency_s"] for r in records) / point.wall_s, 1)
     cpu = sum(p.cpu_s for p in outcome.parts)
     point.cpu_ms_per_request = round(cpu / len(records) * 1e3, 3)
     point.server_cpu = round(server_cpu / max(elapsed, 1e-9), 3)
@@ -118,6 +138,7 @@ def max_rate(srv: RunningServer, work: Path, workers: int, quick: bool, duration
         "points": [p.to_json() for p in points],
         "max_rate": best.rate,
         "max_rate_point": best.label,
+        "max_rate_concurrency": best.concurrency,
         "error_p99_at_max_ms": best.error.p99_ms,
         "max_rate_within_budget": best_within.rate if best_within else None,
         "within_budget_point": best_within.label if best_within else None,

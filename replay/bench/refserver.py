@@ -92,7 +92,9 @@ class _Chunks:
     def __init__(self, model: str) -> None:
         self.model = model
         base = {"id": "chatcmpl-ref", "object": "chat.completion.chunk", "created": 0, "model": model}
-        self.token = _frame({**base, "choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}]})
+        self.token = _frame(
+            {**base, "choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}]}
+        )
         self.finish = {
             reason: _frame({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
             for reason in ("length", "stop")
@@ -109,7 +111,9 @@ def _frame(obj: dict[str, Any]) -> bytes:
     return _frame_raw(b"data: " + orjson.dumps(obj) + b"\n\n")
 
 
-def _response_head(status: int, ctype: bytes, keep: bool, extra: bytes = b"", length: int | None = None) -> bytes:
+def _response_head(
+    status: int, ctype: bytes, keep: bool, extra: bytes = b"", length: int | None = None
+) -> bytes:
     head = b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\n" % (status, _REASONS.get(status, "OK").encode(), ctype)
     head += b"transfer-encoding: chunked\r\n" if length is None else b"content-length: %d\r\n" % length
     head += b"connection: keep-alive\r\n" if keep else b"connection: close\r\n"
@@ -141,7 +145,16 @@ class RefServer:
 
     # --- routes ------------------------------------------------------------------------
 
-    def handle(self, conn: _Conn, method: str, target: str, headers: dict[str, str], body: bytes, keep: bool, arrival: int) -> None:
+    def handle(
+        self,
+        conn: _Conn,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes,
+        keep: bool,
+        arrival: int,
+    ) -> None:
         path, _, query = target.partition("?")
         if path == "/v1/chat/completions":
             if method != "POST":
@@ -153,7 +166,10 @@ class RefServer:
             clear = method == "DELETE" or "clear=1" in query
             return conn.reply(200, self.truth.take(clear), keep)
         if path in ("/v1/models", "/models"):
-            doc = {"object": "list", "data": [{"id": self.pacing.model, "object": "model", "owned_by": "replay-bench"}]}
+            doc = {
+                "object": "list",
+                "data": [{"id": self.pacing.model, "object": "model", "owned_by": "replay-bench"}],
+            }
             return conn.reply(200, orjson.dumps(doc), keep)
         if path in ("/health", "/"):
             return conn.reply(200, b'{"status":"ok"}', keep)
@@ -177,9 +193,22 @@ class RefServer:
         rid = headers.get("x-request-id")
         row = self.truth.new([sid, rid, arrival, None, None, max(tokens, 1), len(body)])
         model = req.get("model") or p.model
-        usage = {"prompt_tokens": len(body) // 4, "completion_tokens": row[5], "total_tokens": len(body) // 4 + row[5]}
+        usage = {
+            "prompt_tokens": len(body) // 4,
+            "completion_tokens": row[5],
+            "total_tokens": len(body) // 4 + row[5],
+        }
         if req.get("stream"):
-            _Stream(self, conn, row, keep, model, usage, token_ms / 1000.0, bool((req.get("stream_options") or {}).get("include_usage", True))).start(first_ms / 1000.0)
+            _Stream(
+                self,
+                conn,
+                row,
+                keep,
+                model,
+                usage,
+                token_ms / 1000.0,
+                bool((req.get("stream_options") or {}).get("include_usage", True)),
+            ).start(first_ms / 1000.0)
         else:
             self.loop.call_later(first_ms / 1000.0, self._whole, conn, row, keep, model, usage)
 
@@ -192,7 +221,9 @@ class RefServer:
             "object": "chat.completion",
             "created": 0,
             "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            ],
             "usage": usage,
         }
         row[3] = _now()
@@ -205,7 +236,17 @@ class _Stream:
 
     __slots__ = ("srv", "conn", "row", "keep", "model", "usage", "gap", "include_usage", "sent", "handle")
 
-    def __init__(self, srv: RefServer, conn: _Conn, row: list[Any], keep: bool, model: str, usage: dict[str, Any], gap: float, include_usage: bool) -> None:
+    def __init__(
+        self,
+        srv: RefServer,
+        conn: _Conn,
+        row: list[Any],
+        keep: bool,
+        model: str,
+        usage: dict[str, Any],
+        gap: float,
+        include_usage: bool,
+    ) -> None:
         self.srv, self.conn, self.row, self.keep = srv, conn, row, keep
         self.model, self.usage, self.gap, self.include_usage = model, usage, gap, include_usage
         self.sent = 0
@@ -231,7 +272,11 @@ class _Stream:
         row[3] = t
         base = self.srv.chunks(self.model).base
         delta = {"role": "assistant", "content": f"#{sid}"}
-        obj = {**base, "id": f"chatcmpl-{sid}", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        obj = {
+            **base,
+            "id": f"chatcmpl-{sid}",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+        }
         obj["x_bench"] = {"sid": sid, "arrival_ns": row[2], "first_token_ns": t}
         self.conn.write(_frame(obj))
         self.sent = 1
@@ -399,7 +444,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     ap.add_argument("--first-token-ms", type=float, default=default.first_token_ms)
     ap.add_argument("--token-ms", type=float, default=default.token_ms)
-    ap.add_argument("--tokens", type=int, default=default.tokens, help="reply tokens when the request names none")
+    ap.add_argument(
+        "--tokens", type=int, default=default.tokens, help="reply tokens when the request names none"
+    )
     ap.add_argument("--model", default=default.model)
     ap.add_argument("--truth-cap", type=int, default=2_000_000, help="most requests kept in the /truth log")
     args = ap.parse_args(argv)

@@ -60,12 +60,17 @@ def realtime_prefix() -> tuple[list[str], str]:
         return [], "chrt not found: server at normal priority"
     probe = subprocess.run([chrt, "-f", "50", "true"], capture_output=True, check=False)
     if probe.returncode != 0:
-        return [], f"chrt -f 50 not permitted ({probe.stderr.decode().strip()[:80]}): server at normal priority"
+        return (
+            [],
+            f"chrt -f 50 not permitted ({probe.stderr.decode().strip()[:80]}): server at normal priority",
+        )
     return [chrt, "-f", "50"], "server at SCHED_FIFO priority 50 (chrt -f 50)"
 
 
 @contextmanager
-def refserver(pacing: Pacing | None = None, realtime: bool = True, log_dir: Path | None = None) -> Iterator[RunningServer]:
+def refserver(
+    pacing: Pacing | None = None, realtime: bool = True, log_dir: Path | None = None
+) -> Iterator[RunningServer]:
     """The reference server on a free 127.0.0.1 port, stopped by its PID on the way out."""
     pacing = pacing or Pacing()
     prefix, note = realtime_prefix() if realtime else ([], "server at normal priority (asked)")
@@ -94,4 +99,6 @@ def refserver(pacing: Pacing | None = None, realtime: bool = True, log_dir: Path
             match = child.wait_for_line(_LISTENING, timeout=30.0)
             line = match.string
             loop = "uvloop" if "(uvloop loop)" in line else "asyncio"
-            yield RunningServer(url=match.group(1), pid=child.pid, realtime=bool(prefix), loop=loop, note=note)
+            yield RunningServer(
+                url=match.group(1), pid=child.pid, realtime=bool(prefix), loop=loop, note=note
+            )

@@ -32,7 +32,11 @@ def stream_trace(
     params: dict[str, Any] = {"max_tokens": output_tokens, "stream": True}
     if bench:
         params["extra"] = {"bench": bench}
-    reply = {"message": {"role": "assistant", "content": "ok"}, "finish": "length", "output_tokens": output_tokens}
+    reply = {
+        "message": {"role": "assistant", "content": "ok"},
+        "finish": "length",
+        "output_tokens": output_tokens,
+    }
     with TraceWriter(path, source="scenario:bench-stream", created="2026-01-01T00:00:00+00:00") as w:
         for i in range(requests):
             sid = f"s{i}"
@@ -73,7 +77,10 @@ def history_trace(
                 reply_msg = {"role": "assistant", "content": f"done {s}.{turn}"}
                 reply = {"message": reply_msg, "finish": "length", "output_tokens": output_tokens}
                 w.request(sid, float(s), list(msgs), params=params, reply=reply)
-                msgs += [reply_msg, {"role": "user", "content": {"synth": {"tokens": turn_tokens, "seed": s * 100 + turn}}}]
+                msgs += [
+                    reply_msg,
+                    {"role": "user", "content": {"synth": {"tokens": turn_tokens, "seed": s * 100 + turn}}},
+                ]
     return path
 
 
@@ -95,7 +102,13 @@ def big_trace(path: Path, target_bytes: int, message_tokens: int = 600) -> Path:
             for turn in range(turns_per_session):
                 msgs.append({"role": "user", "content": pool[(s + turn) % 32]})
                 reply_msg = {"role": "assistant", "content": pool[(s + 2 * turn + 1) % 32]}
-                w.request(sid, float(turn), list(msgs), params={"max_tokens": 64}, reply={"message": reply_msg, "output_tokens": 64})
+                w.request(
+                    sid,
+                    float(turn),
+                    list(msgs),
+                    params={"max_tokens": 64},
+                    reply={"message": reply_msg, "output_tokens": 64},
+                )
                 msgs.append(reply_msg)
                 written += 2 * len(pool[0]) + 200
             s += 1

@@ -11,7 +11,6 @@ not count.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,16 +21,8 @@ import httpx
 import orjson
 
 from replay.engine.sse import SseEvent, SseParser
-from replay.engine.usage import Usage
-
-try:
-    import sniffio  # noqa: F401
-except ImportError:
-    # httpcore runs `import sniffio` on every request; without the package each failed
-    # import rescans sys.path (~0.3 ms per request, twice). Cache the miss; httpcore then
-    # assumes asyncio, which is what we run on.
-    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 from replay.engine.transport import rx_clock
+from replay.engine.usage import Usage
 
 Think = Literal["off", "on", "auto"]
 Status = Literal["ok", "http_error", "timeout", "connect_error", "stream_broken", "server_error"]

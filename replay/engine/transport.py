@@ -24,15 +24,6 @@ from typing import Any
 import httpcore
 import httpx
 
-try:
-    import sniffio  # noqa: F401
-except ImportError:
-    # httpcore runs `import sniffio` on every request; without the package each failed
-    # import rescans sys.path (~0.3 ms per request, twice). Cache the miss; httpcore then
-    # assumes asyncio, which is what we run on.
-    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
-
-
 # --- transport: stamps taken where bytes arrive ---------------------------------------
 
 # Linux stamps every received packet in the kernel when SO_TIMESTAMPNS is set, and TCP

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from replay.errors import TraceError
+from replay.errors import TraceError, UsageError
 from replay.record.tokens import PART_SEPARATOR_TOKENS, count_tokens, token_starts
 from replay.trace.model import FORMAT, Message
 from replay.trace.reader import validate
@@ -319,3 +319,17 @@ def anonymize_trace(
                     obj["reply"] = anon.reply(obj["reply"])
             out.write(orjson.dumps(obj) + b"\n")
     return counts
+
+
+def run_anonymize(src: str | Path, dst: str | Path, key: str) -> str:
+    """`replay anonymize IN OUT --key SECRET`: rewrite, check the output, say what was done."""
+    if not key:
+        raise UsageError("--key must not be empty: it is what makes the synthetic text unguessable")
+    if not Path(src).exists():
+        raise UsageError(f"{src} does not exist")
+    counts = anonymize_trace(src, dst, key)
+    validate(dst)
+    return (
+        f"{dst}: {counts['requests']} requests in {counts['sessions']} sessions anonymized "
+        f"({counts['messages']} messages, {counts['blobs']} blobs)"
+    )

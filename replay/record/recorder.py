@@ -21,7 +21,7 @@ from replay.record.wire import Parsed, TapResult, WireError, parse_request
 from replay.trace.model import Message
 from replay.trace.writer import TraceWriter
 
-_WRITTEN_MAX = 4096
+_WRITTEN_MAX = 1024
 
 
 @dataclass(slots=True)
@@ -115,7 +115,7 @@ class Recorder:
     def _write(self, pending: Pending, outcome: Outcome, status: str, error: str | None) -> int:
         parsed, a = pending.parsed, pending.assignment
         anon = self.anonymizer
-        messages = parsed.messages if anon is None else anon.messages(parsed.messages)
+        messages = self._shared(parsed.messages if anon is None else anon.messages(parsed.messages), a)
         params = dict(parsed.params) if anon is None else anon.params(parsed.params)
         tools = params.get("tools")
         if tools:
@@ -145,6 +145,20 @@ class Recorder:
         if len(self._written) > _WRITTEN_MAX:
             self._written.popitem(last=False)
         return rid
+
+    def _shared(self, messages: list[Message], a: Assignment) -> list[Message]:
+        """`messages` with its prefix made of the base's message objects, so the requests kept for
+        delta encoding share one copy of a conversation instead of holding one each."""
+        base = self._written.get(a.base.rid) if a.base is not None and a.base.rid is not None else None
+        if base is None:
+            return messages
+        prev = base[0]
+        out = list(messages)
+        for i in range(min(len(prev), len(out))):
+            if prev[i] is not out[i] and prev[i] != out[i]:
+                break
+            out[i] = prev[i]
+        return out
 
     def _declare(self, a: Assignment) -> str:
         s = a.session

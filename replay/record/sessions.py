@@ -106,22 +106,19 @@ class Label:
 
 @dataclass(slots=True, eq=False)
 class Head:
-    """One request's message list, as a possible prefix of later requests."""
+    """One request, as a possible prefix of later ones: its messages' chained hash, not the messages
+    (a recorder that runs for days must not hold every conversation it saw)."""
 
     session: SessionState
-    messages: list[Message]
+    n: int  # messages
     chain: int
     arrived_ns: int
     tag: str = "turn"
     done_ns: int | None = None
     rid: int | None = None  # trace id, once written
-    reply_text: str = ""
+    reply_text: str = ""  # kept on the session's latest completed request only
     status: str = ""
     prompt_tokens: int | None = None
-
-    @property
-    def n(self) -> int:
-        return len(self.messages)
 
 
 @dataclass(slots=True, eq=False)
@@ -257,7 +254,7 @@ class SessionInference:
         )
         if delay is not None:
             session.gaps.append(delay)
-        head = Head(session=session, messages=messages, chain=chain[-1], arrived_ns=now_ns, tag=tag)
+        head = Head(session=session, n=len(messages), chain=chain[-1], arrived_ns=now_ns, tag=tag)
         self._add_head(session, head)
         session.in_flight += 1
         session.requests += 1
@@ -386,10 +383,12 @@ class SessionInference:
         head.rid = rid
         head.status = status
         head.prompt_tokens = prompt_tokens
-        content = (reply or {}).get("content")
-        head.reply_text = content if isinstance(content, str) else ""
         session.in_flight -= 1
         if status != "ok":
             session.errors += 1
         if session.last_done is None or (session.last_done.done_ns or 0) <= now_ns:
+            if session.last_done is not None:
+                session.last_done.reply_text = ""
+            content = (reply or {}).get("content")
+            head.reply_text = content if isinstance(content, str) else ""
             session.last_done = head

@@ -20,13 +20,9 @@ from typing import Any
 
 import orjson
 
-from replay.engine.apis import (
-    ApiResult,
-    _AnthropicReader,
-    _BadPayload,
-    _error_text,
-    _OpenAIReader,
-)
+from replay.engine.anthropic import _AnthropicReader
+from replay.engine.exchange import ApiResult, _BadPayload, _error_text
+from replay.engine.openai import _OpenAIReader
 from replay.engine.sse import SseParser
 from replay.engine.usage import Usage
 from replay.trace.model import Message
@@ -336,7 +332,6 @@ class ReplyTap:
         self.body = bytearray()
         self.malformed: str | None = None
         self.t_first_token: int | None = None
-        self.t_last_token: int | None = None
         self.n_events = 0
         self._truncated = False
 
@@ -354,21 +349,22 @@ class ReplyTap:
             return
         if self.malformed is not None or self.reader.done or self.reader.error is not None:
             return
-        now = now_ns if now_ns is not None else time.perf_counter_ns()
+        self._events(self.parser.feed, chunk, now_ns if now_ns is not None else time.perf_counter_ns())
+
+    def _events(self, parse: Any, *args: Any) -> None:
+        """Parse and read events; JSON that is not the protocol's marks the reply malformed."""
+        now = args[-1]
         try:
-            for ev in self.parser.feed(chunk):
-                self._event(ev, now)
+            for ev in parse(*args[:-1]):
+                self.n_events += 1
+                if self.reader.done or self.reader.error is not None:
+                    continue
+                if self.reader.event(ev) and self.t_first_token is None:
+                    self.t_first_token = now
         except _BadPayload as exc:
             self.malformed = str(exc)
-
-    def _event(self, ev: Any, now: int) -> None:
-        self.n_events += 1
-        if self.reader.done or self.reader.error is not None:
-            return
-        if self.reader.event(ev):
-            if self.t_first_token is None:
-                self.t_first_token = now
-            self.t_last_token = now
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
+            self.malformed = f"unexpected event shape ({type(exc).__name__}: {exc})"
 
     def finish(self) -> TapResult:
         """The reply as the agent received it, and how the exchange ended as far as the bytes tell.
@@ -383,11 +379,7 @@ class ReplyTap:
             return out
         if self.sse:
             if self.malformed is None and not self.reader.done and self.reader.error is None:
-                try:
-                    for ev in self.parser.finish():
-                        self._event(ev, time.perf_counter_ns())
-                except _BadPayload as exc:
-                    self.malformed = str(exc)
+                self._events(self.parser.finish, time.perf_counter_ns())
         elif self.status is not None:
             self._whole()
         self.reader.fill(res)
@@ -418,5 +410,5 @@ class ReplyTap:
             return
         try:
             self.reader.body(obj)
-        except (AttributeError, TypeError) as exc:
+        except (AttributeError, TypeError, KeyError, ValueError) as exc:
             self.malformed = f"reply body has an unexpected shape ({exc})"

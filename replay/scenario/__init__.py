@@ -1,6 +1,6 @@
 """Scenario specs (traces/scenarios/*.toml) -> deterministic traces; running their arms on the simulator."""
 
-from replay.scenario.build import GenerateResult, generate, plan_requests, probe_notice
+from replay.scenario.build import GenerateResult, generate, plan_requests, probe_notice, trace_probe_notice
 from replay.scenario.catalog import SCENARIOS_DIR, find_scenario, list_scenarios
 from replay.scenario.spec import Arm, Scenario, load_spec, parse_params
 
@@ -16,4 +16,5 @@ __all__ = [
     "parse_params",
     "plan_requests",
     "probe_notice",
+    "trace_probe_notice",
 ]

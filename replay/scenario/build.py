@@ -23,6 +23,7 @@ import orjson
 
 from replay.errors import TraceError
 from replay.scenario.spec import Scenario, SessionSpec, Step
+from replay.trace.model import Trace
 from replay.trace.writer import TraceWriter
 
 Message = dict[str, Any]
@@ -187,7 +188,9 @@ class _Builder:
                         "tool_calls": [{"id": call_id, "name": name, "arguments": _arguments(name, f"h{i}")}],
                     }
                 )
-                state.messages.append({"role": "tool", "tool_call_id": call_id, "content": self.synth(n, s.id, "h", i)})
+                state.messages.append(
+                    {"role": "tool", "tool_call_id": call_id, "content": self.synth(n, s.id, "h", i)}
+                )
             else:
                 state.messages.append({"role": "assistant", "content": self.synth(first, s.id, "ha", i)})
                 state.messages.append({"role": "user", "content": self.synth(n, s.id, "hu", i)})
@@ -212,7 +215,11 @@ class _Builder:
         if state.pending_call is not None:
             n = max(tokens, MIN_TOOL_RESULT)
             state.tokens += n
-            return {"role": "tool", "tool_call_id": state.pending_call, "content": self.synth(n, s.id, "result", k)}
+            return {
+                "role": "tool",
+                "tool_call_id": state.pending_call,
+                "content": self.synth(n, s.id, "result", k),
+            }
         n = max(tokens, 1)
         state.tokens += n
         return {"role": "user", "content": self.synth(n, s.id, "user", k)}
@@ -289,7 +296,9 @@ class _Builder:
             state.messages.append(self._growth(state, grow))
             new = state.tokens - before
         state.turns += 1
-        return self._plan(state, t, state.messages, new, tag or _default_tag(state.spec), label, delay_s, after=after)
+        return self._plan(
+            state, t, state.messages, new, tag or _default_tag(state.spec), label, delay_s, after=after
+        )
 
     def prewarm(self, state: _State, t: float, delay_s: float, label: str) -> None:
         if state.pending_reply is not None:
@@ -318,7 +327,13 @@ class _Builder:
                     "tool_calls": [{"id": call_id, "name": name, "arguments": _arguments(name, f"c{i}")}],
                 }
             )
-            msgs.append({"role": "tool", "tool_call_id": call_id, "content": self.synth(n, s.id, "kept", state.turns, i)})
+            msgs.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "content": self.synth(n, s.id, "kept", state.turns, i),
+                }
+            )
         state.messages = msgs
         state.tokens = kept + pairs * CALL_TOKENS + body
         state.pending_reply = None
@@ -344,8 +359,9 @@ class _Builder:
             doc["content"] = parts
             msgs[state.doc_index] = doc
         tag = step.tag or (PROBE_TAG if step.restart else _default_tag(s))
+        pending = state.pending_reply, state.pending_call
         self._plan(state, t, msgs, new, tag, step.label, delay_s)
-        state.pending_reply = None  # a probe is not a turn: the conversation does not grow
+        state.pending_reply, state.pending_call = pending  # a probe is not a turn: the conversation stays
 
     # --- steps ------------------------------------------------------------------------------
 
@@ -361,7 +377,10 @@ class _Builder:
                     for sid in step.sessions:
                         if r < counts[sid]:
                             self._sequenced(
-                                step, sid, lambda st, t, sid=sid, r=r: self._one_turn(step, sid, st, t, counts, r), r
+                                step,
+                                sid,
+                                lambda st, t, sid=sid, r=r: self._one_turn(step, sid, st, t, counts, r),
+                                r,
                             )
             return
         for sid in step.sessions:
@@ -414,7 +433,14 @@ class _Builder:
         return first + max(0, math.ceil((until - state.tokens) / grow))
 
     def _one_turn(
-        self, step: Step, sid: str, state: _State, t: float, counts: dict[str, int], r: int, after: _Planned | None = None
+        self,
+        step: Step,
+        sid: str,
+        state: _State,
+        t: float,
+        counts: dict[str, int],
+        r: int,
+        after: _Planned | None = None,
     ) -> _Planned:
         grow = self.size(step.grow[sid])
         target = self.size(step.grow_to[sid])
@@ -490,6 +516,11 @@ def generate(spec: Scenario, out: str | Path) -> GenerateResult:
         labels=labels,
         notice=probe_notice(probes),
     )
+
+
+def trace_probe_notice(trace: Trace) -> str | None:
+    """`probe_notice` for a loaded trace (what `replay run` prints before sending it)."""
+    return probe_notice([r.id for r in trace.requests if r.tag == PROBE_TAG])
 
 
 def probe_notice(probe_ids: list[int]) -> str | None:

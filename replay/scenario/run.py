@@ -8,6 +8,7 @@ the trace's seconds and the modelled seconds stay the same seconds.
 from __future__ import annotations
 
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,10 +85,14 @@ def _replay(
     """One arm against a server that is already up; its log lines are the ones written meanwhile."""
     results = out / f"{spec.name}-{arm.name}.results.jsonl"
     log = results.with_suffix(".server.log")
-    log_start = Path(served.log_path).stat().st_size if served.log_path and Path(served.log_path).exists() else 0
+    log_start = (
+        Path(served.log_path).stat().st_size if served.log_path and Path(served.log_path).exists() else 0
+    )
     trace = read_trace(trace_path)
     speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
-    plan = make_plan(spec.run.plan, concurrency=spec.run.concurrency, speed=speed, round_robin=spec.run.round_robin)
+    plan = make_plan(
+        spec.run.plan, concurrency=spec.run.concurrency, speed=speed, round_robin=spec.run.round_robin
+    )
     config = EngineConfig(
         base_url=served.url, think=spec.run.think, timeout_s=timeout_s, run_id=uuid.uuid4().hex[:8]
     )
@@ -101,13 +106,28 @@ def _replay(
         "time_scale": scale,
     }
     outcome = run_trace(trace, plan, config, results, header, keep_records=True)
-    return ArmRun(arm=arm.name, trace=trace_path, results=results, log=log, outcome=outcome, generated=generated), log_start
+    return ArmRun(
+        arm=arm.name, trace=trace_path, results=results, log=log, outcome=outcome, generated=generated
+    ), log_start
+
+
+def _settled_size(path: Path, quiet_s: float = 0.05, limit_s: float = 2.0) -> int:
+    """The log's size once it stops growing: ds4 prints a request's last line after replying."""
+    size, deadline = path.stat().st_size, time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = path.stat().st_size
+        if now == size:
+            break
+        size = now
+    return size
 
 
 def _finish(run: ArmRun, served: Served, kind: str, log_start: int) -> None:
     """Copy this run's part of the server log next to its results and append its `server` records."""
     if served.log_path is None or not Path(served.log_path).exists():
         return
+    _settled_size(Path(served.log_path))
     with open(served.log_path, "rb") as src:
         src.seek(log_start)
         run.log.write_bytes(src.read())
@@ -132,8 +152,8 @@ def run_arm(
         target = resolve_target("sim", None, sim_flags(arm, scale), Path(scratch))
         with open_target(target, Path(scratch) / "work") as served:
             check_reachable(served.url)
-            run, log_start = _replay(armed, arm, out, served, target.kind, scale, trace_path, generated, timeout_s)
-        _finish(run, served, target.kind, log_start)
+            run, _ = _replay(armed, arm, out, served, target.kind, scale, trace_path, generated, timeout_s)
+        _finish(run, served, target.kind, 0)  # the whole log: startup lines and shutdown saves too
     return run
 
 
@@ -148,6 +168,7 @@ def run_shared(
 
     The server's state (live slot, disk checkpoints) carries over from run to run, so use it only
     for runs whose outcome cannot depend on what came before; it saves a process start per run.
+    Each run's results get the server records of its own stretch of the log.
     """
     out = Path(out_dir)
     done: list[ArmRun] = []
@@ -158,7 +179,9 @@ def run_shared(
             check_reachable(served.url)
             for spec, arm in runs:
                 armed, trace_path, generated = _prepare(spec, arm, out)
-                run, log_start = _replay(armed, arm, out, served, target.kind, time_scale, trace_path, generated, timeout_s)
+                run, log_start = _replay(
+                    armed, arm, out, served, target.kind, time_scale, trace_path, generated, timeout_s
+                )
                 _finish(run, served, target.kind, log_start)
                 done.append(run)
     return done

@@ -265,7 +265,9 @@ def _set_dotted(where: _Where, data: dict[str, Any], dotted: str, value: Any) ->
     node: Any = data
     for i, key in enumerate(keys[:-1]):
         if not isinstance(node, dict) or key not in node:
-            raise TraceError(where.path, 0, f"--param {dotted}: no table {'.'.join(keys[: i + 1])!r} in the spec")
+            raise TraceError(
+                where.path, 0, f"--param {dotted}: no table {'.'.join(keys[: i + 1])!r} in the spec"
+            )
         node = node[key]
     if not isinstance(node, dict):
         raise TraceError(where.path, 0, f"--param {dotted}: {'.'.join(keys[:-1])!r} is not a table")
@@ -314,7 +316,9 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Scen
         elif "." in key:
             _set_dotted(where, raw, key, value)
         else:
-            raise TraceError(path, 0, f"--param {key}: unknown parameter (declared: {', '.join(sorted(declared))})")
+            raise TraceError(
+                path, 0, f"--param {key}: unknown parameter (declared: {', '.join(sorted(declared))})"
+            )
     scale = params["scale"]
     if not isinstance(scale, int | float) or isinstance(scale, bool) or scale <= 0:
         raise TraceError(path, where.line(("params", "scale")), "params.scale must be a number > 0")
@@ -470,7 +474,9 @@ def _per_session(t: _Table, key: str, sessions: tuple[str, ...], kind: type, def
             continue
         ok = isinstance(v, int | float) if kind is float else isinstance(v, kind)
         if not ok or isinstance(v, bool) or v < 0:
-            raise t.fail(key, f"value for {sid!r} must be a non-negative {'number' if kind is float else 'integer'}")
+            raise t.fail(
+                key, f"value for {sid!r} must be a non-negative {'number' if kind is float else 'integer'}"
+            )
         out[sid] = kind(v)
     return out
 
