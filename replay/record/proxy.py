@@ -226,10 +226,10 @@ class _Relay:
                 await self._pump(send, state)
                 tg.cancel_scope.cancel()
         finally:
-            self.proxy.in_flight -= 1
             self._start_recording()
             if self.pending is not None:
                 self._record(state)
+            self.proxy.in_flight -= 1
         if state.abort:
             raise UpstreamBroke(state.error)
 
