@@ -291,6 +291,69 @@ def size_sweep(
         raise _fail(exc) from None
 
 
+@app.command()
+def record(
+    upstream: Annotated[str, typer.Option(help="The real server's base URL, e.g. http://127.0.0.1:8000.")],
+    out: Annotated[Path, typer.Option(help="Trace file to write (one line per completed request).")],
+    listen: Annotated[str, typer.Option(help="HOST:PORT the agent talks to instead of the server.")] = "127.0.0.1:8001",
+    anonymize: Annotated[bool, typer.Option(help="Write synthetic text of the same token counts (needs --key).")] = False,
+    key: Annotated[str | None, typer.Option(help="Secret for --anonymize: equal text stays equal.")] = None,
+) -> None:
+    """Pass an agent's traffic through to the server unchanged, and write it as a trace."""
+    from replay.record.serve import record as run_record
+
+    try:
+        code = run_record(upstream, listen, out, anonymize=anonymize, key=key, console=console)
+    except ReplayError as exc:
+        raise _fail(exc) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def anonymize(
+    src: Annotated[Path, typer.Argument(help="Trace to anonymize.")],
+    dst: Annotated[Path, typer.Argument(help="Anonymized trace to write.")],
+    key: Annotated[str, typer.Option(help="Secret: equal text stays equal, different stays different.")],
+) -> None:
+    """Replace every text with synthetic text of the same token count, keeping structure and timing."""
+    from replay.record.anonymize import run_anonymize
+
+    try:
+        console.print(run_anonymize(src, dst, key), highlight=False)
+    except ReplayError as exc:
+        raise _fail(exc) from None
+
+
+@app.command("import")
+def import_(
+    fmt: Annotated[str, typer.Argument(help="claude-code | mooncake | sharegpt")],
+    src: Annotated[Path, typer.Argument(help="Input file (Claude Code: a transcript or a project directory).")],
+    out: Annotated[Path, typer.Argument(help="Trace to write.")],
+) -> None:
+    """Turn another tool's traces or transcripts into a replayable trace."""
+    from replay.record.importers import run_import
+
+    try:
+        console.print(run_import(fmt, src, out), highlight=False)
+    except ReplayError as exc:
+        raise _fail(exc) from None
+
+
+@app.command("export")
+def export(
+    fmt: Annotated[str, typer.Argument(help="mooncake")],
+    src: Annotated[Path, typer.Argument(help="Trace to export.")],
+    out: Annotated[Path, typer.Argument(help="File to write.")],
+) -> None:
+    """Write a trace in another tool's format (Mooncake: for AIPerf and SGLang)."""
+    from replay.record.importers import run_export
+
+    try:
+        console.print(run_export(fmt, src, out), highlight=False)
+    except ReplayError as exc:
+        raise _fail(exc) from None
+
+
 llama_app = typer.Typer(no_args_is_help=True, help="A real llama.cpp server as a target: tiny test models.")
 app.add_typer(llama_app, name="llama")
 

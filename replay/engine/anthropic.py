@@ -130,7 +130,7 @@ def anthropic_body(call: ApiCall) -> dict[str, Any]:
     return body
 
 
-class _AnthropicReader:
+class AnthropicReader:
     terminal = "message_stop"
 
     def __init__(self) -> None:
@@ -241,5 +241,5 @@ async def anthropic_messages(client: httpx.AsyncClient, call: ApiCall, on_state:
     """POST /v1/messages."""
     headers = {**_ANTHROPIC_HEADERS, "accept": "text/event-stream" if call.stream else "application/json"}
     return await exchange(
-        client, call, "/v1/messages", anthropic_body(call), headers, _AnthropicReader(), on_state
+        client, call, "/v1/messages", anthropic_body(call), headers, AnthropicReader(), on_state
     )

@@ -158,7 +158,7 @@ class _Reader(Protocol):
     def fill(self, res: ApiResult) -> None: ...  # message, finish, usage from what was read
 
 
-class _BadPayload(Exception):
+class BadPayload(Exception):
     """The server sent bytes that are not the JSON the protocol promises."""
 
 
@@ -167,7 +167,7 @@ def _one_line(text: str) -> str:
     return text if len(text) <= _ERROR_TEXT_MAX else text[: _ERROR_TEXT_MAX - 3] + "..."
 
 
-def _error_text(payload: bytes) -> str:
+def error_text(payload: bytes) -> str:
     """The human part of an error body: `error.message`, `error`, `detail`, or the text."""
     try:
         obj = orjson.loads(payload)
@@ -240,7 +240,7 @@ async def exchange(
     except httpx.TransportError as exc:
         phase = "before response headers" if res.t_headers is None else f"after {res.n_events} events"
         res.status, res.error = "stream_broken", f"{where}: connection failed {phase}: {_transport_text(exc)}"
-    except _BadPayload as exc:
+    except BadPayload as exc:
         res.status, res.error = "stream_broken", f"{where}: {exc}"
     if res.t_done is None:
         res.t_done = time.perf_counter_ns()
@@ -271,7 +271,7 @@ async def _talk(
         res.http_status = response.status_code
         if response.status_code >= 400:
             res.status = "http_error"
-            text = _error_text(await response.aread())
+            text = error_text(await response.aread())
             res.error = f"{where}: HTTP {response.status_code}: {text}"
             return
         if on_state:
@@ -297,9 +297,9 @@ async def _read_body(
     try:
         obj = orjson.loads(b"".join(chunks))
     except orjson.JSONDecodeError as exc:
-        raise _BadPayload(f"response body is not JSON ({exc})") from None
+        raise BadPayload(f"response body is not JSON ({exc})") from None
     if not isinstance(obj, dict):
-        raise _BadPayload("response body is not a JSON object")
+        raise BadPayload("response body is not a JSON object")
     reader.body(obj)
 
 
@@ -371,11 +371,11 @@ def load_event(data: bytes) -> dict[str, Any]:
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
-        raise _BadPayload(
+        raise BadPayload(
             f"event data is not JSON: {_one_line(data[:120].decode('utf-8', 'replace'))}"
         ) from None
     if not isinstance(obj, dict):
-        raise _BadPayload("event data is not a JSON object")
+        raise BadPayload("event data is not a JSON object")
     return obj
 
 

@@ -70,7 +70,7 @@ def openai_body(call: ApiCall) -> dict[str, Any]:
     return body
 
 
-class _OpenAIReader:
+class OpenAIReader:
     terminal = "[DONE]"
 
     def __init__(self) -> None:
@@ -187,5 +187,5 @@ async def openai_chat(client: httpx.AsyncClient, call: ApiCall, on_state: OnStat
     """POST /v1/chat/completions."""
     headers = {**OPENAI_HEADERS, "accept": "text/event-stream" if call.stream else "application/json"}
     return await exchange(
-        client, call, "/v1/chat/completions", openai_body(call), headers, _OpenAIReader(), on_state
+        client, call, "/v1/chat/completions", openai_body(call), headers, OpenAIReader(), on_state
     )

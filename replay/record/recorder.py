@@ -50,6 +50,7 @@ class RecorderStats:
     recorded: int = 0
     errors: int = 0
     unrecorded: int = 0  # bodies on recorded routes that could not be read as requests
+    dropped_parts: int = 0  # images, documents: content the trace format cannot hold
     write_errors: int = 0
     last_problem: str = ""
     statuses: dict[str, int] = field(default_factory=dict)
@@ -81,6 +82,7 @@ class Recorder:
             self.stats.unrecorded += 1
             self.stats.last_problem = f"not recorded: {exc}"
             return None
+        self.stats.dropped_parts += parsed.dropped_parts
         if label is None and parsed.user_id:
             label = Label(user_id_scope(parsed.user_id), "user_id")
         if self.t0_ns is None:
@@ -127,7 +129,6 @@ class Recorder:
         if anon is not None:
             reply = anon.reply(reply)
         sid = self._declare(a)
-        self._rebase(sid, a)
         after = None
         if a.after is not None and a.after.rid is not None:
             after = {"request": a.after.rid, "delay_s": round(a.delay_s or 0.0, 6)}
@@ -140,6 +141,7 @@ class Recorder:
             usage=_usage(outcome.tap),
             after=after,
             tag=a.tag,
+            base=self._base(a),
         )
         self._written[rid] = (messages, reply.get("message"))
         if len(self._written) > _WRITTEN_MAX:
@@ -170,21 +172,13 @@ class Recorder:
             self._declared[s.id] = sid
         return sid
 
-    def _rebase(self, sid: str, a: Assignment) -> None:
-        """Delta-encode against the request this one extends.
-
-        TraceWriter encodes against the session's last written request; with concurrent turns
-        that is not the one this request extends. Until it takes a base, point its per-session
-        state at ours (the same three fields it sets itself after each request).
-        """
+    def _base(self, a: Assignment) -> tuple[int, list[Message], Message | None] | None:
+        """The request this one extends (with concurrent turns, not always the session's last)."""
         base = a.base
         if base is None or base.rid is None or base.rid not in self._written:
-            return
-        state = self.writer._sessions.get(sid)
-        if state is None:
-            return
+            return None
         messages, reply = self._written[base.rid]
-        state.last_id, state.messages, state.reply = base.rid, messages, reply
+        return base.rid, messages, reply
 
     def _reply(self, pending: Pending, outcome: Outcome, status: str, error: str | None) -> dict[str, Any]:
         tap = outcome.tap

@@ -209,18 +209,26 @@ def record(
     server = RecordingServer(upstream, out, host=host, port=port, anonymize_key=key if anonymize else None)
     console = console or Console(stderr=True)
     server.bind()
-    console.print(f"listening on {server.url} -> {server.upstream}, writing {server.out}", highlight=False)
+    console.print(
+        f"listening on {server.url} -> {server.upstream}, writing {server.out}",
+        highlight=False,
+        soft_wrap=True,
+    )
     if host not in _LOOPBACK:
         console.print(
             f"[yellow]warning:[/yellow] listening on {host}: anyone who can reach it can use your upstream credentials",
             highlight=False,
+            soft_wrap=True,
         )
     server.serve_forever(console)
     stats = server.recorder.stats
     console.print(
         f"{server.out}: {stats.recorded} requests recorded in {len(server.recorder.inference.sessions)} sessions"
-        f" ({stats.errors} with errors, {stats.unrecorded} not recordable)"
+        f" ({stats.errors} with errors, {stats.unrecorded} not recordable"
+        + (f", {stats.dropped_parts} image/document parts left out" if stats.dropped_parts else "")
+        + ")"
         + (f"; stopped by {server.stopped_by}" if server.stopped_by else ""),
         highlight=False,
+        soft_wrap=True,
     )
     return 0 if not stats.write_errors else 1

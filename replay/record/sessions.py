@@ -9,8 +9,8 @@ Agents rarely say. The rules, in order:
    the longest prefix wins. Every message is hashed once and prefixes are chained hashes, so
    this costs one dictionary lookup per message, whatever the number of sessions.
    If the session has a request in flight the new one is a `concurrent` turn (the skill-review
-   case). If the prefix is an older request of an idle session, the history was rewound (an edit,
-   a redo): the prefix was rewritten, so it is tagged `compaction`.
+   case). If the prefix is an older request and this one has fewer messages than the session's
+   latest, the history was cut (an edit, a redo): the prefix was rewritten, tagged `compaction`.
 3. Compaction: no prefix matches, but a session starts with the same system prompt and tools, is
    longer than this request, and either its last reply text appears in this request (the summary
    an agent carries over) or this request arrives in that session's rhythm (idle, and the gap
@@ -220,6 +220,8 @@ class SessionInference:
         scope = f"{api}|{label.name if label is not None and not label.explicit else ''}"
         if label is not None and label.explicit:
             sid = clean_label(label.name)
+            if sid in self.sessions and not self.sessions[sid].explicit:
+                sid += "-labelled"  # an inferred session already has this name
             scope = "label:" + sid
             session = self.sessions.get(sid)
             new = session is None
@@ -318,11 +320,12 @@ class SessionInference:
 
     def _next_id(self, scope: str) -> str:
         name = scope.partition("|")[2]
-        n = self._scope_count.get(name, 0) + 1
-        self._scope_count[name] = n
-        if not name:
-            return f"s{n}"
-        return name if n == 1 else f"{name}-{n}"
+        while True:
+            n = self._scope_count.get(name, 0) + 1
+            self._scope_count[name] = n
+            sid = f"s{n}" if not name else name if n == 1 else f"{name}-{n}"
+            if sid not in self.sessions:  # a label may have taken it
+                return sid
 
     def _new_session(
         self,

@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from replay.engine.anthropic import _AnthropicReader
-from replay.engine.exchange import ApiResult, _BadPayload, _error_text
-from replay.engine.openai import _OpenAIReader
+from replay.engine.anthropic import AnthropicReader
+from replay.engine.exchange import ApiResult, BadPayload, error_text
+from replay.engine.openai import OpenAIReader
 from replay.engine.sse import SseParser
 from replay.engine.usage import Usage
 from replay.trace.model import Message
@@ -325,7 +325,7 @@ class ReplyTap:
 
     def __init__(self, api: str) -> None:
         self.api = api
-        self.reader: Any = _OpenAIReader() if api == "openai" else _AnthropicReader()
+        self.reader: Any = OpenAIReader() if api == "openai" else AnthropicReader()
         self.parser = SseParser()
         self.status: int | None = None
         self.sse = False
@@ -361,7 +361,7 @@ class ReplyTap:
                     continue
                 if self.reader.event(ev) and self.t_first_token is None:
                     self.t_first_token = now
-        except _BadPayload as exc:
+        except BadPayload as exc:
             self.malformed = str(exc)
         except (AttributeError, TypeError, KeyError, ValueError) as exc:
             self.malformed = f"unexpected event shape ({type(exc).__name__}: {exc})"
@@ -375,7 +375,7 @@ class ReplyTap:
         res = ApiResult()
         out = TapResult(http_status=self.status, t_first_token=self.t_first_token, n_events=self.n_events)
         if self.status is not None and self.status >= 400:
-            out.status, out.error = "http_error", f"HTTP {self.status}: {_error_text(bytes(self.body))}"
+            out.status, out.error = "http_error", f"HTTP {self.status}: {error_text(bytes(self.body))}"
             return out
         if self.sse:
             if self.malformed is None and not self.reader.done and self.reader.error is None:

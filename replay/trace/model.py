@@ -12,9 +12,7 @@ from typing import Any
 
 FORMAT = "agent-replay-trace/1"
 
-ROLES = ("interactive", "cron", "review", "subagent", "background")
 APIS = ("openai", "anthropic")
-TAGS = ("turn", "compaction", "cron", "review", "prewarm", "subagent", "probe")
 
 Message = dict[str, Any]
 

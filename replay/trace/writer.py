@@ -92,27 +92,33 @@ class TraceWriter:
         after: dict[str, Any] | None = None,
         tag: str = "turn",
         rid: int | None = None,
+        base: tuple[int, list[Message], Message | None] | None = None,
     ) -> int:
-        """Write one request given its full message list; returns its id."""
+        """Write one request given its full message list; returns its id.
+
+        It is encoded against the session's previous request, or against `base` (an earlier
+        request's id, messages and reply message) when it extends another one, as a concurrent
+        turn does.
+        """
         state = self._sessions[session]
         rid = self._next_id if rid is None else rid
         self._next_id = rid + 1
+        parent_id, prev, prev_reply = base if base is not None else (state.last_id, state.messages, state.reply)
         keep = 0
-        prev = state.messages
         while keep < len(prev) and keep < len(messages) and _same_message(prev[keep], messages[keep]):
             keep += 1
         append: list[Message] = list(messages[keep:])
         if (
             keep == len(prev)
             and append
-            and state.reply is not None
-            and state.last_id is not None
-            and _same_message(append[0], state.reply)
+            and prev_reply is not None
+            and parent_id is not None
+            and _same_message(append[0], prev_reply)
         ):
-            append[0] = {"$reply": state.last_id}
+            append[0] = {"$reply": parent_id}
         obj: dict[str, Any] = {"kind": "request", "id": rid, "session": session, "t": round(t, 6)}
-        if state.last_id is not None and keep:
-            obj["parent"] = state.last_id
+        if parent_id is not None and keep:
+            obj["parent"] = parent_id
             obj["keep"] = keep
         obj["append"] = append
         obj["params"] = params or {}

@@ -1,0 +1,179 @@
+"""Mooncake traces (one JSON object per line: `timestamp` ms, `input_length`, `output_length`,
+`hash_ids` of 512-token blocks) to and from our trace format, so workloads move between this tool
+and AIPerf / SGLang benchmarks.
+
+Import: block id h becomes synthetic text seeded by h, so two requests share prompt text exactly
+where their hash ids are equal (the last block may be partial: it is the prefix, in words, of the
+same id's full block). A request whose ids extend every full block of an earlier request continues
+that request's session; anything else starts a session. Each prompt is one user message whose
+content is its blocks joined by newlines; each newline is a token, so a block after the first has
+one word fewer and the prompt is `input_length` tokens long (`replay.record.tokens`).
+
+Export: each request's materialised prompt is cut into 512-token blocks with the same tokenizer; a
+block's id is a chained hash of everything up to its end, numbered in first-seen order, so equal
+prefixes get equal ids. An imported trace exports to its original ids up to that renumbering.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from replay.errors import TraceError
+from replay.record.tokens import PART_SEPARATOR_TOKENS, tokens
+from replay.trace.materialize import materialize, recorded_reply
+from replay.trace.reader import read_trace
+from replay.trace.writer import TraceWriter
+
+BLOCK = 512
+SEED_BASE = 0x4D43_0000_0000  # keeps block seeds apart from other synthetic seeds
+
+
+def _rows(src: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(src, "rb") as handle:
+        for n, raw in enumerate(handle, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise TraceError(str(src), n, f"bad JSON: {exc}") from None
+            for key in ("timestamp", "input_length", "output_length", "hash_ids"):
+                if key not in row:
+                    raise TraceError(str(src), n, f"mooncake row is missing '{key}'")
+            ids, length = row["hash_ids"], row["input_length"]
+            if not isinstance(ids, list) or not all(isinstance(h, int) for h in ids):
+                raise TraceError(str(src), n, "hash_ids must be a list of integers")
+            if not isinstance(length, int) or length < 0 or len(ids) != -(-length // BLOCK):
+                raise TraceError(
+                    str(src), n, f"input_length {length} does not fit {len(ids)} blocks of {BLOCK}"
+                )
+            row["_line"] = n
+            rows.append(row)
+    return rows
+
+
+def import_mooncake(
+    src: str | Path, out: str | Path, api: str = "openai", model: str = "default"
+) -> dict[str, int]:
+    """Convert a Mooncake JSONL trace into a trace at `out`."""
+    src = Path(src)
+    rows = _rows(src)
+    if not rows:
+        raise TraceError(str(src), 0, "no requests in the mooncake trace")
+    t0 = min(r["timestamp"] for r in rows)
+    # full-block prefix (as a tuple) -> session; a continuation must extend all of it
+    prefixes: dict[tuple[int, ...], str] = {}
+    counts = {"requests": 0, "sessions": 0, "blocks": 0, "shared_blocks": 0}
+    seen_blocks: set[int] = set()
+    notes = f"imported from mooncake trace {src.name}; {BLOCK}-token blocks as synthetic text"
+    with TraceWriter(out, source="import:mooncake", notes=notes) as writer:
+        for row in rows:
+            ids: list[int] = row["hash_ids"]
+            length: int = row["input_length"]
+            session = None
+            for k in range(len(ids), 0, -1):
+                session = prefixes.get(tuple(ids[:k]))
+                if session is not None:
+                    break
+            if session is None:
+                counts["sessions"] += 1
+                session = f"mc{counts['sessions']}"
+                writer.session(session, api=api, model=model, labels={"source": "mooncake"})
+            full = len(ids) if length % BLOCK == 0 else len(ids) - 1
+            if full:
+                prefixes[tuple(ids[:full])] = session
+            parts = []
+            for i, h in enumerate(ids):
+                size = BLOCK if i < len(ids) - 1 or length % BLOCK == 0 else length % BLOCK
+                if i:
+                    size -= PART_SEPARATOR_TOKENS  # the newline joining it to the previous block
+                parts.append({"synth": {"tokens": size, "seed": SEED_BASE + h}})
+                counts["shared_blocks"] += h in seen_blocks
+                seen_blocks.add(h)
+            counts["blocks"] += len(ids)
+            output = int(row["output_length"])
+            writer.request(
+                session,
+                (row["timestamp"] - t0) / 1000.0,
+                [{"role": "user", "content": parts}],
+                params={"max_tokens": output, "stream": True},
+                reply={"output_tokens": output, "finish": "length"},
+            )
+            counts["requests"] += 1
+    return counts
+
+
+class _BlockIds:
+    """Chained block hashes -> small integers, in first-seen order."""
+
+    def __init__(self) -> None:
+        self.ids: dict[bytes, int] = {}
+
+    def of(self, digest: bytes) -> int:
+        found = self.ids.get(digest)
+        if found is None:
+            found = self.ids[digest] = len(self.ids)
+        return found
+
+
+def _prompt_tokens(messages: list[dict[str, Any]], cache: dict[str, tuple[str, ...]]) -> list[str]:
+    """The prompt as tokens; message boundaries become tokens of their own only for hashing."""
+    out: list[str] = []
+    for m in messages:
+        out.append(f"\x00{m.get('role')}")
+        for part in (m.get("content") or "", *(c.get("arguments", "") for c in m.get("tool_calls") or ())):
+            words = cache.get(part)
+            if words is None:
+                words = cache[part] = tokens(part)
+            out.extend(words)
+    return out
+
+
+def export_mooncake(src: str | Path, out: str | Path) -> dict[str, int]:
+    """Write trace `src` as a Mooncake JSONL trace at `out` (recorded replies stand in the history)."""
+    trace = read_trace(src)
+    replies = recorded_reply(trace.by_id())
+    numbering = _BlockIds()
+    cache: dict[str, tuple[str, ...]] = {}
+    counts = {"requests": 0, "blocks": 0}
+    with open(out, "wb") as handle:
+        for req in sorted(trace.requests, key=lambda r: (r.t, r.id)):
+            stream = _prompt_tokens(materialize(req, replies), cache)
+            ids: list[int] = []
+            digest = b""
+            length = 0
+            block: list[str] = []
+            for tok in stream:
+                block.append(tok)
+                if tok.startswith("\x00"):
+                    continue
+                length += 1
+                if length % BLOCK == 0:
+                    digest = hashlib.blake2b(digest + "\x01".join(block).encode(), digest_size=16).digest()
+                    ids.append(numbering.of(digest))
+                    block = []
+            if length % BLOCK:
+                digest = hashlib.blake2b(digest + "\x01".join(block).encode(), digest_size=16).digest()
+                ids.append(numbering.of(digest))
+            reply = req.reply or {}
+            output = (
+                reply.get("output_tokens")
+                or req.params.get("max_tokens")
+                or (req.usage or {}).get("output_tokens")
+                or 0
+            )
+            row = {
+                "timestamp": round(req.t * 1000),
+                "input_length": length,
+                "output_length": int(output),
+                "hash_ids": ids,
+            }
+            handle.write(orjson.dumps(row) + b"\n")
+            counts["requests"] += 1
+            counts["blocks"] += len(ids)
+    return counts

@@ -1,0 +1,135 @@
+"""ShareGPT conversations -> multi-turn sessions, every turn a request (not just the first).
+
+Input is a JSON array or JSONL of conversations, each with `conversations` (or `conversation`,
+`messages`, `items`) holding `{"from": "human"|"gpt"|"system"|..., "value": text}` or
+`{"role", "content"}` turns. Each user turn followed by an assistant turn is a request whose reply
+is that assistant turn; a last user turn with no answer is a request without one. ShareGPT has no
+timestamps: conversations run one after the other, `session_gap_s` apart, and within one each turn
+waits `turn_gap_s` after the previous reply (`after`), so `closed-loop` and `timed` plans have
+something to follow.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from replay.errors import TraceError
+from replay.record.tokens import count_tokens
+from replay.trace.model import Message
+from replay.trace.writer import TraceWriter
+
+_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+    "model": "assistant",
+    "system": "system",
+}
+_ID_OK = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def _load(src: Path) -> list[Any]:
+    data = src.read_bytes()
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, list):
+        return obj
+    if isinstance(obj, dict):
+        return [obj]
+    items = []
+    for n, raw in enumerate(data.splitlines(), 1):
+        if raw.strip():
+            try:
+                items.append(orjson.loads(raw))
+            except orjson.JSONDecodeError as exc:
+                raise TraceError(str(src), n, f"bad JSON: {exc}") from None
+    return items
+
+
+def _turns(item: Any) -> list[Message]:
+    if not isinstance(item, dict):
+        return []
+    raw = (
+        item.get("conversations")
+        or item.get("conversation")
+        or item.get("messages")
+        or item.get("items")
+        or []
+    )
+    out: list[Message] = []
+    for turn in raw if isinstance(raw, list) else ():
+        if not isinstance(turn, dict):
+            continue
+        role = _ROLES.get(str(turn.get("from", turn.get("role", ""))).lower())
+        text = turn.get("value", turn.get("content"))
+        if role is None or not isinstance(text, str):
+            continue
+        out.append({"role": role, "content": text})
+    return out
+
+
+def import_sharegpt(
+    src: str | Path,
+    out: str | Path,
+    api: str = "openai",
+    model: str = "default",
+    session_gap_s: float = 1.0,
+    turn_gap_s: float = 2.0,
+    limit: int | None = None,
+) -> dict[str, int]:
+    """Convert a ShareGPT file into a trace at `out`; `limit` caps the number of conversations."""
+    src = Path(src)
+    items = _load(src)
+    counts = {"conversations": 0, "skipped": 0, "requests": 0}
+    used: set[str] = set()
+    t = 0.0
+    with TraceWriter(
+        out, source="import:sharegpt", notes=f"imported from ShareGPT file {src.name}"
+    ) as writer:
+        for index, item in enumerate(items):
+            if limit is not None and counts["conversations"] >= limit:
+                break
+            turns = _turns(item)
+            if not any(m["role"] == "user" for m in turns):
+                counts["skipped"] += 1
+                continue
+            raw_id = str(item.get("id") or index) if isinstance(item, dict) else str(index)
+            sid = "sg-" + (_ID_OK.sub("-", raw_id)[:48] or str(index))
+            if sid in used:
+                sid = f"{sid}-{index}"
+            used.add(sid)
+            writer.session(sid, api=api, model=model, labels={"source": "sharegpt"})
+            counts["conversations"] += 1
+            history: list[Message] = []
+            prev: int | None = None
+            for i, msg in enumerate(turns):
+                if msg["role"] != "user" or (i + 1 < len(turns) and turns[i + 1]["role"] == "user"):
+                    history.append(msg)
+                    continue
+                history.append(msg)
+                answer = turns[i + 1] if i + 1 < len(turns) and turns[i + 1]["role"] == "assistant" else None
+                reply = None
+                if answer is not None:
+                    reply = {
+                        "message": answer,
+                        "finish": "stop",
+                        "output_tokens": max(1, count_tokens(answer["content"])),
+                    }
+                after = {"request": prev, "delay_s": turn_gap_s} if prev is not None else None
+                prev = writer.request(
+                    sid, round(t, 3), list(history), params={"stream": True}, reply=reply, after=after
+                )
+                counts["requests"] += 1
+                t += turn_gap_s
+            t += session_gap_s
+    return counts
