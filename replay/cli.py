@@ -114,12 +114,16 @@ def run(
 def report(
     results: Annotated[list[Path], typer.Argument(help="One or more results files; they are merged.")],
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(help="Also write a self-contained HTML report (and summary.md) into this directory."),
+    ] = None,
 ) -> None:
     """Per-switch-class table (TTFT percentiles, re-processed and cached tokens, errors)."""
     from replay import commands
 
     try:
-        commands.report(results, as_json=json, console=console)
+        commands.report(results, as_json=json, console=console, html=html)
     except ReplayError as exc:
         raise _fail(exc) from None
 
@@ -292,11 +296,97 @@ def size_sweep(
 
 
 @app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Where the traces, results and HTML report go.")] = Path(
+        "replay-demo"
+    ),
+) -> None:
+    """Replay two agents switching on the simulator at a 4 GB and a 64 GB disk budget, and compare."""
+    from replay.demo import run_demo
+
+    try:
+        code = run_demo(console, out)
+    except ReplayError as exc:
+        raise _fail(exc) from None
+    raise typer.Exit(code)
+
+
+scenario_app = typer.Typer(
+    no_args_is_help=True, help="Built-in scenarios: the situations this tool reproduces."
+)
+app.add_typer(scenario_app, name="scenario")
+Params = Annotated[
+    list[str] | None, typer.Option("--param", help="Override a spec parameter: k=v (repeatable).")
+]
+
+
+@scenario_app.command("list")
+def scenario_list() -> None:
+    """The built-in scenarios, one line each."""
+    from replay.scenario.actions import list_command
+
+    raise typer.Exit(list_command(console))
+
+
+@scenario_app.command("show")
+def scenario_show(
+    name: Annotated[str, typer.Argument(help="Scenario name or spec file.")], param: Params = None
+) -> None:
+    """What a scenario reproduces, what to look for, the expected outcome, the flags it is about."""
+    from replay.scenario.actions import show_command
+
+    try:
+        raise typer.Exit(show_command(name, console, param or []))
+    except ReplayError as exc:
+        raise _fail(exc) from None
+
+
+@scenario_app.command("generate")
+def scenario_generate(
+    name: Annotated[str, typer.Argument(help="Scenario name or spec file.")],
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Trace to write (default NAME.jsonl).")
+    ] = None,
+    param: Params = None,
+) -> None:
+    """Write the scenario's trace (deterministic: same spec, same bytes)."""
+    from replay.scenario.actions import generate_command
+
+    try:
+        raise typer.Exit(generate_command(name, out, param or [], console))
+    except ReplayError as exc:
+        raise _fail(exc) from None
+
+
+@scenario_app.command("run")
+def scenario_run(
+    name: Annotated[str, typer.Argument(help="Scenario name or spec file.")],
+    out: Annotated[Path, typer.Option(help="Where results and the HTML report go.")] = Path(
+        "replay-scenario"
+    ),
+    arm: Annotated[list[str] | None, typer.Option(help="Run only these arms (repeatable).")] = None,
+    param: Params = None,
+    time_scale: Annotated[float | None, typer.Option(help="Simulator speed-up over modelled time.")] = None,
+) -> None:
+    """Run every arm of a scenario on the simulator, compare them, write the report."""
+    from replay.scenario.actions import run_command
+
+    try:
+        raise typer.Exit(run_command(name, out, param or [], console, arms=arm, time_scale=time_scale))
+    except ReplayError as exc:
+        raise _fail(exc) from None
+
+
+@app.command()
 def record(
     upstream: Annotated[str, typer.Option(help="The real server's base URL, e.g. http://127.0.0.1:8000.")],
     out: Annotated[Path, typer.Option(help="Trace file to write (one line per completed request).")],
-    listen: Annotated[str, typer.Option(help="HOST:PORT the agent talks to instead of the server.")] = "127.0.0.1:8001",
-    anonymize: Annotated[bool, typer.Option(help="Write synthetic text of the same token counts (needs --key).")] = False,
+    listen: Annotated[
+        str, typer.Option(help="HOST:PORT the agent talks to instead of the server.")
+    ] = "127.0.0.1:8001",
+    anonymize: Annotated[
+        bool, typer.Option(help="Write synthetic text of the same token counts (needs --key).")
+    ] = False,
     key: Annotated[str | None, typer.Option(help="Secret for --anonymize: equal text stays equal.")] = None,
 ) -> None:
     """Pass an agent's traffic through to the server unchanged, and write it as a trace."""
@@ -327,7 +417,9 @@ def anonymize(
 @app.command("import")
 def import_(
     fmt: Annotated[str, typer.Argument(help="claude-code | mooncake | sharegpt")],
-    src: Annotated[Path, typer.Argument(help="Input file (Claude Code: a transcript or a project directory).")],
+    src: Annotated[
+        Path, typer.Argument(help="Input file (Claude Code: a transcript or a project directory).")
+    ],
     out: Annotated[Path, typer.Argument(help="Trace to write.")],
 ) -> None:
     """Turn another tool's traces or transcripts into a replayable trace."""

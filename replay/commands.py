@@ -16,6 +16,7 @@ from replay.engine.run import EngineConfig, check_options
 from replay.metrics.results import append_records, merged_summary, read_results
 from replay.report.table import class_table, summary_rows
 from replay.runner import check_reachable, run_trace
+from replay.scenario import trace_probe_notice
 from replay.serverlog import effective_settings, server_records
 from replay.targets import dry_run as dry_run_target
 from replay.targets import open_target, resolve_target
@@ -62,7 +63,11 @@ def run(
         if dry_run:
             dry_run_target(tgt, workdir or Path(scratch), service, say)
             return 0
-        with open_target(tgt, workdir, service, say=say) as served:
+        notice = trace_probe_notice(loaded)
+        if notice:
+            say(notice)
+        # The server's log must outlive the server: its records are read after it stops.
+        with open_target(tgt, workdir or Path(scratch) / "work", service, say=say) as served:
             check_reachable(served.url)
             settings = effective_settings(tgt.kind, served.log_path)
             config = EngineConfig(
@@ -96,8 +101,13 @@ def run(
     return outcome.exit_code
 
 
-def report(paths: list[Path], as_json: bool, console: Console) -> None:
+def report(paths: list[Path], as_json: bool, console: Console, html: Path | None = None) -> None:
     results = [read_results(p) for p in paths]
+    if html is not None:
+        from replay.report.html import write_report
+
+        written = write_report(paths, html)
+        console.print(f"report: {written.html}\nmarkdown summary: {written.markdown}", highlight=False)
     summary = merged_summary(results)
     if as_json:
         _print_json({"files": [str(p) for p in paths], "classes": summary_rows(summary)})

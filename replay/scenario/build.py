@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -107,15 +107,13 @@ class _State:
     real_requests: int = 0
     ready_at: float = 0.0
     turns: int = 0
-    doc_index: int = -1
-    history: list[tuple[Message, int]] = field(default_factory=list)
+    doc_index: int = -1  # which message holds the document (document sessions)
 
 
 class _Builder:
     def __init__(self, spec: Scenario) -> None:
         self.spec = spec
         self.scale = float(spec.params["scale"])
-        self.tools = tool_definitions(spec.tools)
         self.planned: list[_Planned] = []
         self.now = 0.0
         self.states = {sid: self._initial(s) for sid, s in spec.sessions.items()}

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from replay.errors import TraceError
+from replay.errors import TraceError, UsageError
 
 PLANS = ("alternate", "overlap", "timed", "closed-loop")
 OPS = ("turn", "compaction", "prewarm", "resend", "ask", "edit")
@@ -124,7 +124,9 @@ class Scenario:
         for arm in self.arms:
             if arm.name == name:
                 return arm
-        raise TraceError(self.path, 0, f"no arm {name!r} (arms: {', '.join(a.name for a in self.arms)})")
+        raise UsageError(
+            f"scenario {self.name} has no arm {name!r} (arms: {', '.join(a.name for a in self.arms)})"
+        )
 
     def with_params(self, overrides: dict[str, Any]) -> Scenario:
         """The same spec file loaded again with more overrides (an arm's, say); later ones win."""
@@ -255,7 +257,7 @@ def parse_params(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise TraceError("--param", 0, f"expected NAME=VALUE, got {item!r}")
+            raise UsageError(f"--param: expected NAME=VALUE, got {item!r}")
         out[key.strip()] = parse_value(value.strip())
     return out
 
@@ -265,12 +267,10 @@ def _set_dotted(where: _Where, data: dict[str, Any], dotted: str, value: Any) ->
     node: Any = data
     for i, key in enumerate(keys[:-1]):
         if not isinstance(node, dict) or key not in node:
-            raise TraceError(
-                where.path, 0, f"--param {dotted}: no table {'.'.join(keys[: i + 1])!r} in the spec"
-            )
+            raise UsageError(f"--param {dotted}: no table {'.'.join(keys[: i + 1])!r} in {where.path}")
         node = node[key]
     if not isinstance(node, dict):
-        raise TraceError(where.path, 0, f"--param {dotted}: {'.'.join(keys[:-1])!r} is not a table")
+        raise UsageError(f"--param {dotted}: {'.'.join(keys[:-1])!r} is not a table in {where.path}")
     node[keys[-1]] = value
 
 
@@ -311,17 +311,19 @@ def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Scen
     for key, value in (overrides or {}).items():
         if key in declared:
             if isinstance(declared[key], bool) != isinstance(value, bool):
-                raise TraceError(path, where.line(("params", key)), f"--param {key}: expected true or false")
+                want = "true or false" if isinstance(declared[key], bool) else "a value, not true/false"
+                raise UsageError(f"--param {key}: expected {want}")
             params[key] = value
         elif "." in key:
             _set_dotted(where, raw, key, value)
         else:
-            raise TraceError(
-                path, 0, f"--param {key}: unknown parameter (declared: {', '.join(sorted(declared))})"
-            )
+            known = ", ".join(sorted(declared))
+            raise UsageError(f"--param {key}: {path} has no such parameter (declared: {known})")
     scale = params["scale"]
     if not isinstance(scale, int | float) or isinstance(scale, bool) or scale <= 0:
-        raise TraceError(path, where.line(("params", "scale")), "params.scale must be a number > 0")
+        if "scale" in (overrides or {}):
+            raise UsageError(f"--param scale: must be a number > 0, got {scale!r}")
+        raise where.fail(("params", "scale"), "must be a number > 0")
     body = {k: v for k, v in raw.items() if k != "params"}
     body = _substitute(where, body, params, ())
     return _build(where, Path(path), body, params, dict(overrides or {}))

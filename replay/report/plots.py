@@ -1,0 +1,250 @@
+"""The report's figures (matplotlib, rendered to inline SVG so the page needs nothing else).
+
+Each function takes the `RunView`s of `replay.report.html` and returns SVG text. Colours are fixed
+per phase and per arm so two reports put side by side read the same way.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from matplotlib import pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+if TYPE_CHECKING:
+    from replay.report.html import RunView
+
+PHASES = (
+    ("queue", "#c9ccd1", "queued"),
+    ("io", "#8e6bbf", "evict save + restore"),
+    ("prefill", "#e8913a", "prefill"),
+    ("decode", "#3c9a5f", "decode"),
+)
+ARM_COLOURS = ("#2f6db5", "#d0553a", "#3c9a5f", "#8e6bbf", "#b58a2f", "#4aa3a3")
+CLASS_ORDER = ("cold", "continue", "switch", "compaction", "concurrent")
+MARKERS = {"switch": ("v", "#d0553a"), "compaction": ("*", "#8e1b1b"), "cold": ("o", "#555555")}
+BAND_STEPS = (1024, 2048, 4096, 8192, 10_000, 20_000, 25_000, 50_000, 100_000)
+
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.titlesize": 10})
+
+
+def to_svg(fig: Figure) -> str:
+    """The figure as an `<svg>` element (no XML prolog, no fixed pixel size: it scales with the page)."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    text = text[text.index("<svg") :]
+    return re.sub(r'(<svg[^>]*?) width="[^"]*" height="[^"]*"', r"\1", text, count=1)
+
+
+def arm_colour(index: int) -> str:
+    return ARM_COLOURS[index % len(ARM_COLOURS)]
+
+
+def timeline(run: RunView, x_max: float | None = None) -> str:
+    """One lane per session, each request a bar split into its phases; the disk strip underneath.
+
+    `x_max` puts several arms on one time range, so their timelines compare at a glance.
+    """
+    sessions = run.sessions
+    lanes = {sid: i for i, sid in enumerate(sessions)}
+    height = 1.2 + 0.38 * len(sessions)
+    fig, (ax, disk) = plt.subplots(
+        2, 1, figsize=(11, height + 1.6), sharex=True, gridspec_kw={"height_ratios": [height, 1.6]}
+    )
+    for req in run.requests:
+        y = lanes[req.session]
+        x = req.start
+        for name, colour, _ in PHASES:
+            width = getattr(req, name)
+            if width > 0:
+                ax.broken_barh([(x, width)], (y - 0.35, 0.7), facecolors=colour, edgecolors="none")
+            x += max(width, 0.0)
+        if req.status != "ok":
+            ax.broken_barh(
+                [(req.start, max(req.end - req.start, 1e-9))],
+                (y - 0.35, 0.7),
+                facecolors="none",
+                edgecolors="#c00000",
+                hatch="xx",
+            )
+        if "concurrent" in req.switch:
+            ax.broken_barh(
+                [(req.start, req.end - req.start)],
+                (y - 0.37, 0.74),
+                facecolors="none",
+                edgecolors="#333333",
+                linewidths=0.6,
+            )
+        for flag in ("compaction", "switch", "cold"):
+            if flag in req.switch:
+                marker, colour = MARKERS[flag]
+                ax.plot([req.start], [y + 0.5], marker=marker, color=colour, markersize=6, linestyle="none")
+                break
+    ax.set_yticks(range(len(sessions)), sessions)
+    ax.set_ylim(-0.7, len(sessions) - 0.2)
+    if x_max:
+        ax.set_xlim(-0.02 * x_max, x_max * 1.02)
+    ax.invert_yaxis()
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"{run.label}: requests per session ({run.clock} seconds)")
+    handles: list[Patch | Line2D] = [Patch(facecolor=c, label=label) for _, c, label in PHASES]
+    handles += [
+        Line2D([], [], marker=m, color=c, linestyle="none", label=flag) for flag, (m, c) in MARKERS.items()
+    ]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    _disk_strip(disk, run)
+    fig.tight_layout()
+    return to_svg(fig)
+
+
+def _disk_strip(ax: plt.Axes, run: RunView) -> None:
+    points = run.disk
+    if not points:
+        ax.text(
+            0.5,
+            0.5,
+            "no server log events in this results file",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        ax.set_yticks([])
+        ax.set_xlabel(f"{run.clock} seconds since the run started")
+        return
+    xs = [0.0] + [p.t for p in points]
+    ys = [0.0] + [p.used_mib / 1024 for p in points]
+    ax.step(xs, ys, where="post", color="#2f6db5", linewidth=1.2, label="disk KV in use (GiB)")
+    ax.fill_between(xs, ys, step="post", color="#2f6db5", alpha=0.12)
+    if run.budget_mib:
+        ax.axhline(run.budget_mib / 1024, color="#555555", linestyle="--", linewidth=0.8, label="budget")
+    top = max(max(ys), (run.budget_mib or 0) / 1024) or 1.0
+    restores = [p.t for p in points if p.event == "restore"]
+    cold_evictions = [p.t for p in points if p.event == "evict" and not p.hits]
+    hit_evictions = [p.t for p in points if p.event == "evict" and p.hits]
+    ax.plot(restores, [top * 1.08] * len(restores), "^", color="#3c9a5f", markersize=5, label="restore")
+    ax.plot(
+        cold_evictions,
+        [top * 1.16] * len(cold_evictions),
+        "v",
+        color="#c00000",
+        markersize=5,
+        label="evicted, 0 hits",
+    )
+    ax.plot(
+        hit_evictions,
+        [top * 1.16] * len(hit_evictions),
+        "v",
+        color="#e8913a",
+        markersize=5,
+        label="evicted, had hits",
+    )
+    ax.set_ylim(0, top * 1.25)
+    ax.set_ylabel("GiB")
+    ax.set_xlabel(f"{run.clock} seconds since the run started")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+
+
+def by_class(runs: Sequence[RunView]) -> str:
+    """TTFT and re-processed tokens per switch class, one box per arm."""
+    classes = [c for c in CLASS_ORDER if any(c in r.switch for run in runs for r in run.requests)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    clock = runs[0].clock if len({run.clock for run in runs}) == 1 else "modelled or measured"
+    metrics = ((axes[0], "ttft", f"TTFT ({clock} s)"), (axes[1], "reprocessed", "re-processed tokens"))
+    width = 0.8 / max(1, len(runs))
+    for ax, attr, title in metrics:
+        for i, run in enumerate(runs):
+            data = [
+                [getattr(r, attr) for r in run.requests if c in r.switch and r.status == "ok"]
+                for c in classes
+            ]
+            positions = [k + (i - (len(runs) - 1) / 2) * width for k in range(len(classes))]
+            keep = [(p, d) for p, d in zip(positions, data, strict=True) if d]
+            if not keep:
+                continue
+            box = ax.boxplot(
+                [d for _, d in keep],
+                positions=[p for p, _ in keep],
+                widths=width * 0.85,
+                patch_artist=True,
+                showfliers=True,
+                manage_ticks=False,
+            )
+            for patch in box["boxes"]:
+                patch.set_facecolor(arm_colour(i))
+                patch.set_alpha(0.35)
+            for median in box["medians"]:
+                median.set_color("#111111")
+            for p, d in keep:  # the points themselves: a box of identical values is a flat line
+                jitter = [p + width * 0.25 * (((k * 7919) % 17) / 16 - 0.5) for k in range(len(d))]
+                ax.plot(jitter, d, "o", color=arm_colour(i), markersize=3, alpha=0.8)
+        ax.set_xticks(range(len(classes)), classes)
+        ax.set_title(title)
+        ax.set_ylim(bottom=0)
+        ax.grid(axis="y", alpha=0.3)
+    if len(runs) > 1:
+        axes[1].legend(
+            handles=[
+                Patch(facecolor=arm_colour(i), alpha=0.55, label=run.label) for i, run in enumerate(runs)
+            ],
+            loc="upper left",
+            bbox_to_anchor=(1.0, 1.0),
+            frameon=False,
+        )
+    fig.tight_layout()
+    return to_svg(fig)
+
+
+def band_width(max_depth: int) -> int:
+    """A round band width giving at most about eight bands (50K for ds4's 250K-deep logs)."""
+    for step in BAND_STEPS:
+        if max_depth / step <= 8:
+            return step
+    return BAND_STEPS[-1]
+
+
+def by_depth(runs: Sequence[RunView]) -> str:
+    """Median decode rate per depth band, and the prefill rate of each request against its depth."""
+    depths = [r.prompt for run in runs for r in run.requests if r.prompt]
+    width = band_width(max(depths, default=1))
+    fig, (dec, pre) = plt.subplots(1, 2, figsize=(11, 3.4))
+    bar = 0.8 / max(1, len(runs))
+    bands_all: set[int] = set()
+    for i, run in enumerate(runs):
+        bands = run.decode_bands(width)
+        bands_all.update(bands)
+        xs = [b + (i - (len(runs) - 1) / 2) * bar for b in sorted(bands)]
+        dec.bar(xs, [bands[b] for b in sorted(bands)], width=bar * 0.9, color=arm_colour(i), label=run.label)
+        points = [(r.prompt, r.prefill_rate) for r in run.requests if r.prefill_rate]
+        if points:
+            pre.plot(
+                [p[0] / 1000 for p in points],
+                [p[1] for p in points],
+                "o",
+                color=arm_colour(i),
+                markersize=4,
+                label=run.label,
+            )
+    ticks = sorted(bands_all)
+    dec.set_xticks(ticks, [f"{b * width // 1000}-{(b + 1) * width // 1000}K" for b in ticks], rotation=30)
+    dec.set_title("median decode rate per depth band (tok/s)")
+    dec.grid(axis="y", alpha=0.3)
+    pre.set_title("prefill rate (re-processed tokens / prefill s)")
+    pre.set_xlabel("prompt depth (K tokens)")
+    pre.set_ylim(bottom=0)
+    pre.grid(alpha=0.3)
+    if len(runs) > 1:
+        pre.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    fig.tight_layout()
+    return to_svg(fig)

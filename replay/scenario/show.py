@@ -1,0 +1,123 @@
+"""The text of `replay scenario list` and `replay scenario show NAME`."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.markdown import Markdown
+from rich.table import Table
+
+from replay.scenario.build import plan_requests
+from replay.scenario.run import run_command
+from replay.scenario.spec import Scenario, Step
+
+
+def list_table(scenarios: list[Scenario]) -> Table:
+    table = Table(title="Built-in scenarios (replay scenario show NAME)", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    table.add_column("what it reproduces")
+    table.add_column("arms", no_wrap=True)
+    for s in scenarios:
+        table.add_row(s.name, s.title, ", ".join(a.name for a in s.arms))
+    return table
+
+
+def _sessions(spec: Scenario) -> list[str]:
+    lines = []
+    for s in spec.sessions.values():
+        if s.document_tokens:
+            size = f"a {s.document_tokens:,}-token document in {s.paragraphs} paragraphs"
+        else:
+            size = (
+                f"starts at {s.start_tokens:,} tokens"
+                if s.start_tokens
+                else f"starts with a {s.task_tokens:,}-token task"
+            )
+        system = {
+            "shared": f"shared {spec.system_tokens:,}-token system prompt",
+            "own": f"own {s.system_tokens:,}-token system prompt",
+            "none": "no system prompt",
+        }[s.system]
+        reply = "tool-call replies" if s.reply == "tool" else "plain-text replies"
+        lines.append(f"- `{s.id}` ({s.role}): {size}, {system}, {reply} of {s.reply_tokens} tokens")
+    return lines
+
+
+def _turns(step: Step) -> str:
+    """`main x10 to 126,000, fin1 x8 to 60,000`: each session's share of a turn step."""
+    parts = []
+    for sid in step.sessions:
+        text = sid + (f" x{step.repeat[sid]}" if step.repeat[sid] != 1 and not step.until[sid] else "")
+        if step.grow[sid]:
+            text += f" +{step.grow[sid]:,} per turn"
+        if step.grow_to[sid]:
+            text += f" to {step.grow_to[sid]:,}"
+        if step.until[sid]:
+            text += f" until {step.until[sid]:,}"
+        parts.append(text)
+    if step.order == "parallel":
+        parts.append("side by side")
+    return ", ".join(parts)
+
+
+def _steps(spec: Scenario) -> list[str]:
+    lines = []
+    for i, step in enumerate(spec.steps, 1):
+        detail = _turns(step) if step.op == "turn" else f"{step.op} {'+'.join(step.sessions)}"
+        if step.op == "compaction":
+            detail += f": keep {step.keep_messages} messages, ~{step.keep_tokens:,} tokens"
+        if step.restart:
+            detail += ", after a server restart (tag 'probe': needs a driver)"
+        if step.when:
+            detail += f" (only when {step.when})"
+        lines.append(f"{i}. {step.label or step.op}: {detail}")
+    return lines
+
+
+def describe(spec: Scenario) -> RenderableType:
+    """Everything `show` prints: what, what to look for, expected outcome, flags, arms, how to run."""
+    planned = plan_requests(spec)
+    md = [
+        f"# {spec.name}: {spec.title}",
+        "",
+        "## Reproduces",
+        spec.reproduces or "-",
+        "",
+        "## What to look for",
+        spec.look_for or "-",
+        "",
+        "## Expected on the simulator",
+        spec.expected or "-",
+        "",
+        "## Server flags it is about",
+        *(f"- {flag}" for flag in spec.server_flags),
+        "",
+        f"## Workload ({len(planned)} requests, plan `{spec.run.plan}`)",
+        *_sessions(spec),
+        "",
+        *_steps(spec),
+    ]
+    if spec.notes:
+        md += ["", spec.notes]
+    if spec.params:
+        md += [
+            "",
+            "Parameters (`--param NAME=VALUE`): " + ", ".join(f"`{k}={v}`" for k, v in spec.params.items()),
+        ]
+    md += ["", "## Arms (simulator flags)"]
+    for arm in spec.arms:
+        extra = f"; params {arm.params}" if arm.params else ""
+        md.append(f"- **{arm.name}**: {arm.about or '-'} (`{' '.join(arm.sim) or 'defaults'}`{extra})")
+    md += ["", "## Run it", "```", f"replay scenario generate {spec.name} -o {spec.name}.jsonl"]
+    for arm in spec.arms:
+        md.append(
+            run_command(spec, arm, f"{spec.name}.jsonl").replace(
+                "replay run", f"replay run --out {spec.name}-{arm.name}.jsonl", 1
+            )
+        )
+    md.append(
+        f"replay report {' '.join(f'{spec.name}-{a.name}.jsonl' for a in spec.arms)} --html {spec.name}-report/"
+    )
+    md.append("```")
+    if any(a.params for a in spec.arms):
+        md.append("(arms with params need their own trace: add `--param NAME=VALUE` to `generate`.)")
+    return Group(Markdown("\n".join(md)))

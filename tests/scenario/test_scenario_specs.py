@@ -1,0 +1,257 @@
+"""Scenario specs load, generate deterministic valid traces, and carry the seed figures."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from replay.errors import TraceError, UsageError
+from replay.scenario import find_scenario, generate, list_scenarios, load_spec, parse_params, plan_requests
+from replay.scenario.actions import generate_command, list_command, show_command
+from replay.scenario.build import PROBE_TAG
+from replay.trace import read_trace, validate
+
+NAMES = (
+    "switching",
+    "slow-morning",
+    "three-overnight",
+    "batched-routing",
+    "cold-ab",
+    "cache-probe",
+    "prewarm",
+    "depth-sweep",
+)
+
+
+def content_tokens(messages: list[dict]) -> int:
+    """Content tokens of a planned message list (synthetic words; tool-call arguments not counted)."""
+    total = 0
+    for m in messages:
+        c = m.get("content")
+        if isinstance(c, dict):
+            total += c["synth"]["tokens"]
+        elif isinstance(c, list):
+            total += sum(p["synth"]["tokens"] if isinstance(p, dict) else len(p.split()) for p in c)
+    return total
+
+
+def test_every_issue_scenario_is_built_in() -> None:
+    assert sorted(s.name for s in list_scenarios()) == sorted(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_generates_deterministically_and_validates(name: str, tmp_path: Path) -> None:
+    spec = find_scenario(name)
+    first = generate(spec, tmp_path / "a.jsonl")
+    generate(find_scenario(name), tmp_path / "b.jsonl")
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    counts = validate(tmp_path / "a.jsonl")
+    assert counts["requests"] == first.requests > 0
+    trace = read_trace(tmp_path / "a.jsonl")
+    assert trace.header.source == f"scenario:{name}"
+    assert [r.id for r in trace.requests] == list(range(1, first.requests + 1))
+    assert all(r.t >= 0 for r in trace.requests)
+    # Every arm's parameters give a valid trace too (prewarm switches a step off).
+    for arm in spec.arms:
+        generate(spec.with_params(arm.params), tmp_path / f"{arm.name}.jsonl")
+        validate(tmp_path / f"{arm.name}.jsonl")
+
+
+def test_switching_sizes_and_shared_system_prompt(tmp_path: Path) -> None:
+    planned = plan_requests(find_scenario("switching"))
+    assert [p.session for p in planned] == ["a", "b"] * 5
+    a, b = planned[0], planned[1]
+    assert a.messages[0] == b.messages[0]  # one shared system prompt, byte for byte
+    assert a.messages[0]["content"]["synth"]["tokens"] == 14336
+    assert content_tokens(a.messages) == pytest.approx(70_000, abs=1_500)
+    assert content_tokens(b.messages) == pytest.approx(80_000, abs=1_500)
+    last_a, last_b = planned[-2], planned[-1]
+    assert content_tokens(last_a.messages) == pytest.approx(110_000, abs=1_500)
+    assert content_tokens(last_b.messages) == pytest.approx(120_000, abs=1_500)
+    assert (
+        last_a.messages[-1]["role"] == "tool" and last_a.messages[-1]["content"]["synth"]["tokens"] == 10_000
+    )
+    # On disk each turn is a delta: the previous reply spliced in as $reply plus one tool result.
+    path = tmp_path / "s.jsonl"
+    generate(find_scenario("switching"), path)
+    trace = read_trace(path)
+    turn = trace.requests[2]
+    assert turn.parent is trace.requests[0] and turn.keep == trace.requests[0].n_messages
+    assert turn.append[0] == {"$reply": 1}
+
+
+def test_slow_morning_figures() -> None:
+    planned = plan_requests(find_scenario("slow-morning"))
+    by = {}
+    for p in planned:
+        by.setdefault(p.session, []).append(p)
+    main = by["main"]
+    assert len(main[0].messages) == 188
+    assert content_tokens(main[0].messages) == pytest.approx(87_000, abs=1_500)
+    compaction = next(p for p in main if p.tag == "compaction")
+    before = main[main.index(compaction) - 1]
+    assert len(before.messages) + 2 == 208  # the last turn's reply and tool result are still to come
+    assert content_tokens(before.messages) == pytest.approx(126_000, abs=6_000)
+    assert len(compaction.messages) == 146
+    assert content_tokens(compaction.messages) == pytest.approx(70_000, abs=1_500)
+    assert compaction.messages[0] == main[0].messages[0]  # the system prompt survives compaction
+    fin1, fin2 = by["fin1"], by["fin2"]
+    assert content_tokens(fin1[0].messages) == pytest.approx(9_000, abs=300)
+    assert content_tokens(fin1[-1].messages) == pytest.approx(60_000, abs=1_000)
+    assert content_tokens(fin2[0].messages) == pytest.approx(10_000, abs=300)
+    assert content_tokens(fin2[-1].messages) == pytest.approx(58_000, abs=1_000)
+    assert {p.tag for p in fin1 + fin2} == {"cron"}
+    review = by["review"]
+    assert content_tokens(review[0].messages) == pytest.approx(62_000, abs=1_000)
+    assert review[0].messages[0] == main[0].messages[0]  # the shared 14,336-token system prompt
+    assert review[0].after is main[main.index(compaction) + 1]  # spawned by main's first turn after 07:55
+    assert len(main[main.index(compaction) + 1 :]) + len(review) == 13
+
+
+def test_three_overnight_c_answers_in_text() -> None:
+    planned = plan_requests(find_scenario("three-overnight"))
+    c = [p for p in planned if p.session == "c"]
+    assert {p.reply["finish"] for p in c} == {"stop"}
+    assert {p.reply["finish"] for p in planned if p.session in "ab"} == {"tool_calls"}
+    assert content_tokens(c[-4].messages) == pytest.approx(100_000, abs=10_000)
+    rounds = [p.session for p in planned][-9:]
+    assert rounds == ["a", "b", "c"] * 3
+
+
+def test_cache_probe_steps_and_probe_marker(tmp_path: Path) -> None:
+    spec = find_scenario("cache-probe")
+    planned = plan_requests(spec)
+    first, e1, e2, e3, e4, back, e5 = planned
+    assert e1.messages == first.messages and back.messages == first.messages and e5.messages == first.messages
+    doc, q2 = e2.messages[0]["content"], first.messages[0]["content"]
+    assert doc[:-1] == q2[:-1] and doc[-1] != q2[-1]  # same document, other question
+    edited = e3.messages[0]["content"]
+    assert len(edited) == len(q2) + 1 and isinstance(edited[8], str)  # a line inserted at 50%
+    assert e4.session == "other"
+    assert [p.tag for p in planned].count(PROBE_TAG) == 1 and e5.tag == PROBE_TAG
+    result = generate(spec, tmp_path / "p.jsonl")
+    assert result.notice is not None and "#7" in result.notice and "driver" in result.notice
+    assert "E5" in read_trace(tmp_path / "p.jsonl").header.notes
+
+
+def test_prewarm_requests_are_prefill_only_and_switch_off() -> None:
+    spec = find_scenario("prewarm")
+    planned = plan_requests(spec)
+    warm = [p for p in planned if p.tag == "prewarm"]
+    assert len(warm) == 3 and all(p.params["max_tokens"] == 0 for p in warm)
+    firsts = {p.session: p for p in planned if p.tag != "prewarm" and p.after in warm}
+    assert all(firsts[w.session].messages == w.messages for w in warm)  # the real turn sends what was warmed
+    off = plan_requests(spec.with_params(spec.arm("no-prewarm").params))
+    assert not [p for p in off if p.tag == "prewarm"] and len(off) == len(planned) - 3
+
+
+def test_cold_ab_and_depth_sweep_shapes() -> None:
+    cold = plan_requests(find_scenario("cold-ab"))
+    assert [p.session for p in cold] == ["agent1", "agent2", "agent3"] * 2
+    assert all(p.messages[0]["role"] == "user" for p in cold)  # instructions in the first user turn
+    sweep = plan_requests(find_scenario("depth-sweep"))
+    depths = [content_tokens(p.messages) for p in sweep]
+    assert depths[0] == 2048 and depths[-1] >= 131_072 - 300
+    assert all(b > a for a, b in zip(depths, depths[1:], strict=False))
+
+
+def test_params_and_dotted_overrides(tmp_path: Path) -> None:
+    spec = find_scenario("switching", parse_params(["turns=2", "sessions.a.start_tokens=30000", "scale=0.5"]))
+    planned = plan_requests(spec)
+    assert len(planned) == 2 + 2 * 2
+    assert content_tokens(planned[0].messages) == pytest.approx(15_000, abs=500)
+    assert planned[0].messages[0]["content"]["synth"]["tokens"] == 7168
+    with pytest.raises(UsageError, match="no such parameter"):
+        find_scenario("switching", {"nope": 1})
+    with pytest.raises(UsageError, match="no table 'sessions.zz'"):
+        find_scenario("switching", {"sessions.zz.start_tokens": 1})
+    with pytest.raises(UsageError, match="true or false"):
+        find_scenario("prewarm", {"prewarm": 3})
+    with pytest.raises(UsageError, match="no scenario"):
+        find_scenario("no-such-scenario")
+    with pytest.raises(UsageError, match="NAME=VALUE"):
+        parse_params(["turns"])
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    return path
+
+
+GOOD = """
+[scenario]
+title = "t"
+
+[sessions.a]
+system = "none"
+reply = "text"
+
+[[steps]]
+sessions = "a"
+"""
+
+
+@pytest.mark.parametrize(
+    ("change", "line", "problem"),
+    [
+        (('[[steps]]\nsessions = "a"\n', '[[steps]]\nsessions = "zz"\n'), 10, "unknown session 'zz'"),
+        (('reply = "text"', 'reply = "text"\nbogus = 3'), 8, "sessions.a.bogus: unknown key"),
+        (('reply = "text"', 'reply = "poem"'), 7, "must be one of tool, text"),
+        (('system = "none"', 'start_tokens = -4\nsystem = "none"'), 6, "must be at least 0"),
+        (('title = "t"', 'title = "t\nx'), 3, "bad TOML"),
+        (('sessions = "a"\n', 'sessions = "a"\nrepeat = "$missing"\n'), 11, "unknown parameter '$missing'"),
+    ],
+)
+def test_spec_errors_name_file_and_line(
+    tmp_path: Path, change: tuple[str, str], line: int, problem: str
+) -> None:
+    load_spec(_write(tmp_path, GOOD))  # the base spec is fine
+    path = _write(tmp_path, GOOD.replace(*change))
+    with pytest.raises(TraceError) as err:
+        load_spec(path)
+    assert err.value.path == str(path)
+    assert err.value.line == line, str(err.value)
+    assert problem in err.value.problem
+    assert str(err.value).startswith(f"{path}:{line}: ")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_show_explains_each_scenario(name: str) -> None:
+    buf = io.StringIO()
+    assert show_command(name, Console(file=buf, width=200)) == 0
+    text = buf.getvalue()
+    for heading in (
+        "Reproduces",
+        "What to look for",
+        "Expected on the simulator",
+        "Server flags",
+        "Arms",
+        "Run it",
+    ):
+        assert heading in text, heading
+    spec = find_scenario(name)
+    for arm in spec.arms:
+        assert arm.name in text
+    assert f"replay scenario generate {name}" in text
+    if name == "cache-probe":
+        assert "needs a driver" in text
+
+
+def test_list_and_generate_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    buf = io.StringIO()
+    console = Console(file=buf, width=200)
+    assert list_command(console) == 0
+    assert all(name in buf.getvalue() for name in NAMES)
+    monkeypatch.chdir(tmp_path)
+    assert generate_command("cache-probe", None, ["document=4000"], console) == 0
+    trace = read_trace(tmp_path / "cache-probe.jsonl")
+    assert trace.requests[0].messages()[0]["content"][0]["synth"]["tokens"] == 250  # 4000 / 16 paragraphs
+    assert "need a driver" in buf.getvalue()
+    out = tmp_path / "sub" / "x.jsonl"
+    out.parent.mkdir()
+    assert generate_command("depth-sweep", out, [], console) == 0
+    assert validate(out)["requests"] == 17
