@@ -83,8 +83,9 @@ def main() -> None:
         signal.signal(signal.SIGTERM, lambda s, f: record_term(terms))
         if os.fork() == 0:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            with open(terms + ".grandchild", "w") as f:
+            with open(terms + ".grandchild.tmp", "w") as f:
                 f.write(str(os.getpid()))
+            os.replace(terms + ".grandchild.tmp", terms + ".grandchild")  # readers never see it half written
             while True:
                 time.sleep(1)
         print("stubborn ready", file=sys.stderr, flush=True)
