@@ -17,7 +17,7 @@ from replay.metrics.results import append_records, merged_summary, read_results
 from replay.report.table import class_table, summary_rows
 from replay.runner import check_reachable, run_trace
 from replay.scenario import trace_probe_notice
-from replay.serverlog import effective_settings, server_records
+from replay.serverlog import effective_settings, server_records, setting_warnings
 from replay.targets import dry_run as dry_run_target
 from replay.targets import open_target, resolve_target
 from replay.trace.reader import read_trace
@@ -70,6 +70,9 @@ def run(
         with open_target(tgt, workdir or Path(scratch) / "work", service, say=say) as served:
             check_reachable(served.url)
             settings = effective_settings(tgt.kind, served.log_path)
+            warnings = setting_warnings(tgt.kind, served.build.get("argv") or [], settings)
+            for line in warnings:
+                say(f"[yellow]warning:[/yellow] {line}")
             config = EngineConfig(
                 base_url=served.url,
                 api=api,
@@ -79,7 +82,13 @@ def run(
                 timeout_s=timeout,
                 run_id=uuid.uuid4().hex[:8],
             )
-            header = {"kind": tgt.kind, "url": served.url, "build": served.build, "effective": settings}
+            header = {
+                "kind": tgt.kind,
+                "url": served.url,
+                "build": served.build,
+                "effective": settings,
+                "warnings": warnings,
+            }
             outcome = run_trace(
                 loaded,
                 the_plan,

@@ -13,7 +13,7 @@ from typing import Any
 
 from drivers.logs import ds4, llamacpp
 from drivers.logs.correlate import correlate
-from drivers.logs.effective import ds4_settings, llamacpp_settings
+from drivers.logs.effective import ds4_settings, llamacpp_settings, warn_missing
 
 DS4_FORMAT_KINDS = ("ds4", "sim")
 
@@ -27,6 +27,54 @@ def effective_settings(kind: str, log_path: Path | None) -> dict[str, Any]:
     if kind == "llamacpp":
         return dict(llamacpp_settings(llamacpp.parse_files([log_path]).events))
     return {}
+
+
+# Flags whose effect the server's startup log shows, by the setting name the log parsers use.
+_REQUESTED = {
+    "ds4": {
+        "--kv-disk-space-mb": "kv_disk_budget_mib",
+        "--kv-cache-min-tokens": "kv_cache_min_tokens",
+        "--kv-cache-cold-max-tokens": "kv_cache_cold_max_tokens",
+        "--kv-cache-continued-interval-tokens": "kv_cache_continued_interval_tokens",
+        "--kv-cache-boundary-trim-tokens": "kv_cache_boundary_trim_tokens",
+        "--kv-cache-boundary-align-tokens": "kv_cache_boundary_align_tokens",
+        "-c": "ctx",
+        "--ctx": "ctx",
+        "--prefill-chunk": "prefill_chunk",
+        "--batched-session": "batched_sessions",
+    },
+    "llamacpp": {
+        "-np": "n_parallel",
+        "--parallel": "n_parallel",
+        "--cache-reuse": "cache_reuse",
+        "--cache-ram": "cache_ram_mib",
+        "-cram": "cache_ram_mib",
+        "-ctxcp": "ctx_checkpoints",
+        "--ctx-checkpoints": "ctx_checkpoints",
+        "-cms": "checkpoint_min_step",
+        "--checkpoint-min-step": "checkpoint_min_step",
+    },
+}
+_REQUESTED["sim"] = _REQUESTED["ds4"]
+
+
+def requested_settings(kind: str, argv: list[str]) -> dict[str, Any]:
+    """The cache settings a server's command line asks for, by the names its startup log uses."""
+    names = _REQUESTED.get(kind, {})
+    out: dict[str, Any] = {}
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in names and (eq or i + 1 < len(argv)):
+            raw = value if eq else argv[i + 1]
+            out[names[flag]] = int(raw) if raw.lstrip("-").isdigit() else raw
+    return out
+
+
+def setting_warnings(kind: str, argv: list[str], effective: dict[str, Any]) -> list[str]:
+    """One line per requested cache setting the server's startup log does not show in effect."""
+    if not effective:
+        return []
+    return warn_missing(requested_settings(kind, argv), effective)
 
 
 def server_records(kind: str, log_path: Path | None, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:

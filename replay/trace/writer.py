@@ -103,7 +103,9 @@ class TraceWriter:
         state = self._sessions[session]
         rid = self._next_id if rid is None else rid
         self._next_id = rid + 1
-        parent_id, prev, prev_reply = base if base is not None else (state.last_id, state.messages, state.reply)
+        parent_id, prev, prev_reply = (
+            base if base is not None else (state.last_id, state.messages, state.reply)
+        )
         keep = 0
         while keep < len(prev) and keep < len(messages) and _same_message(prev[keep], messages[keep]):
             keep += 1

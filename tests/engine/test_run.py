@@ -272,3 +272,50 @@ def test_validate_and_report_cli(scripted_server, tmp_path):
     doc = orjson.loads(_cli("report", "--json", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")).stdout)
     assert doc["classes"]["all"]["count"] == 18
     assert doc["classes"]["switch"]["mean_reprocessed"] == 600
+
+
+def test_requested_cache_settings_are_checked_against_the_startup_log():
+    from replay.serverlog import requested_settings, setting_warnings
+
+    argv = ["ds4-server", "--kv-disk-space-mb", "65536", "--kv-cache-cold-max-tokens=0", "-c", "32768"]
+    assert requested_settings("ds4", argv) == {
+        "kv_disk_budget_mib": 65536,
+        "kv_cache_cold_max_tokens": 0,
+        "ctx": 32768,
+    }
+    effective = {"kv_disk_budget_mib": 4096, "kv_cache_cold_max_tokens": 0, "ctx": 32768}
+    (warning,) = setting_warnings("ds4", argv, effective)
+    assert "kv_disk_budget_mib=65536" in warning and "4096" in warning
+    llama = ["llama-server", "-np", "2", "--cache-reuse", "256"]
+    (dropped,) = setting_warnings(
+        "llamacpp", llama, {"n_parallel": 2, "cache_reuse": 0, "cache_reuse_disabled_by": "multimodal"}
+    )
+    assert "cache_reuse=256" in dropped and "multimodal" in dropped
+
+
+def test_closed_loop_waits_for_the_previous_reply_plus_tool_time(scripted_server, tmp_path):
+    scripted_server.default = Script(first_token_delay_s=0.05, usage=USAGE)
+    path = tmp_path / "t.jsonl"
+    reply = {"message": {"role": "assistant", "content": "ok"}, "finish": "stop", "output_tokens": 3}
+    with TraceWriter(path, source="test") as w:
+        w.session("a")
+        w.session("b")
+        msgs = {"a": [{"role": "user", "content": "a0"}], "b": [{"role": "user", "content": "b0"}]}
+        last: dict[str, int] = {}
+        for turn in range(3):
+            for sid, start in (("a", 0.0), ("b", 0.02)):
+                after = {"request": last[sid], "delay_s": 0.2} if sid in last else None
+                last[sid] = w.request(sid, start + turn * 10, list(msgs[sid]), {}, reply=reply, after=after)
+                msgs[sid] = msgs[sid] + [reply["message"], {"role": "user", "content": f"{sid}{turn + 1}"}]
+    outcome = replay(scripted_server, path, tmp_path / "r.jsonl", plan="closed-loop", speed=1.0)
+    recs = {r["id"]: r for r in outcome.results}
+    by_session = {"a": [1, 3, 5], "b": [2, 4, 6]}
+    for ids in by_session.values():
+        for prev, nxt in zip(ids, ids[1:], strict=False):
+            done = recs[prev]["sent_s"] + recs[prev]["latency_s"]
+            # Sent after the previous reply plus the recorded tool time, not at the trace's t (10 s later).
+            assert recs[nxt]["sent_s"] >= done + 0.2 - 0.005
+            assert recs[nxt]["sent_s"] < done + 0.2 + 0.15
+    assert recs[2]["sent_s"] >= 0.02  # a session's first request starts at its own t
+    # The two sessions overlap: each only waits for itself.
+    assert any("concurrent" in r["switch"] for r in outcome.results)

@@ -1,0 +1,93 @@
+"""The server's Prometheus counters against the run's own per-request usage.
+
+A response's `usage` is the server's word about one request; `/metrics` is its running account of
+all of them. Both come from the same server, but through different code paths, so summing one and
+differencing the other is a cheap check that neither is lying (a request the client never saw, a
+cached count reported under another name, a counter reset by a restart). The run keeps going
+whatever the check finds: a missing or failing endpoint becomes a `skipped` reason, never an error.
+
+Call `scrape_before(served)` just before the first request and `check_after(served, before,
+records)` once the last one is done; the dict it returns is a results-file line (`kind: metrics`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from drivers.scrape import USAGE_METRICS, Snapshot, check_usage, counter_deltas, disagreements, scrape_sync
+from replay.errors import TargetError
+
+if TYPE_CHECKING:
+    from drivers.launch import Served
+
+# Counters shown in the record (the exposition has more; these are the ones usage can explain).
+SHOWN_PREFIXES = ("llamacpp:", "vllm:", "sglang:")
+
+
+def metrics_url(served: Served) -> str | None:
+    """The target's metrics URL, or None when its kind exposes no counters we can compare."""
+    path = served.build.get("metrics_path")
+    if not path or served.target.kind not in USAGE_METRICS:
+        return None
+    return served.url.rstrip("/") + path
+
+
+def scrape_before(served: Served) -> Snapshot | None:
+    """The counters before the run; None when there is nothing to compare (see `check_after`)."""
+    url = metrics_url(served)
+    if url is None:
+        return None
+    try:
+        return scrape_sync(url)
+    except TargetError:
+        return None
+
+
+def check_after(
+    served: Served,
+    before: Snapshot | None,
+    records: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """Counter deltas since `before` compared with the sums of the records' usage.
+
+    `records` are the run's request records (any status: a failed request has no usage, and if the
+    server still counted its tokens the disagreement is worth seeing). `ok` is True when every
+    compared counter matches within one token per request, None when nothing could be compared.
+    """
+    kind = served.target.kind
+    out: dict[str, Any] = {"kind": "metrics", "server": kind}
+    url = metrics_url(served)
+    if url is None:
+        return {**out, "ok": None, "skipped": f"kind {kind!r} has no usage counters to compare"}
+    if before is None:
+        return {**out, "ok": None, "skipped": f"{url} did not answer before the run"}
+    try:
+        after = scrape_sync(url)
+    except TargetError as e:
+        return {**out, "ok": None, "skipped": str(e)}
+    deltas = counter_deltas(before, after)
+    requests = [r for r in records if r.get("kind", "request") == "request"]
+    checks = check_usage(deltas, requests, kind)
+    problems = disagreements(checks, deltas)
+    counters = {k: v for k, v in sorted(deltas.values.items()) if k.startswith(SHOWN_PREFIXES)}
+    return {
+        **out,
+        "ok": (not problems) if checks else None,
+        "requests": len(requests),
+        "seconds": round(deltas.seconds, 3),
+        "counters": counters,
+        "checks": [
+            {
+                "what": c.what,
+                "metric": c.metric,
+                "server": c.server,
+                "requests": c.client,
+                "difference": c.server - c.client,
+                "tolerance": c.tolerance,
+                "ok": c.ok,
+            }
+            for c in checks
+        ],
+        "disagreements": problems,
+    }
