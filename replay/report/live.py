@@ -12,7 +12,7 @@ from replay.engine.run import Progress
 _STYLE = {"prefill": "yellow", "decoding": "green", "waiting": "dim", "done": "dim"}
 
 
-class _View:
+class ProgressView:
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
 
@@ -38,4 +38,4 @@ class _View:
 
 
 def progress_view(progress: Progress, console: Console) -> Live:
-    return Live(_View(progress), console=console, refresh_per_second=4, transient=True)
+    return Live(ProgressView(progress), console=console, refresh_per_second=4, transient=True)
