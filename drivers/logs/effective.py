@@ -12,7 +12,10 @@ Setting names (the keys `warn_missing` compares):
   `prefill_chunk`, `backend`, `batched_sessions`.
 - llama.cpp: `n_parallel`, `n_ctx_slot`, `kv_unified`, `cache_reuse` (0 when the server disabled
   it), `cache_reuse_disabled_by`, `cache_ram_mib` (-1 = no limit, 0 = off), `ctx_checkpoints`,
-  `checkpoint_min_step`.
+  `checkpoint_min_step`, `cache_idle_slots` (bool; dropped without `--cache-ram`), `n_threads`,
+  `n_threads_batch`, `swa_cache_cells` (sliding-window models), `swa_full`, `log_verbosity`.
+  Below verbosity 4 llama-server prints neither the prompt-cache nor the checkpoint line, so those
+  settings are then "not shown", which is not the same as "not in effect".
 """
 
 from __future__ import annotations
@@ -72,6 +75,21 @@ def llamacpp_settings(events: Iterable[llamacpp.Event]) -> Settings:
             out["ctx_checkpoints"] = ev.max
             if ev.min_spacing is not None:
                 out["checkpoint_min_step"] = ev.min_spacing
+        elif isinstance(ev, llamacpp.CacheIdleSlots):
+            out["cache_idle_slots"] = ev.enabled
+        elif isinstance(ev, llamacpp.Threads):
+            out["n_threads"] = ev.n_threads
+            if ev.n_threads_batch is not None:
+                out["n_threads_batch"] = ev.n_threads_batch
+        elif isinstance(ev, llamacpp.SwaCache):
+            if ev.cells is not None:
+                out["swa_cache_cells"] = ev.cells
+            if ev.full is not None:
+                out["swa_full"] = ev.full
+        elif isinstance(ev, llamacpp.LogVerbosity):
+            out["log_verbosity"] = ev.level
+    if "swa_cache_cells" in out:
+        out.setdefault("swa_full", False)  # the full-size line is printed only when it is on
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -86,6 +104,11 @@ def _same(a: object, b: object) -> bool:
 _SHOWN_ONLY_WHEN_DROPPED = frozenset({"cache_reuse"})
 """llama-server prints nothing about `--cache-reuse` when it keeps it: absence is not a warning."""
 
+_LLAMA_VERBOSE_ONLY = frozenset(
+    {"cache_ram_mib", "ctx_checkpoints", "checkpoint_min_step", "cache_idle_slots"}
+)
+"""Printed by llama-server only at log verbosity 4 or more (`-lv 4`)."""
+
 
 def warn_missing(requested: Mapping[str, object], effective: Mapping[str, object]) -> list[str]:
     """One line per requested setting that the server's startup log does not show in effect."""
@@ -93,6 +116,12 @@ def warn_missing(requested: Mapping[str, object], effective: Mapping[str, object
     for key, want in requested.items():
         if key not in effective:
             if key in _SHOWN_ONLY_WHEN_DROPPED:
+                continue
+            level = effective.get("log_verbosity")
+            if key in _LLAMA_VERBOSE_ONLY and isinstance(level, int) and level < 4:
+                warnings.append(
+                    f"{key}={want} was requested; the server logs it only at -lv 4 (it ran at {level})"
+                )
                 continue
             warnings.append(f"{key}={want} was requested but the server's startup log does not show it")
             continue

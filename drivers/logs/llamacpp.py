@@ -124,6 +124,66 @@ class FullReprocess(SlotEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SlotSimilarity(SlotEvent):
+    """` - checking sim = S (lcp/n) > thold` (-lv 4): one occupied slot's score while a slot is chosen."""
+
+    kind: ClassVar[str] = "slot_similarity"
+    sim: float
+    lcp: int
+    n_tokens: int
+    threshold: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LastTokenReevaluated(SlotEvent):
+    """`need to evaluate at least 1 token ...`: the whole prompt was cached, its last token is re-run
+    (why a full hit reports `prompt_n` 1)."""
+
+    kind: ClassVar[str] = "last_token_reevaluated"
+    n_past: int
+    n_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointCheck(SlotEvent):
+    """`checking checkpoint with [pos_min, pos_max] against N...`: a candidate to resume from."""
+
+    kind: ClassVar[str] = "checkpoint_check"
+    pos_min: int
+    pos_max: int
+    against: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointSuperseded(SlotEvent):
+    """`superseding context checkpoint at n_tokens = N`: a new checkpoint replaces one at the same place."""
+
+    kind: ClassVar[str] = "checkpoint_superseded"
+    n_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointEvicted(SlotEvent):
+    """`erasing old context checkpoint (...)`: the oldest one goes when `--ctx-checkpoints` is full."""
+
+    kind: ClassVar[str] = "checkpoint_evicted"
+    pos_min: int | None
+    pos_max: int | None
+    n_tokens: int | None
+    mib: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlotFileCheckpoints(SlotEvent):
+    """`appended|restored N context checkpoint(s)` on a slot save/restore: the slot file holds them."""
+
+    kind: ClassVar[str] = "slot_file_checkpoints"
+    action: str  # "save" | "restore"
+    count: int
+    mib: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CacheReuseIgnored(SlotEvent):
     kind: ClassVar[str] = "cache_reuse_ignored"
     n_cache_reuse: int | None
@@ -153,6 +213,17 @@ class Release(SlotEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RequestError(Event):
+    """`send_error: task id = N, error: ...`; only a prompt over the context is told apart."""
+
+    kind: ClassVar[str] = "request_error"
+    task: int | None
+    cause: str  # "context" | "other"
+    n_prompt_tokens: int | None
+    n_ctx: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PromptCacheSave(Event):
     kind: ClassVar[str] = "prompt_cache_save"
     tokens: int | None
@@ -169,11 +240,22 @@ class PromptCacheLookup(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PromptCacheLoad(Event):
-    """`found better prompt with f_keep = ..., sim = ...`: a prompt restored from host RAM."""
+    """`found better prompt with f_keep = ..., f_sim = ...`: a prompt restored from host RAM."""
 
     kind: ClassVar[str] = "prompt_cache_load"
     f_keep: float | None
     sim: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptCacheCandidate(Event):
+    """`   - prompt with length N, lcp = M, f_keep = X, f_sim = Y`: one cached prompt considered."""
+
+    kind: ClassVar[str] = "prompt_cache_candidate"
+    tokens: int
+    lcp: int
+    f_keep: float
+    sim: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -245,6 +327,42 @@ class CheckpointConfig(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CacheIdleSlots(Event):
+    """`idle slots will be saved to prompt cache ...`, or `--cache-idle-slots requires --cache-ram,
+    disabling`."""
+
+    kind: ClassVar[str] = "cache_idle_slots"
+    enabled: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SwaCache(Event):
+    """`creating SWA KV cache, size = N cells`, `using full-size SWA cache` (`--swa-full`): how much
+    of a sliding-window model's past the slot keeps, hence how far back a prompt can branch."""
+
+    kind: ClassVar[str] = "swa_cache"
+    cells: int | None
+    full: bool | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Threads(Event):
+    """`system_info: n_threads = N (n_threads_batch = M)` or `llama threadpool init, n_threads = N`."""
+
+    kind: ClassVar[str] = "threads"
+    n_threads: int
+    n_threads_batch: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogVerbosity(Event):
+    """`verbosity = N`: below 4 the prompt-cache and checkpoint settings lines are not printed."""
+
+    kind: ClassVar[str] = "log_verbosity"
+    level: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Listening(Event):
     kind: ClassVar[str] = "listening"
     port: int | None
@@ -257,6 +375,10 @@ STARTUP_KINDS = (
     PromptCacheConfig,
     CheckpointConfig,
     CacheReuseDisabled,
+    CacheIdleSlots,
+    SwaCache,
+    Threads,
+    LogVerbosity,
     Listening,
 )
 
@@ -285,6 +407,13 @@ _CKPT_CREATED = re.compile(r"created context checkpoint (\d+) of (\d+) \(([^()]*
 _CKPT_RESTORED = re.compile(r"restored context checkpoint \(([^()]*)\)")
 _CKPT_ERASED = re.compile(r"erased invalidated context checkpoint \(([^()]*)\)")
 _FULL = re.compile(r"forcing full prompt re-processing")
+_SIM = re.compile(rf"- checking sim = {_NUM} \((\d+)/(\d+)\) > {_NUM}")
+_REEVAL = re.compile(r"need to evaluate at least 1 token .*\(n_past = (\d+), task\.n_tokens\(\) = (\d+)\)")
+_CKPT_CHECK = re.compile(r"checking checkpoint with \[(-?\d+), (-?\d+)\] against (-?\d+)")
+_CKPT_SUPERSEDED = re.compile(r"superseding context checkpoint at n_tokens = (\d+)")
+_CKPT_EVICTED = re.compile(r"erasing old context checkpoint \(([^()]*)\)")
+# The file name that follows is never read.
+_SLOT_FILE_CKPT = re.compile(rf"(appended|restored) (\d+) context checkpoint\(s\)(?: \({_NUM} MiB\))?")
 _REUSE_IGNORED = re.compile(r"cache reuse is not supported - ignoring n_cache_reuse = (\d+)")
 _REUSE_DISABLED = re.compile(r"cache_reuse is not supported (?:by|with) (.+?), it will be disabled")
 _PROMPT_EVAL = re.compile(
@@ -297,8 +426,12 @@ _RELEASE = re.compile(r"stop processing: n_tokens = (\d+), truncated = (\d+)")
 _PC_SAVE = re.compile(
     rf"saving prompt with length (\d+), total state size = {_NUM} MiB(?: \(draft: {_NUM} MiB\))?"
 )
-_PC_LOOKUP = re.compile(rf"looking for better prompt, base f_keep = {_NUM}, sim = {_NUM}")
-_PC_LOAD = re.compile(rf"found better prompt with f_keep = {_NUM}, sim = {_NUM}")
+# Newer builds print `f_sim`, older ones `sim`.
+_PC_LOOKUP = re.compile(rf"looking for better prompt, base f_keep = {_NUM}, (?:f_)?sim = {_NUM}")
+_PC_LOAD = re.compile(rf"found better prompt with f_keep = {_NUM}, (?:f_)?sim = {_NUM}")
+_PC_CANDIDATE = re.compile(
+    rf"- prompt with length\s+(\d+), lcp =\s+(\d+), f_keep = {_NUM}, (?:f_)?sim = {_NUM}"
+)
 _PC_STATE = re.compile(
     rf"cache state: (\d+) prompts, {_NUM} MiB \(limits: {_NUM} MiB, (\d+) tokens, (\d+) est\)"
 )
@@ -314,19 +447,47 @@ _PC_ENABLED = re.compile(r"prompt cache is enabled, size limit: (?:(\d+) MiB|(no
 _PC_DISABLED = re.compile(r"prompt cache is disabled")
 _CKPT_ENABLED = re.compile(r"context checkpoints enabled, max = (\d+), min spacing = (\d+)")
 _CKPT_DISABLED = re.compile(r"context checkpoints disabled")
+_IDLE_SLOTS = re.compile(r"idle slots will be saved to prompt cache")
+_IDLE_SLOTS_OFF = re.compile(r"--cache-idle-slots requires --cache-ram, disabling")
+_SWA_CELLS = re.compile(r"creating\s+SWA KV cache, size = (\d+) cells")
+_SWA_FULL = re.compile(r"using full-size SWA cache")
+_SEND_ERROR = re.compile(r"^task id = (-?\d+), error: ")  # srv send_error, function name stripped
+_CTX_EXCEEDED = re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)")
+_THREADS = re.compile(r"system_info: n_threads = (\d+) \(n_threads_batch = (\d+)\)")
+_THREADPOOL = re.compile(r"llama threadpool init, n_threads = (\d+)")
+_VERBOSITY = re.compile(r"common_params_print_info: verbosity = (\d+)")
 _LISTEN = re.compile(r"(?:server is )?listening on \S*?:(\d+)\b")
 _KV = re.compile(rf"(\w+) = {_NUM}")
 
 _IGNORED = re.compile(
     r"processing task, is_child|total time =|graphs reused =|draft acceptance|n_gen =|init sampler|"
     r"prompt is already in the cache|removing obsolete cached prompt|updating prompt cache|"
-    r"- prompt 0x|- prompt [0-9A-Fa-f]+:|sampler chain|release: id|slot\s+\w+: id\s+-?\d+ \| task -?\d+ \|\s*$|"
+    r"- prompt 0x|- prompt [0-9A-Fa-f]+:|sampler chain|sampler params|release: id|"
+    r"slot\s+\w+: id\s+-?\d+ \| task -?\d+ \|\s*$|"
     r"use `--cache-ram|for more info see|model loaded|loading model|all slots are idle|"
-    r"saving idle slot|clearing prompt with|clearing slot with|cancel task|stopped by"
+    r"saving idle slot|clearing prompt with|clearing slot with|cancel task|stopped by|"
+    r"- skipping, |n_past was set to|conv_id=|chat template|preserve_reasoning|"
+    r"initializing \.\.\.|build_info:|threads for HTTP server|security: |local path |"
+    r"no implementations specified for speculative|cleaning up before exit|~Server: "
 )
-
+# Model loading and backend set-up: whole families of lines that never say anything about caching
+# (the tokenizer's `load:` lines are not the prompt cache's `srv  load:` ones).
+_STARTUP_CHATTER = re.compile(
+    r"(?:^|[IWEDT] |\s)(?:llama_model_loader|print_info|load_tensors|llama_context|llama_kv_cache\w*|"
+    r"llama_memory\w*|sched_reserve|resolve_fused_ops|graph_reserve|common_\w+|llama_model_load\w*|"
+    r"load_backend|ggml_\w+|build|system_info|main):|(?:^|[IWEDT] )load: |"
+    r"cmn\s+common_\w+: |common_params_print_info: (?!verbosity)|device_info:|^\s+- CPU "
+)
 _CROSS_CHECKS = (
     ("prompt_timing", "prompt eval time ="),
+    ("slot_similarity", "- checking sim ="),
+    ("prompt_cache_lookup", "looking for better prompt"),
+    ("prompt_cache_load", "found better prompt"),
+    ("prompt_cache_candidate", "- prompt with length"),
+    ("checkpoint_check", "checking checkpoint with"),
+    ("checkpoint_erased", "erased invalidated context checkpoint"),
+    ("checkpoint_evicted", "erasing old context checkpoint"),
+    ("checkpoint_superseded", "superseding context checkpoint"),
     ("slot_selected", "selected slot by"),
     ("new_prompt", "new prompt, n_ctx_slot"),
     ("checkpoint_created", "created context checkpoint"),
@@ -366,6 +527,7 @@ class LlamaParser:
         self._offset = 0.0
         self._last_raw: float | None = None
         self._slot_task: tuple[int | None, int | None] = (None, None)
+        self._stamped = False
 
     def feed(self, raw_line: str) -> Event | None:
         self._n += 1
@@ -383,6 +545,7 @@ class LlamaParser:
                 self._offset += self._last_raw  # a restarted process counts from zero again
             self._last_raw = raw
             self._t = raw + self._offset
+            self._stamped = True
         slot: int | None = None
         task: int | None = None
         m = _SLOT.search(line)
@@ -395,7 +558,10 @@ class LlamaParser:
             slot, task = self._slot_task  # bare timing lines follow their slot header
         ev = self._message(msg, slot, task)
         if ev is None:
-            if _IGNORED.search(line):
+            # In a timestamped log a line without a stamp continues a multi-line entry (sampler
+            # params, the chat template example); it was given its chance as a bare line above.
+            continuation = ts is None and self._stamped
+            if continuation or _IGNORED.search(line) or _STARTUP_CHATTER.search(line):
                 st.known_ignored += 1
             else:
                 st.unrecognised += 1
@@ -475,6 +641,38 @@ class LlamaParser:
             )
         if _FULL.search(msg):
             return FullReprocess(**s)
+        if m := _SIM.search(msg):
+            return SlotSimilarity(
+                **s,
+                sim=float(m.group(1)),
+                lcp=int(m.group(2)),
+                n_tokens=int(m.group(3)),
+                threshold=float(m.group(4)),
+            )
+        if m := _REEVAL.search(msg):
+            return LastTokenReevaluated(**s, n_past=int(m.group(1)), n_tokens=int(m.group(2)))
+        if m := _CKPT_CHECK.search(msg):
+            return CheckpointCheck(
+                **s, pos_min=int(m.group(1)), pos_max=int(m.group(2)), against=int(m.group(3))
+            )
+        if m := _CKPT_SUPERSEDED.search(msg):
+            return CheckpointSuperseded(**s, n_tokens=int(m.group(1)))
+        if m := _CKPT_EVICTED.search(msg):
+            kv = _kv(m.group(1))
+            return CheckpointEvicted(
+                **s,
+                pos_min=_int(kv, "pos_min"),
+                pos_max=_int(kv, "pos_max"),
+                n_tokens=_int(kv, "n_tokens"),
+                mib=_size_mib(m.group(1)),
+            )
+        if m := _SLOT_FILE_CKPT.search(msg):
+            return SlotFileCheckpoints(
+                **s,
+                action="save" if m.group(1) == "appended" else "restore",
+                count=int(m.group(2)),
+                mib=float(m.group(3)) if m.group(3) else None,
+            )
         if m := _REUSE_IGNORED.search(msg):
             return CacheReuseIgnored(**s, n_cache_reuse=int(m.group(1)))
         if m := _REUSE_DISABLED.search(msg):
@@ -498,6 +696,14 @@ class LlamaParser:
             return PromptCacheLookup(**b, f_keep=float(m.group(1)), sim=float(m.group(2)))
         if m := _PC_LOAD.search(msg):
             return PromptCacheLoad(**b, f_keep=float(m.group(1)), sim=float(m.group(2)))
+        if m := _PC_CANDIDATE.search(msg):
+            return PromptCacheCandidate(
+                **b,
+                tokens=int(m.group(1)),
+                lcp=int(m.group(2)),
+                f_keep=float(m.group(3)),
+                sim=float(m.group(4)),
+            )
         if m := _PC_STATE.search(msg):
             return PromptCacheState(
                 **b,
@@ -529,6 +735,29 @@ class LlamaParser:
             return CheckpointConfig(**b, max=int(m.group(1)), min_spacing=int(m.group(2)))
         if _CKPT_DISABLED.search(msg):
             return CheckpointConfig(**b, max=0, min_spacing=None)
+        if _IDLE_SLOTS.search(msg):
+            return CacheIdleSlots(**b, enabled=True)
+        if _IDLE_SLOTS_OFF.search(msg):
+            return CacheIdleSlots(**b, enabled=False)
+        if m := _SWA_CELLS.search(msg):
+            return SwaCache(**b, cells=int(m.group(1)), full=None)
+        if _SWA_FULL.search(msg):
+            return SwaCache(**b, cells=None, full=True)
+        if m := _SEND_ERROR.search(msg):
+            ctx = _CTX_EXCEEDED.search(msg)
+            return RequestError(
+                **b,
+                task=int(m.group(1)),
+                cause="context" if ctx else "other",
+                n_prompt_tokens=int(ctx.group(1)) if ctx else None,
+                n_ctx=int(ctx.group(2)) if ctx else None,
+            )
+        if m := _THREADS.search(msg):
+            return Threads(**b, n_threads=int(m.group(1)), n_threads_batch=int(m.group(2)))
+        if m := _THREADPOOL.search(msg):
+            return Threads(**b, n_threads=int(m.group(1)), n_threads_batch=None)
+        if m := _VERBOSITY.search(msg):
+            return LogVerbosity(**b, level=int(m.group(1)))
         if m := _LISTEN.search(msg):
             return Listening(**b, port=int(m.group(1)))
         return None

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from replay.bench import memory, ours, peers, simbench, wrk
+from replay.bench.floor import floor_point
 from replay.bench.refserver import Pacing
 from replay.bench.report import markdown
 from replay.bench.server import refserver
@@ -85,6 +86,10 @@ def run_section(
                 f"  {workers} worker(s): max {r['max_rate']} req/s, within 5 ms p99: {r['max_rate_within_budget']}"
             )
             out[f"w{workers}"] = r
+        floor = [floor_point(srv, c, 800 if quick else 3000) for c in (32, 128)]
+        for p in floor:
+            log(f"  python floor c={p.concurrency}: {p.rate} req/s, {p.cpu_ms_per_request} ms CPU/request")
+        out["floor"] = [p.to_json() for p in floor]
         return out
     if name == "peers":
         ladder = [1, 50] if quick else [1, 10, 50, 100, 200]

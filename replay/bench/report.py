@@ -263,7 +263,20 @@ def _rate(results: dict[str, Any]) -> list[str]:
             lines.append(
                 f"| {p['workers']} | {p['concurrency']} | {p['rate']} req/s | {_err(p['ttft_error'])} | {_f(cpu, ' ms', 2)} | {bound} | {p['server_cpu']} |"
             )
+    for p in rate.get("floor") or []:
+        cpu = p["cpu_ms_per_request"]
+        bound = f"{1000 / cpu:.0f} req/s" if cpu else "–"
+        lines.append(
+            f"| Python floor | {p['concurrency']} | {p['rate']} req/s | {_err(p['ttft_error'])} | {_f(cpu, ' ms', 2)} | {bound} | – |"
+        )
     lines.append("")
+    if rate.get("floor"):
+        lines.append(
+            "Python floor: a bare asyncio.Protocol client (fresh connection per request, one de-chunk pass per "
+            "read, the engine's SseParser, orjson per event) in the benchmark process: the least any Python client "
+            "can spend here, so the gap to it is the engine's own overhead."
+        )
+        lines.append("")
     for key in ("w1", "w2"):
         r = rate.get(key)
         if r:
@@ -278,12 +291,11 @@ def _peers(results: dict[str, Any]) -> list[str]:
     peers = results.get("peers") or {}
     if not peers:
         return []
-    ours, how = our_best_rate(results)
+    ours, _how = our_best_rate(results)
     ours_one = next(
         (p for p in (results.get("accuracy") or {}).get("points", []) if p["label"] == "acc-1"), None
     )
     ours_one_p99 = (ours_one or {}).get("ttft_error", {}).get("p99_ms")
-    rate_w1 = (results.get("rate") or {}).get("w1") or {}
     lines = ["", "## Side by side with peers (same server, same request shape, same run)", ""]
     lines.append(
         "Ratios: rate = ours / peer (above 1: we drive more); error = peer / ours (above 1: we are more accurate)."
@@ -293,10 +305,16 @@ def _peers(results: dict[str, Any]) -> list[str]:
         "| tool | max rate | at concurrency | error p50 / p99 at max | 1-stream error p50 / p99 | CPU / request | rate ratio | 1-stream p99 ratio | install |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    if ours is not None:
-        one = _err((ours_one or {}).get("ttft_error"))
+    one = _err((ours_one or {}).get("ttft_error"))
+    for key in ("w1", "w2"):
+        r = (results.get("rate") or {}).get(key)
+        if not r or r.get("max_rate") is None:
+            continue
+        best = next((p for p in r["points"] if p["concurrency"] == r.get("max_rate_concurrency")), None) or {}
+        err = best.get("ttft_error") or {}
         lines.append(
-            f"| **agent-replay** ({how}) | {ours:.0f} req/s | {rate_w1.get('max_rate_concurrency', '')} | {_f(rate_w1.get('error_p99_at_max_ms'), ' ms p99', 2)} | {one} | {_f(rate_w1.get('cpu_ms_per_request'), ' ms', 2)} | 1 | 1 | this package |"
+            f"| **agent-replay** ({r['workers']} worker{'s' if r['workers'] > 1 else ''}) | {r['max_rate']:.0f} req/s | "
+            f"{r.get('max_rate_concurrency', '')} | {_err(err)} | {one} | {_f(best.get('cpu_ms_per_request'), ' ms', 2)} | – | – | this package |"
         )
     for p in peers.get("peers", []):
         if p["status"] not in ("ok",) or p.get("max_rate") is None:
