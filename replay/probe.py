@@ -227,6 +227,7 @@ class _Process:
     """One server process of the probe and what was measured on it."""
 
     served: Served
+    log_path: Path | None
     records: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -264,10 +265,10 @@ def _run(
         stack.callback(writer.close)
         for index, part in enumerate(parts):
             if index:
-                restart, served = _restart(server, served, target, workdir, part[0].id, slot, say)
+                restart, served = _restart(server, processes[-1], target, workdir, part[0].id, slot, say)
                 restarts.append(restart)
                 writer.write(restart.to_json())
-            proc = _Process(served)
+            proc = _Process(served, served.log_path)
             processes.append(proc)
 
             def sink(rec: dict[str, Any], proc: _Process = proc, index: int = index) -> None:
@@ -285,7 +286,7 @@ def _run(
             metrics.append(checked)
             writer.write(checked)
             say(_progress_line(proc.records))
-    logs = [Path(p.served.log_path) for p in processes if p.served.log_path is not None]
+    logs = [p.log_path for p in processes if p.log_path is not None]
     return ProbeReport(
         scenario=name,
         trace=Path(trace.path),
@@ -293,8 +294,8 @@ def _run(
         steps=[ProbeStep.from_record(r) for r in steps],
         restarts=restarts,
         logs=logs,
-        settings=[effective_settings(target.kind, p.served.log_path) for p in processes],
-        log_events=[_log_events(target.kind, p.served.log_path) for p in processes],
+        settings=[effective_settings(target.kind, p.log_path) for p in processes],
+        log_events=[_log_events(target.kind, p.log_path) for p in processes],
         metrics=metrics,
     )
 
@@ -354,7 +355,7 @@ def _detach(part: list[Request], sessions: dict[str, Any], by_id: dict[int, Requ
 
 def _restart(
     stack: ExitStack,
-    served: Served,
+    old: _Process,
     target: Target,
     workdir: Path,
     rid: int,
@@ -362,13 +363,15 @@ def _restart(
     say: Say,
 ) -> tuple[Restart, Served]:
     """Save the slot, stop the server by its PID, start a new one, restore the slot into it."""
+    served = old.served
+    if served.process is None:
+        raise DriverError(f"{target.where}: the server was not started by the tool; cannot restart it")
     filename = SLOT_FILE.format(rid=rid)
     uses_slots = target.kind in SLOT_KINDS
     save = _slot_action(served.url, slot, "save", filename) if uses_slots else {}
-    if served.process is None:
-        raise DriverError(f"{target.where}: the server was not started by the tool; cannot restart it")
     stopped = served.process.stop()
     stack.close()  # leaves start_target's block; the process is already stopped
+    old.log_path = _set_aside(old.log_path, rid)
     new = stack.enter_context(_server(target, workdir))
     restore = _slot_action(new.url, slot, "restore", filename) if uses_slots else {}
     restart = Restart(
@@ -380,15 +383,21 @@ def _restart(
         save=save,
         restore=restore,
     )
+    tokens = f", slot {slot}: saved {save.get('n_saved')}, restored {restore.get('n_restored')} tokens"
     say(
         f"restarted the server before request {rid}: pid {served.pid} -> {new.pid}"
-        + (
-            f", slot {slot} saved {save.get('n_saved')} and restored {restore.get('n_restored')} tokens"
-            if uses_slots
-            else ""
-        )
+        + (tokens if uses_slots else "")
     )
     return restart, new
+
+
+def _set_aside(log_path: Path | None, rid: int) -> Path | None:
+    """Rename a stopped server's log, so a restart on the same port (same log name) starts its own."""
+    if log_path is None or not log_path.exists():
+        return log_path
+    kept = log_path.with_name(f"{log_path.stem}.before-{rid}{log_path.suffix}")
+    log_path.rename(kept)
+    return kept
 
 
 def _slot_action(url: str, slot: int, action: str, filename: str) -> dict[str, Any]:

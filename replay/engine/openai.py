@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import httpx
 
-from replay.engine.sse import SseEvent
-from replay.engine.usage import parse_usage
-
-try:
-    import sniffio  # noqa: F401
-except ImportError:
-    # httpcore runs `import sniffio` on every request; without the package each failed
-    # import rescans sys.path (~0.3 ms per request, twice). Cache the miss; httpcore then
-    # assumes asyncio, which is what we run on.
-    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
@@ -27,6 +16,8 @@ from replay.engine.exchange import (
     reply_message,
     stream_error,
 )
+from replay.engine.sse import SseEvent
+from replay.engine.usage import parse_usage
 
 # --- OpenAI chat completions ----------------------------------------------------------
 
