@@ -21,20 +21,12 @@ console = Console()
 err = Console(stderr=True)
 
 
-def _fail(exc: ReplayError) -> typer.Exit:
-    err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-    return typer.Exit(exc.exit_code)
-
-
 @app.command()
 def validate(trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")]) -> None:
     """Check a trace; report `file:line: problem` for the first bad line."""
     from replay import commands
 
-    try:
-        console.print(commands.validate(trace), highlight=False)
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    console.print(commands.validate(trace), highlight=False)
 
 
 @app.command()
@@ -83,30 +75,27 @@ def run(
     """Replay a trace against a server and write per-request results."""
     from replay import commands
 
-    try:
-        code = commands.run(
-            trace=trace,
-            target=target,
-            out=out,
-            plan=plan,
-            concurrency=concurrency,
-            speed=speed,
-            round_robin=round_robin,
-            api=api,
-            model=model,
-            history=history,
-            think=think,
-            timeout=timeout,
-            max_duration=max_duration,
-            sim_args=sim_args,
-            server=server,
-            service=service,
-            workdir=workdir,
-            dry_run=dry_run,
-            console=None if quiet else console,
-        )
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    code = commands.run(
+        trace=trace,
+        target=target,
+        out=out,
+        plan=plan,
+        concurrency=concurrency,
+        speed=speed,
+        round_robin=round_robin,
+        api=api,
+        model=model,
+        history=history,
+        think=think,
+        timeout=timeout,
+        max_duration=max_duration,
+        sim_args=sim_args,
+        server=server,
+        service=service,
+        workdir=workdir,
+        dry_run=dry_run,
+        console=None if quiet else console,
+    )
     raise typer.Exit(code)
 
 
@@ -122,10 +111,7 @@ def report(
     """Per-switch-class table (TTFT percentiles, re-processed and cached tokens, errors)."""
     from replay import commands
 
-    try:
-        commands.report(results, as_json=json, console=console, html=html)
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    commands.report(results, as_json=json, console=console, html=html)
 
 
 @app.command()
@@ -138,10 +124,7 @@ def restore(
     """Finish giving the daily service back after a run that crashed (e.g. kill -9)."""
     from replay import commands
 
-    try:
-        raise typer.Exit(commands.restore(journal, dry_run=dry_run, console=console))
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    raise typer.Exit(commands.restore(journal, dry_run=dry_run, console=console))
 
 
 @app.command()
@@ -173,31 +156,28 @@ def ab(
     """A/B two server builds on the same trace, A B B A, leading with within-run ratios."""
     from replay.ab import ab as run_ab
 
-    try:
-        code = run_ab(
-            trace=trace,
-            a=a,
-            b=b,
-            repeat=repeat,
-            out_dir=out_dir,
-            plan=plan,
-            concurrency=concurrency,
-            speed=speed,
-            round_robin=round_robin,
-            api=api,
-            model=model,
-            history=history,
-            think=think,
-            timeout=timeout,
-            max_duration=max_duration,
-            reuse_cache=reuse_cache,
-            keep_cache=keep_cache,
-            service=service,
-            as_json=json,
-            console=console,
-        )
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    code = run_ab(
+        trace=trace,
+        a=a,
+        b=b,
+        repeat=repeat,
+        out_dir=out_dir,
+        plan=plan,
+        concurrency=concurrency,
+        speed=speed,
+        round_robin=round_robin,
+        api=api,
+        model=model,
+        history=history,
+        think=think,
+        timeout=timeout,
+        max_duration=max_duration,
+        reuse_cache=reuse_cache,
+        keep_cache=keep_cache,
+        service=service,
+        as_json=json,
+        console=console,
+    )
     raise typer.Exit(code)
 
 
@@ -241,12 +221,9 @@ def size_chain(
     """Files and bytes a cold prefill leaves, file by file, and the budget rule."""
     from replay import commands
 
-    try:
-        commands.size_chain(
-            tokens, start, per_token, fixed, interval, chunk, preset, others, anchor, json, console
-        )
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    commands.size_chain(
+        tokens, start, per_token, fixed, interval, chunk, preset, others, anchor, json, console
+    )
 
 
 @size_app.command("sweep")
@@ -275,24 +252,21 @@ def size_sweep(
     """Run the cache model offline over a trace for each budget; find the smallest that meets --target."""
     from replay import commands
 
-    try:
-        commands.size_sweep(
-            trace,
-            budgets,
-            preset,
-            plan,
-            speed,
-            history,
-            slots,
-            routing,
-            target,
-            stale,
-            hidden_reasoning,
-            json,
-            console,
-        )
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    commands.size_sweep(
+        trace,
+        budgets,
+        preset,
+        plan,
+        speed,
+        history,
+        slots,
+        routing,
+        target,
+        stale,
+        hidden_reasoning,
+        json,
+        console,
+    )
 
 
 @app.command()
@@ -304,10 +278,7 @@ def demo(
     """Replay two agents switching on the simulator at a 4 GB and a 64 GB disk budget, and compare."""
     from replay.demo import run_demo
 
-    try:
-        code = run_demo(console, out)
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    code = run_demo(console, out)
     raise typer.Exit(code)
 
 
@@ -335,10 +306,7 @@ def scenario_show(
     """What a scenario reproduces, what to look for, the expected outcome, the flags it is about."""
     from replay.scenario.actions import show_command
 
-    try:
-        raise typer.Exit(show_command(name, console, param or []))
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    raise typer.Exit(show_command(name, console, param or []))
 
 
 @scenario_app.command("generate")
@@ -352,10 +320,7 @@ def scenario_generate(
     """Write the scenario's trace (deterministic: same spec, same bytes)."""
     from replay.scenario.actions import generate_command
 
-    try:
-        raise typer.Exit(generate_command(name, out, param or [], console))
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    raise typer.Exit(generate_command(name, out, param or [], console))
 
 
 @scenario_app.command("run")
@@ -371,10 +336,7 @@ def scenario_run(
     """Run every arm of a scenario on the simulator, compare them, write the report."""
     from replay.scenario.actions import run_command
 
-    try:
-        raise typer.Exit(run_command(name, out, param or [], console, arms=arm, time_scale=time_scale))
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    raise typer.Exit(run_command(name, out, param or [], console, arms=arm, time_scale=time_scale))
 
 
 @app.command()
@@ -392,10 +354,7 @@ def record(
     """Pass an agent's traffic through to the server unchanged, and write it as a trace."""
     from replay.record.serve import record as run_record
 
-    try:
-        code = run_record(upstream, listen, out, anonymize=anonymize, key=key, console=console)
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    code = run_record(upstream, listen, out, anonymize=anonymize, key=key, console=console)
     raise typer.Exit(code)
 
 
@@ -408,10 +367,7 @@ def anonymize(
     """Replace every text with synthetic text of the same token count, keeping structure and timing."""
     from replay.record.anonymize import run_anonymize
 
-    try:
-        console.print(run_anonymize(src, dst, key), highlight=False)
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    console.print(run_anonymize(src, dst, key), highlight=False)
 
 
 @app.command("import")
@@ -425,10 +381,7 @@ def import_(
     """Turn another tool's traces or transcripts into a replayable trace."""
     from replay.record.importers import run_import
 
-    try:
-        console.print(run_import(fmt, src, out), highlight=False)
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    console.print(run_import(fmt, src, out), highlight=False)
 
 
 @app.command("export")
@@ -440,10 +393,7 @@ def export(
     """Write a trace in another tool's format (Mooncake: for AIPerf and SGLang)."""
     from replay.record.importers import run_export
 
-    try:
-        console.print(run_export(fmt, src, out), highlight=False)
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    console.print(run_export(fmt, src, out), highlight=False)
 
 
 llama_app = typer.Typer(no_args_is_help=True, help="A real llama.cpp server as a target: tiny test models.")
@@ -464,11 +414,8 @@ def llama_make_model(
     """Write a random-weight GGUF whose output is printable and always runs to max_tokens."""
     from replay.llama_model import SLOW, make_model
 
-    try:
-        size = {**{"layers": layers, "dim": dim}, **(SLOW if slow else {})}
-        written = make_model(path, arch=arch, swa=swa, ctx=ctx, seed=seed, **size)
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    size = {**{"layers": layers, "dim": dim}, **(SLOW if slow else {})}
+    written = make_model(path, arch=arch, swa=swa, ctx=ctx, seed=seed, **size)
     console.print(f"wrote {written} ({written.stat().st_size:,} bytes)", highlight=False)
 
 
@@ -486,14 +433,15 @@ def logs_summary(
     """Requests, finish reasons, continuation rate, restores, stores, evictions, decode by depth."""
     from replay import commands
 
-    try:
-        commands.logs_summary(logs, kind=kind, year=year, as_json=json, console=console)
-    except ReplayError as exc:
-        raise _fail(exc) from None
+    commands.logs_summary(logs, kind=kind, year=year, as_json=json, console=console)
 
 
 def main() -> None:
+    """Run the CLI; a ReplayError from any command is one line on stderr and its exit code."""
     try:
         app()
+    except ReplayError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

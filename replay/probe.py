@@ -146,10 +146,6 @@ class ProbeReport:
         }
 
 
-def probe_ids(trace: Trace) -> list[int]:
-    return [r.id for r in trace.requests if r.tag == PROBE_TAG]
-
-
 def skip_probes(trace: Trace) -> tuple[Trace, str | None]:
     """The trace without its `probe` requests, and the one-line notice to print (None if none).
 
@@ -262,7 +258,14 @@ def _run(
             "think": "off",
         }
         writer = ResultsWriter(results, header)
-        stack.callback(writer.close)
+
+        def close(exc_type: type[BaseException] | None, *_exc: object) -> None:
+            outcome = "done" if exc_type is None else exc_type.__name__
+            errors = sum(1 for r in steps if r["status"] != "ok")
+            extra = {"outcome": outcome, "requests": len(steps), "errors": errors, "restarts": len(restarts)}
+            writer.close(extra)
+
+        stack.push(close)
         for index, part in enumerate(parts):
             if index:
                 restart, served = _restart(server, processes[-1], target, workdir, part[0].id, slot, say)
