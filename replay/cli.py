@@ -340,6 +340,41 @@ def scenario_run(
 
 
 @app.command()
+def probe(
+    server: Annotated[
+        Path | None, typer.Option(help="Target TOML of the server to probe (it is restarted for E5).")
+    ] = None,
+    target: Annotated[str | None, typer.Option(help="'sim' to probe the simulator instead.")] = None,
+    sim_args: Annotated[str, typer.Option("--sim-args", help="Extra simulator flags.")] = "",
+    scenario: Annotated[str, typer.Option(help="Probe scenario (name or spec file).")] = "cache-probe",
+    param: Params = None,
+    out: Annotated[Path, typer.Option(help="Where the trace, results, slot files and logs go.")] = Path(
+        "replay-probe"
+    ),
+    slot: Annotated[int, typer.Option(help="Slot to save and restore for E5 (llama-server).")] = 0,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
+    json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """E1-E5 cache probe on a real server: what it re-reads after small changes, and after a restart."""
+    from replay.probe import probe_command
+
+    raise typer.Exit(
+        probe_command(
+            server,
+            out,
+            console,
+            target=target,
+            sim_args=sim_args,
+            scenario=scenario,
+            params=param or [],
+            slot=slot,
+            timeout_s=timeout,
+            as_json=json,
+        )
+    )
+
+
+@app.command()
 def record(
     upstream: Annotated[str, typer.Option(help="The real server's base URL, e.g. http://127.0.0.1:8000.")],
     out: Annotated[Path, typer.Option(help="Trace file to write (one line per completed request).")],

@@ -14,9 +14,10 @@ from rich.console import Console
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig, check_options
 from replay.metrics.results import append_records, merged_summary, read_results
+from replay.metrics_check import check_after, scrape_before
+from replay.probe import skip_probes
 from replay.report.table import class_table, summary_rows
 from replay.runner import check_reachable, run_trace
-from replay.scenario import trace_probe_notice
 from replay.serverlog import effective_settings, server_records, setting_warnings
 from replay.targets import dry_run as dry_run_target
 from replay.targets import open_target, resolve_target
@@ -63,7 +64,7 @@ def run(
         if dry_run:
             dry_run_target(tgt, workdir or Path(scratch), service, say)
             return 0
-        notice = trace_probe_notice(loaded)
+        loaded, notice = skip_probes(loaded)  # E5-style steps need `replay probe` to restart the server
         if notice:
             say(notice)
         # The server's log must outlive the server: its records are read after it stops.
@@ -89,6 +90,7 @@ def run(
                 "effective": settings,
                 "warnings": warnings,
             }
+            before = scrape_before(served)  # Prometheus counters, where the server has them
             outcome = run_trace(
                 loaded,
                 the_plan,
@@ -99,7 +101,10 @@ def run(
                 console=console,
                 keep_records=True,
             )
-        append_records(out, server_records(tgt.kind, served.log_path, outcome.results))
+            metrics = check_after(served, before, outcome.results)
+        for line in metrics.get("disagreements") or ():
+            say(f"[yellow]warning:[/yellow] server counters disagree with usage: {line}")
+        append_records(out, [metrics, *server_records(tgt.kind, served.log_path, outcome.results)])
     if console is not None:
         report([out], as_json=False, console=console)
         console.print(

@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--duration", type=float, default=None, help="seconds per load point (default 5, quick 2)"
     )
+    ap.add_argument(
+        "--rebuild", action="store_true", help="measure nothing: rebuild README.md from the JSON files"
+    )
     args = ap.parse_args(argv)
     only = [name.strip() for item in args.only for name in item.split(",") if name.strip()]
     unknown = [n for n in only if n not in SECTIONS]
@@ -62,6 +65,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.sections = (
         [s for s in SECTIONS if s in only] if only else list(QUICK_SECTIONS if args.quick else SECTIONS)
     )
+    if args.rebuild:
+        args.sections = []
     args.duration = args.duration or (2.0 if args.quick else 5.0)
     args.out, args.cache = args.out.resolve(), args.cache.resolve()  # peers run in other directories
     return args
@@ -136,8 +141,21 @@ def load_previous(out: Path, skip: list[str]) -> tuple[dict[str, Any], dict[str,
     return results, when
 
 
+def rebuild(out: Path) -> int:
+    """README.md again from the section files, keeping the last run's own description."""
+    results, _ = load_previous(out, [])
+    latest = out / "latest.json"
+    results["meta"] = orjson.loads(latest.read_bytes()).get("meta", {}) if latest.exists() else {}
+    text = markdown(results)
+    (out / "README.md").write_text(text)
+    print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.rebuild:
+        return rebuild(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / ".keep").touch()
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")

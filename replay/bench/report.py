@@ -298,7 +298,10 @@ def _peers(results: dict[str, Any]) -> list[str]:
     ours_one_p99 = (ours_one or {}).get("ttft_error", {}).get("p99_ms")
     lines = ["", "## Side by side with peers (same server, same request shape, same run)", ""]
     lines.append(
-        "Ratios: rate = ours / peer (above 1: we drive more); error = peer / ours (above 1: we are more accurate)."
+        "Ratios: rate = our best max rate / the peer's (above 1: we drive more); 1-stream p99 = the peer's / ours "
+        "(above 1: we are more accurate). Every rate is completed requests over the server-stamped window (first "
+        "arrival to last byte); each peer runs with its default worker processes; the error at a tool's max rate "
+        "includes the queueing a saturated client adds."
     )
     lines += [
         "",

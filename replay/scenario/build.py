@@ -36,8 +36,8 @@ MAX_TURNS = 10_000
 PROBE_TAG = "probe"
 PROBE_NOTICE = (
     "{n} request(s) tagged 'probe' ({ids}) stand for 'save the slot, restart the server, restore, "
-    "resend': they need a driver that restarts the server before them; without one they are sent "
-    "as ordinary requests to the running server."
+    "resend': they need a driver that restarts the server before them. `replay probe --server FILE` "
+    "runs them so; `replay run` leaves them out and says so."
 )
 
 TOOL_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
