@@ -1,0 +1,130 @@
+"""The reference server: its own truth stamps, per-request pacing, and plain HTTP/1.1 behaviour."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+
+from replay.bench.refserver import TRUTH_COLUMNS, Pacing, serve_in_thread
+
+COL = {name: i for i, name in enumerate(TRUTH_COLUMNS)}
+
+
+@pytest.fixture(scope="module")
+def ref() -> Iterator[tuple[object, str]]:
+    with serve_in_thread(Pacing(first_token_ms=30.0, tokens=3)) as pair:
+        yield pair
+
+
+def _truth(url: str, clear: bool = True) -> dict[str, list]:
+    doc = httpx.get(f"{url}/truth", params={"clear": "1"} if clear else None).json()
+    assert doc["columns"] == list(TRUTH_COLUMNS)
+    return {row[COL["request_id"]] or f"#{row[COL['sid']]}": row for row in doc["rows"]}
+
+
+def _events(raw: bytes) -> list[bytes]:
+    return [block[len(b"data: ") :] for block in raw.split(b"\n\n") if block.startswith(b"data: ")]
+
+
+def test_stream_is_paced_and_stamped_by_the_server(ref):
+    _srv, url = ref
+    _truth(url)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 4}
+    headers = {"X-Request-ID": "r-1", "X-Bench-Token-Ms": "10"}
+    t_send = time.perf_counter_ns()
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"] == "text/event-stream"
+        assert resp.headers["x-request-id"] == "r-1"
+        raw = b""
+        t_first = None
+        for chunk in resp.iter_raw():
+            if t_first is None and b"#" in chunk:
+                t_first = time.perf_counter_ns()
+            raw += chunk
+    events = _events(raw)
+    assert events[-1] == b"[DONE]"
+    chunks = [orjson.loads(e) for e in events[:-1]]
+    first = chunks[0]
+    row = _truth(url)["r-1"]
+    sid = row[COL["sid"]]
+    # The reply text starts with the server id, and the first chunk repeats the server's stamps.
+    assert first["choices"][0]["delta"]["content"] == f"#{sid}"
+    assert first["x_bench"] == {
+        "sid": sid,
+        "arrival_ns": row[COL["arrival_ns"]],
+        "first_token_ns": row[COL["first_token_ns"]],
+    }
+    content = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    assert len(content) == 4  # max_tokens, not the server default of 3
+    assert chunks[-1]["usage"]["completion_tokens"] == 4
+    truth_ttft = row[COL["first_token_ns"]] - row[COL["arrival_ns"]]
+    assert 30e6 <= truth_ttft < 130e6
+    # 3 gaps of 10 ms between the 4 tokens, stamped by the server.
+    assert row[COL["done_ns"]] - row[COL["first_token_ns"]] >= 30e6
+    # Same clock for both processes' stamps: the client saw the token after the server sent it.
+    assert t_send <= row[COL["arrival_ns"]] <= row[COL["first_token_ns"]] <= t_first
+
+
+def test_body_field_and_defaults_set_the_timing(ref):
+    _srv, url = ref
+    _truth(url)
+    body = {"messages": [], "stream": True, "bench": {"first_token_ms": 0, "tokens": 2}}
+    resp = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"X-Request-ID": "fast"})
+    slow = httpx.post(
+        f"{url}/v1/chat/completions", json={"messages": [], "stream": True}, headers={"X-Request-ID": "slow"}
+    )
+    truth = _truth(url)
+    assert (truth["fast"][COL["first_token_ns"]] - truth["fast"][COL["arrival_ns"]]) < 20e6
+    assert truth["fast"][COL["tokens"]] == 2
+    assert (truth["slow"][COL["first_token_ns"]] - truth["slow"][COL["arrival_ns"]]) >= 30e6
+    assert truth["slow"][COL["tokens"]] == 3  # the server default
+    assert sum(1 for e in _events(resp.content) if b'"content"' in e) == 2
+    assert slow.status_code == 200
+
+
+def test_requests_without_an_id_are_keyed_by_server_id(ref):
+    _srv, url = ref
+    _truth(url)
+    resp = httpx.post(
+        f"{url}/v1/chat/completions", json={"messages": [], "max_tokens": 2, "bench": {"first_token_ms": 0}}
+    )
+    doc = resp.json()
+    text = doc["choices"][0]["message"]["content"]
+    assert text.startswith("#")
+    assert text.split()[0] in _truth(url)
+
+
+def test_truth_clear_and_routes(ref):
+    _srv, url = ref
+    httpx.post(
+        f"{url}/v1/chat/completions", json={"messages": [], "stream": True, "bench": {"first_token_ms": 0}}
+    )
+    assert _truth(url, clear=False)
+    assert _truth(url, clear=True)
+    assert _truth(url) == {}
+    assert httpx.get(f"{url}/v1/models").json()["data"][0]["id"] == "ref"
+    assert httpx.get(f"{url}/nope").status_code == 404
+    assert httpx.get(f"{url}/v1/chat/completions").status_code == 405
+    assert httpx.post(f"{url}/v1/chat/completions", content=b"not json").status_code == 400
+
+
+def test_keep_alive_and_pipelined_requests(ref):
+    _srv, url = ref
+    host, port = url.removeprefix("http://").split(":")
+    body = b'{"messages":[],"stream":true,"bench":{"first_token_ms":0,"tokens":1}}'
+    req = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(req + req)  # two requests in one write: the second waits for the first reply
+        data = b""
+        while data.count(b"0\r\n\r\n") < 2:
+            more = sock.recv(65536)
+            assert more, "server closed a keep-alive connection"
+            data += more
+    assert data.count(b"HTTP/1.1 200 OK") == 2
+    assert data.count(b"data: [DONE]") == 2
