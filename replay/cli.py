@@ -70,6 +70,12 @@ def run(
             "--sim-args", help="Extra simulator flags for --target sim, e.g. '--kv-disk-space-mb 65536'."
         ),
     ] = "",
+    workers: Annotated[
+        int, typer.Option(help="Processes to spread the sessions over; their histograms merge exactly.")
+    ] = 1,
+    shard: Annotated[
+        str | None, typer.Option(help="Replay only shard i/N of the sessions (one host of N); merge with report.")
+    ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
 ) -> None:
     """Replay a trace against a server and write per-request results."""
@@ -94,6 +100,8 @@ def run(
         service=service,
         workdir=workdir,
         dry_run=dry_run,
+        workers=workers,
+        shard=shard,
         console=None if quiet else console,
     )
     raise typer.Exit(code)

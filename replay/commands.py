@@ -13,12 +13,14 @@ from rich.console import Console
 
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig, check_options
+from replay.errors import UsageError
 from replay.metrics.results import append_records, merged_summary, read_results
 from replay.metrics_check import check_after, scrape_before
 from replay.probe import skip_probes
 from replay.report.table import class_table, summary_rows
 from replay.runner import check_reachable, run_trace
 from replay.serverlog import effective_settings, server_records, setting_warnings
+from replay.shard import parse_shard, run_workers, select_shard
 from replay.targets import dry_run as dry_run_target
 from replay.targets import open_target, resolve_target
 from replay.trace.reader import read_trace
@@ -52,12 +54,18 @@ def run(
     service: Path | None = None,
     workdir: Path | None = None,
     dry_run: bool = False,
+    workers: int = 1,
+    shard: str | None = None,
     console: Console | None = None,
 ) -> int:
     """Replay a trace; returns the exit code (0 ok, 1 requests failed, 130/143 interrupted)."""
     check_options(history, think, api)
     the_plan = make_plan(plan, concurrency=concurrency, speed=speed, round_robin=round_robin)
+    if workers < 1:
+        raise UsageError("--workers must be at least 1")
     loaded = read_trace(trace)  # validates fully before anything is sent
+    if shard is not None:
+        loaded = select_shard(loaded, *parse_shard(shard))
     say = (console or Console(stderr=True)).print
     with tempfile.TemporaryDirectory(prefix="replay-scratch-") as scratch:
         tgt = resolve_target(target, server, shlex.split(sim_args), Path(scratch))
@@ -90,29 +98,35 @@ def run(
                 "effective": settings,
                 "warnings": warnings,
             }
+            if shard is not None:
+                header["shard"] = shard
             before = scrape_before(served)  # Prometheus counters, where the server has them
-            outcome = run_trace(
-                loaded,
-                the_plan,
-                config,
-                out,
-                header,
-                max_duration_s=max_duration,
-                console=console,
-                keep_records=True,
-            )
-            metrics = check_after(served, before, outcome.results)
+            if workers > 1:
+                # Each worker process replays its shard of the sessions; the parts merge exactly.
+                spread = run_workers(trace, the_plan, config, out, header, workers, max_duration)
+                records = read_results(out).requests
+                code, requests, errors = spread.exit_code, spread.requests, spread.errors
+            else:
+                outcome = run_trace(
+                    loaded,
+                    the_plan,
+                    config,
+                    out,
+                    header,
+                    max_duration_s=max_duration,
+                    console=console,
+                    keep_records=True,
+                )
+                records = outcome.results
+                code, requests, errors = outcome.exit_code, outcome.requests, outcome.errors
+            metrics = check_after(served, before, records)
         for line in metrics.get("disagreements") or ():
             say(f"[yellow]warning:[/yellow] server counters disagree with usage: {line}")
-        append_records(out, [metrics, *server_records(tgt.kind, served.log_path, outcome.results)])
+        append_records(out, [metrics, *server_records(tgt.kind, served.log_path, records)])
     if console is not None:
         report([out], as_json=False, console=console)
-        console.print(
-            f"{outcome.requests} requests, {outcome.errors} failed, outcome {outcome.outcome}, "
-            f"{outcome.duration_s:.1f} s; results in {out}",
-            highlight=False,
-        )
-    return outcome.exit_code
+        console.print(f"{requests} requests, {errors} failed; results in {out}", highlight=False)
+    return code
 
 
 def report(paths: list[Path], as_json: bool, console: Console, html: Path | None = None) -> None:

@@ -321,3 +321,31 @@ def test_closed_loop_waits_for_the_previous_reply_plus_tool_time(scripted_server
     assert recs[2]["sent_s"] >= 0.02  # a session's first request starts at its own t
     # The two sessions overlap: each only waits for itself.
     assert any("concurrent" in r["switch"] for r in outcome.results)
+
+
+def test_workers_and_shards_from_the_cli_cover_every_request_once(scripted_server, tmp_path):
+    scripted_server.default = Script(usage=USAGE)
+    trace = _many_sessions(tmp_path / "t.jsonl", sessions=6, turns=2)
+    url = scripted_server.url
+    merged = tmp_path / "w.jsonl"
+    assert (
+        _cli("run", str(trace), "--target", url, "--out", str(merged), "--workers", "2", "--quiet").returncode
+        == 0
+    )
+    assert sorted(r["id"] for r in read_results(merged).requests) == list(range(1, 13))
+    assert (tmp_path / "w.part1of2.jsonl").exists() and (tmp_path / "w.part2of2.jsonl").exists()
+    parts = []
+    for i in (1, 2):
+        part = tmp_path / f"s{i}.jsonl"
+        assert (
+            _cli(
+                "run", str(trace), "--target", url, "--out", str(part), "--shard", f"{i}/2", "--quiet"
+            ).returncode
+            == 0
+        )
+        parts.append(read_results(part))
+    ids = [r["id"] for res in parts for r in res.requests]
+    assert sorted(ids) == list(range(1, 13))  # each request replayed by exactly one shard
+    assert {p.run["target"]["shard"] for p in parts} == {"1/2", "2/2"}
+    bad = _cli("run", str(trace), "--target", url, "--out", str(tmp_path / "x.jsonl"), "--shard", "3/2")
+    assert bad.returncode == 2 and "--shard must be i/N" in bad.stderr
