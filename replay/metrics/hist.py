@@ -95,13 +95,19 @@ class Summary:
 
     classes: dict[str, ClassStats] = field(default_factory=dict)
 
+    def _stats(self, cls: str) -> ClassStats:
+        stats = self.classes.get(cls)
+        if stats is None:  # not setdefault: a ClassStats builds three histograms
+            stats = self.classes[cls] = ClassStats()
+        return stats
+
     def add(self, rec: dict[str, Any]) -> None:
         for cls in (ALL, *rec.get("switch", ())):
-            self.classes.setdefault(cls, ClassStats()).add(rec)
+            self._stats(cls).add(rec)
 
     def merge(self, other: Summary) -> None:
         for cls, stats in other.classes.items():
-            self.classes.setdefault(cls, ClassStats()).merge(stats)
+            self._stats(cls).merge(stats)
 
     def encode(self) -> dict[str, Any]:
         return {cls: stats.encode() for cls, stats in self.classes.items()}

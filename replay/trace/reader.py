@@ -7,9 +7,10 @@ constant memory. `read_trace` builds the linked `Request` objects the engine rep
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -36,6 +37,9 @@ class _Checker:
         return TraceError(self.path, self.line, problem)
 
     def need(self, obj: dict[str, Any], key: str, types: type | tuple[type, ...]) -> Any:
+        value = obj.get(key)
+        if type(value) is types or (type(types) is tuple and type(value) in types):
+            return value  # the common case, without isinstance's subclass walk
         if key not in obj:
             raise self.fail(f"{obj.get('kind')} is missing field '{key}'")
         value = obj[key]
@@ -71,6 +75,10 @@ class _Checker:
         raise self.fail(f"{where}: content must be text, a synth object, a blob or a list of those")
 
     def message(self, msg: Any, index: int) -> dict[str, Any]:
+        if type(msg) is dict and type(msg.get("content")) is str:
+            role = msg.get("role")
+            if role == "user" or role == "system" or (role == "assistant" and "tool_calls" not in msg):
+                return msg  # plain text from a user, a system prompt or a tool-less reply: nothing to check
         msg = self.blob(msg)
         where = f"append[{index}]"
         if not isinstance(msg, dict):
@@ -106,6 +114,17 @@ def _type_name(types: type | tuple[type, ...]) -> str:
     return " or ".join(names.get(t, t.__name__) for t in _tuple(types))
 
 
+def _lines(handle: BinaryIO, block: int = 16 << 20) -> Iterator[bytes]:
+    """The file's lines, read in large blocks (measurably faster than line-by-line reads)."""
+    rest = b""
+    while chunk := handle.read(block):
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        yield from lines
+    if rest:
+        yield rest
+
+
 def iter_records(path: str | Path) -> Iterator[tuple[_Checker, dict[str, Any]]]:
     """Yield (checker, record) for each valid line; raise TraceError at the first bad one."""
     path = str(path)
@@ -115,7 +134,7 @@ def iter_records(path: str | Path) -> Iterator[tuple[_Checker, dict[str, Any]]]:
     except OSError as exc:
         raise TraceError(path, 0, f"cannot open: {exc.strerror}") from None
     try:
-        for raw in handle:
+        for raw in _lines(handle):
             check.line += 1
             if not raw.strip():
                 continue
@@ -204,7 +223,9 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
     params = obj.get("params") or {}
     if not isinstance(params, dict):
         raise check.fail(f"request {rid}: params must be an object")
-    obj["params"] = {k: check.blob(v) for k, v in params.items()}
+    if any(type(v) is dict and "$blob" in v for v in params.values()):
+        params = {k: check.blob(v) for k, v in params.items()}
+    obj["params"] = params
     for key in ("reply", "usage", "after"):
         if obj.get(key) is not None and not isinstance(obj[key], dict):
             raise check.fail(f"request {rid}: {key} must be an object")
@@ -228,6 +249,17 @@ def validate(path: str | Path) -> dict[str, int]:
 
 def read_trace(path: str | Path) -> Trace:
     """Load a trace into linked requests, validating as it goes."""
+    # Every object built here lives as long as the trace: the cyclic collector would only re-scan them.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_trace(path)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read_trace(path: str | Path) -> Trace:
     header = TraceHeader()
     requests: list[Request] = []
     by_id: dict[int, Request] = {}

@@ -10,7 +10,7 @@ their leading space; the measured ratio is in traces/FORMAT.md.
 from __future__ import annotations
 
 import random
-from functools import lru_cache
+from collections import OrderedDict
 
 WORDS: tuple[str, ...] = tuple(
     dict.fromkeys(
@@ -75,13 +75,33 @@ improve stuff""".split()
 _WORD_BYTES = sum(len(w) + 1 for w in WORDS) / len(WORDS)
 
 
-@lru_cache(maxsize=512)
+_CACHE_BYTES = 64 << 20
+_cache: OrderedDict[tuple[int, int], str] = OrderedDict()
+_cached_bytes = 0
+
+
 def synth_text(tokens: int, seed: int) -> str:
     """About `tokens` tokens of text.
 
     Identical for equal arguments, different for different seeds, and the text for fewer tokens is
-    a prefix (in words) of the text for more tokens with the same seed.
+    a prefix (in words) of the text for more tokens with the same seed. Recent texts are kept up to
+    64 MiB in all (bounded by size, not count: one 130K-token text is 0.8 MB).
     """
+    global _cached_bytes
+    key = (tokens, seed)
+    text = _cache.get(key)
+    if text is not None:
+        _cache.move_to_end(key)
+        return text
+    text = _generate(tokens, seed)
+    _cache[key] = text
+    _cached_bytes += len(text)
+    while _cached_bytes > _CACHE_BYTES and len(_cache) > 1:
+        _cached_bytes -= len(_cache.popitem(last=False)[1])
+    return text
+
+
+def _generate(tokens: int, seed: int) -> str:
     if tokens <= 0:
         return ""
     rng = random.Random(seed)
