@@ -123,15 +123,16 @@ class Engine:
             for dep in self.plan.waits_for(req, prev):
                 deps_done = max(deps_done, await self._wait_done(dep))
             due = self.plan.release_ns(req, deps_done)
-            call = self._call(req, self.sessions[req.session])  # built before it is due: no lag from it
             wait_ns = due - self._rel()
             if wait_ns > 0:
                 await anyio.sleep(wait_ns / 1e9)
+            # Messages are materialised only now, when the request may go: thousands of waiting
+            # requests must not each hold a 130K-token history. The time it takes counts as lag.
             if self._limiter is None:
-                await self._send(client, req, call, due)
+                await self._send(client, req, self._call(req, self.sessions[req.session]), due)
             else:
                 async with self._limiter:
-                    await self._send(client, req, call, due)
+                    await self._send(client, req, self._call(req, self.sessions[req.session]), due)
         finally:
             self._mark_done(req.id)
             window.release()

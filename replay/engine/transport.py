@@ -37,6 +37,29 @@ _RECV_BYTES = 256 * 1024
 _PAUSE_AT = 4 << 20  # stop reading when this many bytes wait for the reader
 
 
+def enable_kernel_stamps(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp this socket's packets; False where it cannot (then stamp on read)."""
+    if _SO_TIMESTAMPNS is None:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def kernel_stamp(anc: list[tuple[int, int, bytes]], now: int) -> int:
+    """The monotonic arrival time in recvmsg()'s ancillary data, or `now` without a usable one."""
+    for level, kind, raw in anc:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(raw)
+            # Kernel stamps are wall-clock; move them onto the monotonic clock.
+            kernel = sec * 1_000_000_000 + nsec - (time.time_ns() - now)
+            if now - 60_000_000_000 < kernel <= now:  # else the wall clock stepped
+                return kernel
+    return now
+
+
 class _StampedStream(httpcore.AsyncNetworkStream):
     """A plain TCP stream for httpcore; `rx_ns` is when the bytes last returned by read() arrived.
 
@@ -49,13 +72,7 @@ class _StampedStream(httpcore.AsyncNetworkStream):
         self._sock = sock
         self._fd = sock.fileno()
         self._loop = loop
-        self._kernel_stamps = False
-        if _SO_TIMESTAMPNS is not None:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
-                self._kernel_stamps = True
-            except OSError:
-                pass
+        self._kernel_stamps = enable_kernel_stamps(sock)
         self._chunks: deque[tuple[int, bytes]] = deque()
         self._buffered = 0
         self._eof = False
@@ -79,15 +96,7 @@ class _StampedStream(httpcore.AsyncNetworkStream):
             self._eof = True
             self._stop_reading()
         else:
-            stamp = now
-            for level, kind, raw in anc:
-                if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
-                    sec, nsec = _TIMESPEC.unpack_from(raw)
-                    # Kernel stamps are wall-clock; move them onto the monotonic clock.
-                    kernel = sec * 1_000_000_000 + nsec - (time.time_ns() - now)
-                    if now - 60_000_000_000 < kernel <= now:  # else the wall clock stepped
-                        stamp = kernel
-            self._chunks.append((stamp, data))
+            self._chunks.append((kernel_stamp(anc, now), data))
             self._buffered += len(data)
             if self._buffered > _PAUSE_AT:
                 self._stop_reading()
@@ -159,7 +168,7 @@ class _StampedStream(httpcore.AsyncNetworkStream):
         return None
 
 
-async def _resolve(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list[Any]:
+async def resolve(loop: asyncio.AbstractEventLoop, host: str, port: int) -> list[Any]:
     """Addresses to try; an IP literal skips getaddrinfo, which asyncio runs in a thread."""
     try:
         ip = ipaddress.ip_address(host.strip("[]"))
@@ -167,6 +176,35 @@ async def _resolve(loop: asyncio.AbstractEventLoop, host: str, port: int) -> lis
         return await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
     return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (str(ip), port))]
+
+
+async def connect_socket(
+    loop: asyncio.AbstractEventLoop,
+    infos: list[Any],
+    local_address: str | None = None,
+    socket_options: Any = None,
+) -> socket.socket:
+    """A connected non-blocking TCP socket with Nagle off, trying each address in turn."""
+    error: OSError | None = None
+    for family, kind, proto, _name, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for option in socket_options or ():
+                sock.setsockopt(*option)
+            if local_address:
+                sock.bind((local_address, 0))
+            await loop.sock_connect(sock, addr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise error or OSError(f"no address to connect to for {infos!r}")
+
 
 
 class _StampedBackend(httpcore.AsyncNetworkBackend):
@@ -183,37 +221,13 @@ class _StampedBackend(httpcore.AsyncNetworkBackend):
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                infos = await _resolve(loop, host, port)
-                sock = await self._connect(loop, infos, local_address, socket_options)
+                infos = await resolve(loop, host, port)
+                sock = await connect_socket(loop, infos, local_address, socket_options)
         except TimeoutError:
             raise httpcore.ConnectTimeout(f"connect to {host}:{port} timed out") from None
         except OSError as exc:
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from None
         return _StampedStream(sock, loop)
-
-    @staticmethod
-    async def _connect(
-        loop: asyncio.AbstractEventLoop, infos: list[Any], local_address: str | None, socket_options: Any
-    ) -> socket.socket:
-        error: OSError | None = None
-        for family, kind, proto, _name, addr in infos:
-            sock = socket.socket(family, kind, proto)
-            try:
-                sock.setblocking(False)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                for option in socket_options or ():
-                    sock.setsockopt(*option)
-                if local_address:
-                    sock.bind((local_address, 0))
-                await loop.sock_connect(sock, addr)
-                return sock
-            except OSError as exc:
-                sock.close()
-                error = exc
-            except BaseException:
-                sock.close()
-                raise
-        raise error or OSError(f"no address to connect to for {infos!r}")
 
     async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
         raise httpcore.ConnectError("unix sockets are not supported")
