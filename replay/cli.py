@@ -74,7 +74,8 @@ def run(
         int, typer.Option(help="Processes to spread the sessions over; their histograms merge exactly.")
     ] = 1,
     shard: Annotated[
-        str | None, typer.Option(help="Replay only shard i/N of the sessions (one host of N); merge with report.")
+        str | None,
+        typer.Option(help="Replay only shard i/N of the sessions (one host of N); merge with report."),
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
 ) -> None:

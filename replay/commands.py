@@ -15,11 +15,11 @@ from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig, check_options
 from replay.errors import UsageError
 from replay.metrics.results import append_records, merged_summary, read_results
-from replay.metrics_check import check_after, scrape_before
 from replay.probe import skip_probes
 from replay.report.table import class_table, summary_rows
 from replay.runner import check_reachable, run_trace
 from replay.serverlog import effective_settings, server_records, setting_warnings
+from replay.servermetrics import check_after, scrape_before
 from replay.shard import parse_shard, run_workers, select_shard
 from replay.targets import dry_run as dry_run_target
 from replay.targets import open_target, resolve_target

@@ -44,12 +44,12 @@ from replay.engine.plans import Alternate
 from replay.engine.run import Engine, EngineConfig
 from replay.errors import DriverError, TargetError, UsageError
 from replay.metrics.results import ResultsWriter
-from replay.metrics_check import check_after, scrape_before
 from replay.runner import check_reachable, file_sha256
 from replay.scenario.build import PROBE_TAG, generate, plan_requests
 from replay.scenario.catalog import find_scenario
 from replay.scenario.spec import parse_params
 from replay.serverlog import effective_settings
+from replay.servermetrics import check_after, scrape_before
 from replay.targets import resolve_target
 from replay.trace.model import Request, Trace
 from replay.trace.reader import read_trace
@@ -126,7 +126,7 @@ class ProbeReport:
     logs: list[Path]  # one per server process, in order
     settings: list[dict[str, Any]]  # effective settings each server printed at startup
     log_events: list[dict[str, int]]  # llama-server log events by kind, per server process
-    metrics: list[dict[str, Any]]  # `metrics_check.check_after` per server process
+    metrics: list[dict[str, Any]]  # `servermetrics.check_after` per server process
 
     def prompt_n(self) -> dict[str, int | None]:
         """Re-processed prompt tokens by step label (the probe's answer)."""

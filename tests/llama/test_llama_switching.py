@@ -16,7 +16,7 @@ slot is never used: `-np 2` behaves like `-np 1`. Raising the threshold (`-sps 0
 session keep a slot of its own.
 
 The run glue is the one `replay run --server` uses: drivers start the server by PID, the engine
-replays, and `/metrics` counters are compared with the records' usage (`replay.metrics_check`).
+replays, and `/metrics` counters are compared with the records' usage (`replay.servermetrics`).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from drivers.logs import llamacpp as L
 from drivers.target import Target
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
-from replay.metrics_check import check_after, scrape_before
 from replay.runner import run_trace
 from replay.scenario import find_scenario, generate
 from replay.serverlog import effective_settings
+from replay.servermetrics import check_after, scrape_before
 from replay.trace.reader import read_trace
 
 pytestmark = pytest.mark.llama
