@@ -12,7 +12,7 @@ not count.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -20,6 +20,7 @@ import anyio
 import httpx
 import orjson
 
+from replay.engine import http1
 from replay.engine.sse import SseEvent, SseParser
 from replay.engine.transport import rx_clock
 from replay.engine.usage import Usage
@@ -215,29 +216,35 @@ async def exchange(
     reader: _Reader,
     on_state: OnState,
 ) -> ApiResult:
+    """POST `body` and read the answer; plain http on our own HTTP/1.1 client, https through `client`."""
     res = ApiResult()
     where = f"{call.name} POST {path}"
     parser = SseParser()
     if on_state:
         on_state("waiting")
     payload = orjson.dumps(body)
-    request = client.build_request(
-        "POST",
-        call.base_url.rstrip("/") + path,
-        content=payload,
-        headers={**headers, **call.headers},
-        timeout=httpx.Timeout(None, connect=call.connect_timeout_s),
-        extensions={"trace": _SendStamps(res)},
-    )
+    url = call.base_url.rstrip("/") + path
+    all_headers = {**headers, **call.headers}
     try:
         with anyio.fail_after(call.timeout_s):
-            await _talk(client, request, call.stream, res, reader, parser, on_state, where)
+            if url[:7].lower() == "http://":
+                await _talk_http1(url, payload, all_headers, call, res, reader, parser, on_state, where)
+            else:
+                request = client.build_request(
+                    "POST",
+                    url,
+                    content=payload,
+                    headers=all_headers,
+                    timeout=httpx.Timeout(None, connect=call.connect_timeout_s),
+                    extensions={"trace": _SendStamps(res)},
+                )
+                await _talk(client, request, call.stream, res, reader, parser, on_state, where)
     except TimeoutError:
         if res.t_done is None:  # else only the drain after a complete response was cut short
             res.status, res.error = "timeout", f"{where}: no complete response after {call.timeout_s:g}s"
-    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as exc:
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol, http1.ConnectError) as exc:
         res.status, res.error = "connect_error", f"{where}: {_transport_text(exc)}"
-    except httpx.TransportError as exc:
+    except (httpx.TransportError, http1.TransportError) as exc:
         phase = "before response headers" if res.t_headers is None else f"after {res.n_events} events"
         res.status, res.error = "stream_broken", f"{where}: connection failed {phase}: {_transport_text(exc)}"
     except BadPayload as exc:
@@ -249,6 +256,42 @@ async def exchange(
     if on_state:
         on_state("done")
     return res
+
+
+class _Body(Protocol):
+    """A response body as stamped payloads, whichever client read it."""
+
+    async def next(self) -> tuple[int, bytes] | None: ...  # (arrival stamp, bytes); None at the end
+    async def read(self) -> bytes: ...  # the rest, for an error body
+    async def drain(self, limit_s: float) -> None: ...
+
+
+async def _talk_http1(
+    url: str,
+    payload: bytes,
+    headers: dict[str, str],
+    call: ApiCall,
+    res: ApiResult,
+    reader: _Reader,
+    parser: SseParser,
+    on_state: OnState,
+    where: str,
+) -> None:
+    host, port, authority, target = http1.split_url(url)
+    head = http1.request_head("POST", target, authority, headers, len(payload))
+    res.t_start = time.perf_counter_ns()
+    conn = await http1.connect(host, port, call.connect_timeout_s)
+    try:
+        res.t_sent = res.t_connected = time.perf_counter_ns()
+        await conn.send(head + payload)
+        await conn.response()
+        res.t_headers = conn.t_head
+        content_type = conn.headers.get("content-type", "")
+        await _respond(
+            conn.status or 0, content_type, conn, call.stream, res, reader, parser, on_state, where
+        )
+    finally:
+        conn.close()
 
 
 async def _talk(
@@ -265,35 +308,83 @@ async def _talk(
     response = await client.send(request, stream=True)
     if res.t_sent is None:  # a transport without httpcore's trace hook
         res.t_sent = res.t_start
-    clock = rx_clock(response)
+    body = _HttpxBody(response)
     try:
-        res.t_headers = clock()
-        res.http_status = response.status_code
-        if response.status_code >= 400:
-            res.status = "http_error"
-            text = error_text(await response.aread())
-            res.error = f"{where}: HTTP {response.status_code}: {text}"
-            return
-        if on_state:
-            on_state("prefill")
-        is_sse = response.headers.get("content-type", "").startswith("text/event-stream")
-        if stream and is_sse:
-            await _read_stream(response, clock, res, reader, parser, on_state, where)
-        else:
-            await _read_body(response, clock, res, reader)
+        res.t_headers = body.clock()
+        content_type = response.headers.get("content-type", "")
+        await _respond(response.status_code, content_type, body, stream, res, reader, parser, on_state, where)
     finally:
         await response.aclose()
 
 
-async def _read_body(
-    response: httpx.Response, clock: Callable[[], int], res: ApiResult, reader: _Reader
+class _HttpxBody:
+    """An httpx streaming response seen as a `_Body`."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self.clock = rx_clock(response)
+        self._chunks = response.aiter_raw()
+
+    async def next(self) -> tuple[int, bytes] | None:
+        try:
+            chunk = await self._chunks.__anext__()
+        except StopAsyncIteration:
+            return None
+        return self.clock(), chunk
+
+    async def read(self) -> bytes:
+        return await self.response.aread()
+
+    async def drain(self, limit_s: float) -> None:
+        """Read the body to its end after the terminal event, briefly.
+
+        Leaving the iteration early would strand httpx's chain of async generators for the
+        garbage collector, which finalises each through a new task (about five per
+        request). Whatever happens after the terminal event (a close without the last
+        chunk, a reset) no longer concerns the request.
+        """
+        with anyio.move_on_after(limit_s):
+            try:
+                async for _ in self._chunks:
+                    pass
+            except httpx.TransportError:
+                pass
+
+
+async def _respond(
+    status: int,
+    content_type: str,
+    body: _Body,
+    stream: bool,
+    res: ApiResult,
+    reader: _Reader,
+    parser: SseParser,
+    on_state: OnState,
+    where: str,
 ) -> None:
+    res.http_status = status
+    if status >= 400:
+        res.status = "http_error"
+        text = error_text(await body.read())
+        res.error = f"{where}: HTTP {status}: {text}"
+        return
+    if on_state:
+        on_state("prefill")
+    if stream and content_type.startswith("text/event-stream"):
+        await _read_stream(body, res, reader, parser, on_state, where)
+    else:
+        await _read_body(body, res, reader)
+
+
+async def _read_body(body: _Body, res: ApiResult, reader: _Reader) -> None:
     chunks: list[bytes] = []
-    async for chunk in response.aiter_raw():
+    last = res.t_headers
+    while (item := await body.next()) is not None:
+        last, chunk = item
         if res.t_first_byte is None:
-            res.t_first_byte = clock()
+            res.t_first_byte = last
         chunks.append(chunk)
-    res.t_done = clock()
+    res.t_done = last
     try:
         obj = orjson.loads(b"".join(chunks))
     except orjson.JSONDecodeError as exc:
@@ -304,8 +395,7 @@ async def _read_body(
 
 
 async def _read_stream(
-    response: httpx.Response,
-    clock: Callable[[], int],
+    body: _Body,
     res: ApiResult,
     reader: _Reader,
     parser: SseParser,
@@ -314,9 +404,9 @@ async def _read_stream(
 ) -> None:
     feed = parser.feed
     event = reader.event
-    chunks = response.aiter_raw()
-    async for chunk in chunks:
-        now = clock()
+    take = body.next
+    while (item := await take()) is not None:
+        now, chunk = item
         if res.t_first_byte is None:
             res.t_first_byte = now
         for ev in feed(chunk):
@@ -348,23 +438,7 @@ async def _read_stream(
             f" ({got} bytes of an unfinished event dropped)" if got else ""
         )
     if res.t_done is not None:
-        await _drain(chunks)
-
-
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
-    """Read the body to its end after the terminal event, briefly.
-
-    Leaving the async-for early would strand httpx's chain of async generators for the
-    garbage collector, which finalises each through a new task (about five per
-    request). Whatever happens after the terminal event (a close without the last
-    chunk, a reset) no longer concerns the request.
-    """
-    with anyio.move_on_after(_DRAIN_S):
-        try:
-            async for _ in chunks:
-                pass
-        except httpx.TransportError:
-            pass
+        await body.drain(_DRAIN_S)
 
 
 def load_event(data: bytes) -> dict[str, Any]:

@@ -206,7 +206,6 @@ async def connect_socket(
     raise error or OSError(f"no address to connect to for {infos!r}")
 
 
-
 class _StampedBackend(httpcore.AsyncNetworkBackend):
     """Plain-TCP connects straight on the asyncio loop (an IP literal never touches a resolver thread)."""
 
