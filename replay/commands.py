@@ -19,7 +19,7 @@ from replay.probe import skip_probes
 from replay.report.table import class_table, summary_rows
 from replay.runner import check_reachable, run_trace
 from replay.serverlog import effective_settings, server_records, setting_warnings
-from replay.servermetrics import check_after, scrape_before
+from replay.servermetrics import check_after, scrape_before, server_memory
 from replay.shard import parse_shard, run_workers, select_shard
 from replay.targets import dry_run as dry_run_target
 from replay.targets import open_target, resolve_target
@@ -76,7 +76,8 @@ def run(
         if notice:
             say(notice)
         # The server's log must outlive the server: its records are read after it stops.
-        with open_target(tgt, workdir or Path(scratch) / "work", service, say=say) as served:
+        work = workdir or Path(scratch) / "work"
+        with open_target(tgt, work, service, say=say) as served, server_memory(served, work) as memory:
             check_reachable(served.url)
             settings = effective_settings(tgt.kind, served.log_path)
             warnings = setting_warnings(tgt.kind, served.build.get("argv") or [], settings)
@@ -122,7 +123,7 @@ def run(
             metrics = check_after(served, before, records)
         for line in metrics.get("disagreements") or ():
             say(f"[yellow]warning:[/yellow] server counters disagree with usage: {line}")
-        append_records(out, [metrics, *server_records(tgt.kind, served.log_path, records)])
+        append_records(out, [metrics, *memory, *server_records(tgt.kind, served.log_path, records)])
     if console is not None:
         report([out], as_json=False, console=console)
         console.print(f"{requests} requests, {errors} failed; results in {out}", highlight=False)

@@ -1,4 +1,4 @@
-"""The server's Prometheus counters against the run's own per-request usage.
+"""The server's Prometheus counters against the run's own per-request usage; its memory.
 
 A response's `usage` is the server's word about one request; `/metrics` is its running account of
 all of them. Both come from the same server, but through different code paths, so summing one and
@@ -12,9 +12,12 @@ records)` once the last one is done; the dict it returns is a results-file line 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from drivers.sampler import read_samples, start_sampler_child
 from drivers.scrape import USAGE_METRICS, Snapshot, check_usage, counter_deltas, disagreements, scrape_sync
 from replay.errors import TargetError
 
@@ -91,3 +94,32 @@ def check_after(
         ],
         "disagreements": problems,
     }
+
+
+@contextmanager
+def server_memory(served: Served, workdir: Path, interval_s: float = 1.0) -> Iterator[list[dict[str, Any]]]:
+    """Sample the server's memory (RSS of its process tree) in a child with its own PID for the
+    length of the block; on leaving, the list holds one `memory` results line (none for a server
+    the tool did not start). A server that starts is no evidence that it fits: watch the peak."""
+    lines: list[dict[str, Any]] = []
+    if served.process is None or served.pid is None:
+        yield lines
+        return
+    path = workdir / f"memory-{served.pid}.jsonl"
+    with start_sampler_child(served.pid, path, interval_s=interval_s):
+        yield lines
+    samples = read_samples(path) if path.exists() else []
+    if samples:
+        wired = [s.wired_bytes for s in samples if s.wired_bytes is not None]
+        lines.append(
+            {
+                "kind": "memory",
+                "pid": served.pid,
+                "samples": len(samples),
+                "interval_s": interval_s,
+                "peak_rss_bytes": max(s.rss_bytes for s in samples),
+                "last_rss_bytes": samples[-1].rss_bytes,
+                "peak_wired_bytes": max(wired) if wired else None,
+                "peak_processes": max(s.processes for s in samples),
+            }
+        )

@@ -349,3 +349,21 @@ def test_workers_and_shards_from_the_cli_cover_every_request_once(scripted_serve
     assert {p.run["target"]["shard"] for p in parts} == {"1/2", "2/2"}
     bad = _cli("run", str(trace), "--target", url, "--out", str(tmp_path / "x.jsonl"), "--shard", "3/2")
     assert bad.returncode == 2 and "--shard must be i/N" in bad.stderr
+
+
+def test_run_on_the_simulator_records_the_servers_log_memory_and_build(tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = _cli("run", str(SAMPLE), "--target", "sim", "--out", str(out), "--quiet")
+    assert result.returncode == 0, result.stderr
+    objs = lines(out)
+    run = objs[0]
+    assert run["target"]["kind"] == "sim" and run["target"]["build"]["pid"]
+    assert run["target"]["effective"]["kv_disk_budget_mib"] == 4096  # from the server's startup log
+    kinds = {o["kind"] for o in objs}
+    assert {"run", "request", "summary", "server", "metrics", "memory"} <= kinds
+    (memory,) = [o for o in objs if o["kind"] == "memory"]
+    assert memory["pid"] == run["target"]["build"]["pid"] and memory["peak_rss_bytes"] > 10 << 20
+    requests = [o for o in objs if o["kind"] == "request"]
+    assert all(r["reprocessed_source"] == "server" and r["modelled"]["total_s"] > 0 for r in requests)
+    restores = [o for o in objs if o["kind"] == "server" and o.get("event") == "restore"]
+    assert restores and all(o["request_seq"] for o in restores)
