@@ -30,13 +30,12 @@ from drivers.guard import Guard, load_guard_config
 from drivers.launch import plan_target, start_target
 from drivers.process import ChildProcess
 from drivers.target import Target, load_target
-from replay.engine.plans import Plan, make_plan
-from replay.engine.run import EngineConfig, check_options
+from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.metrics.results import append_records, read_results
 from replay.report.ab import ArmRun, analyze, render
-from replay.runner import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, check_reachable, run_trace
-from replay.serverlog import effective_settings, server_records
+from replay.runner import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, RunOptions, replay_on
+from replay.serverlog import server_records
 from replay.trace.model import Trace
 from replay.trace.reader import read_trace
 
@@ -128,19 +127,6 @@ def _dir_usage(path: Path | None) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
-@dataclass(frozen=True, slots=True)
-class RunOptions:
-    """What every arm run shares: the plan and the engine's settings."""
-
-    plan: Plan
-    api: str | None = None
-    model: str | None = None
-    history: str = "live"
-    think: str = "off"
-    timeout: float = 1800.0
-    max_duration: float | None = None
-
-
 def run_arm(
     loaded: Trace,
     target: Target,
@@ -149,40 +135,17 @@ def run_arm(
     total: int,
     adopt: Callable[[ChildProcess], None] | None = None,
     keep_cache: bool = False,
+    say: Callable[[str], None] = print,
 ) -> ArmRun:
     """Start the arm's server, replay the trace into the arm run's results file, stop the server."""
     plan.workdir.mkdir(parents=True, exist_ok=not plan.fresh)
     target = cache_target(target, plan.workdir, plan.fresh)
     kv = _kv_dir(target, plan.workdir)
     fresh = kv is not None and (not kv.exists() or not any(kv.iterdir()))
+    header = {"ab": {"arm": plan.arm, "run": plan.index, "of": total, "cache_fresh": fresh}}
     with start_target(target, plan.workdir, adopt=adopt) as served:
-        check_reachable(served.url)
-        config = EngineConfig(
-            base_url=served.url,
-            api=options.api,
-            model=options.model,
-            history=options.history,
-            think=options.think,
-            timeout_s=options.timeout,
-            run_id=uuid.uuid4().hex[:8],
-        )
-        header = {
-            "kind": target.kind,
-            "url": served.url,
-            "build": served.build,
-            "effective": effective_settings(target.kind, served.log_path),
-            "ab": {"arm": plan.arm, "run": plan.index, "of": total, "cache_fresh": fresh},
-        }
-        outcome = run_trace(
-            loaded,
-            options.plan,
-            config,
-            plan.results,
-            header,
-            max_duration_s=options.max_duration,
-            keep_records=True,
-        )
-    append_records(plan.results, server_records(target.kind, served.log_path, outcome.results))
+        done = replay_on(served, target.kind, loaded, options, plan.results, header=header, say=say)
+    append_records(plan.results, [done.metrics, *server_records(target.kind, served.log_path, done.records)])
     files, size = _dir_usage(kv)
     removed = False
     if kv is not None and plan.fresh and not keep_cache and kv.is_dir() and kv.is_relative_to(plan.workdir):
@@ -195,7 +158,7 @@ def run_arm(
         "bytes": size,
         "removed": removed,
     }
-    return ArmRun(plan.index, plan.arm, read_results(plan.results), outcome.exit_code, cache)
+    return ArmRun(plan.index, plan.arm, read_results(plan.results), done.exit_code, cache)
 
 
 @dataclass(slots=True)
@@ -250,7 +213,9 @@ def run_ab(
             for plan in plans:
                 t = targets[plan.arm]
                 say(f"{plan.name}: {t.name} ({t.kind}), run {plan.index} of {len(plans)}")
-                run = run_arm(loaded, t, plan, options, len(plans), adopt=adopt, keep_cache=keep_cache)
+                run = run_arm(
+                    loaded, t, plan, options, len(plans), adopt=adopt, keep_cache=keep_cache, say=say
+                )
                 runs.append(run)
                 summary = run.results.summary_line or {}
                 say(
@@ -291,7 +256,6 @@ def ab(
     console: Console | None = None,
 ) -> int:
     """`replay ab`: run, then print the report (or its JSON); returns the exit code."""
-    check_options(history, think, api)
     options = RunOptions(
         plan=make_plan(plan, concurrency=concurrency, speed=speed, round_robin=round_robin),
         api=api,

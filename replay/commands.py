@@ -5,22 +5,20 @@ from __future__ import annotations
 import shlex
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
 import orjson
 from rich.console import Console
 
 from replay.engine.plans import make_plan
-from replay.engine.run import EngineConfig, check_options
 from replay.errors import UsageError
 from replay.metrics.results import append_records, merged_summary, read_results
 from replay.probe import skip_probes
 from replay.report.table import class_table, summary_rows
-from replay.runner import check_reachable, run_trace
-from replay.serverlog import effective_settings, server_records, setting_warnings
-from replay.servermetrics import check_after, scrape_before, server_memory
-from replay.shard import parse_shard, run_workers, select_shard
+from replay.runner import RunOptions, replay_on
+from replay.serverlog import server_records
+from replay.servermetrics import server_memory
+from replay.shard import parse_shard, select_shard
 from replay.targets import dry_run as dry_run_target
 from replay.targets import open_target, resolve_target
 from replay.trace.reader import read_trace
@@ -59,8 +57,8 @@ def run(
     console: Console | None = None,
 ) -> int:
     """Replay a trace; returns the exit code (0 ok, 1 requests failed, 130/143 interrupted)."""
-    check_options(history, think, api)
     the_plan = make_plan(plan, concurrency=concurrency, speed=speed, round_robin=round_robin)
+    options = RunOptions(the_plan, api, model, history, think, timeout, max_duration)
     if workers < 1:
         raise UsageError("--workers must be at least 1")
     loaded = read_trace(trace)  # validates fully before anything is sent
@@ -78,56 +76,23 @@ def run(
         # The server's log must outlive the server: its records are read after it stops.
         work = workdir or Path(scratch) / "work"
         with open_target(tgt, work, service, say=say) as served, server_memory(served, work) as memory:
-            check_reachable(served.url)
-            settings = effective_settings(tgt.kind, served.log_path)
-            warnings = setting_warnings(tgt.kind, served.build.get("argv") or [], settings)
-            for line in warnings:
-                say(f"[yellow]warning:[/yellow] {line}")
-            config = EngineConfig(
-                base_url=served.url,
-                api=api,
-                model=model,
-                history=history,
-                think=think,
-                timeout_s=timeout,
-                run_id=uuid.uuid4().hex[:8],
+            done = replay_on(
+                served,
+                tgt.kind,
+                loaded,
+                options,
+                out,
+                header={"shard": shard} if shard else None,
+                say=say,
+                console=console,
+                workers=workers,
+                trace_path=trace,
             )
-            header = {
-                "kind": tgt.kind,
-                "url": served.url,
-                "build": served.build,
-                "effective": settings,
-                "warnings": warnings,
-            }
-            if shard is not None:
-                header["shard"] = shard
-            before = scrape_before(served)  # Prometheus counters, where the server has them
-            if workers > 1:
-                # Each worker process replays its shard of the sessions; the parts merge exactly.
-                spread = run_workers(trace, the_plan, config, out, header, workers, max_duration)
-                records = read_results(out).requests
-                code, requests, errors = spread.exit_code, spread.requests, spread.errors
-            else:
-                outcome = run_trace(
-                    loaded,
-                    the_plan,
-                    config,
-                    out,
-                    header,
-                    max_duration_s=max_duration,
-                    console=console,
-                    keep_records=True,
-                )
-                records = outcome.results
-                code, requests, errors = outcome.exit_code, outcome.requests, outcome.errors
-            metrics = check_after(served, before, records)
-        for line in metrics.get("disagreements") or ():
-            say(f"[yellow]warning:[/yellow] server counters disagree with usage: {line}")
-        append_records(out, [metrics, *memory, *server_records(tgt.kind, served.log_path, records)])
+        append_records(out, [done.metrics, *memory, *server_records(tgt.kind, served.log_path, done.records)])
     if console is not None:
         report([out], as_json=False, console=console)
-        console.print(f"{requests} requests, {errors} failed; results in {out}", highlight=False)
-    return code
+        console.print(f"{done.requests} requests, {done.errors} failed; results in {out}", highlight=False)
+    return done.exit_code
 
 
 def report(paths: list[Path], as_json: bool, console: Console, html: Path | None = None) -> None:

@@ -12,10 +12,12 @@ import hashlib
 import platform
 import signal
 import time
+import uuid
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
@@ -23,10 +25,16 @@ from rich.console import Console
 
 from replay import __version__
 from replay.engine.plans import Plan
-from replay.engine.run import Engine, EngineConfig
+from replay.engine.run import Engine, EngineConfig, check_options
 from replay.errors import TargetError
-from replay.metrics.results import ResultsWriter
+from replay.metrics.results import ResultsWriter, read_results
+from replay.serverlog import effective_settings, setting_warnings
+from replay.servermetrics import check_after, scrape_before
+from replay.shard import run_workers
 from replay.trace.model import Trace
+
+if TYPE_CHECKING:
+    from drivers.launch import Served
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -180,3 +188,91 @@ def _live_display(engine: Engine, console: Console):
     from replay.report.live import progress_view
 
     return progress_view(engine.progress, console)
+
+
+@dataclass(slots=True)
+class RunOptions:
+    """What a run asks of the engine, whichever server it runs against."""
+
+    plan: Plan
+    api: str | None = None
+    model: str | None = None
+    history: str = "live"
+    think: str = "off"
+    timeout: float = 1800.0
+    max_duration: float | None = None
+
+    def __post_init__(self) -> None:
+        check_options(self.history, self.think, self.api)
+
+    def engine_config(self, base_url: str) -> EngineConfig:
+        return EngineConfig(
+            base_url=base_url,
+            api=self.api,
+            model=self.model,
+            history=self.history,
+            think=self.think,
+            timeout_s=self.timeout,
+            run_id=uuid.uuid4().hex[:8],
+        )
+
+
+@dataclass(slots=True)
+class ServedRun:
+    """One replay against a started server, and the lines to append once the server has stopped."""
+
+    exit_code: int
+    requests: int
+    errors: int
+    records: list[dict[str, Any]]
+    metrics: dict[str, Any]
+
+
+def replay_on(
+    served: Served,
+    kind: str,
+    trace: Trace,
+    options: RunOptions,
+    out: Path,
+    *,
+    header: dict[str, Any] | None = None,
+    say: Callable[[str], None] = print,
+    console: Console | None = None,
+    workers: int = 1,
+    trace_path: Path | None = None,
+) -> ServedRun:
+    """Replay `trace` against a ready server: settings in force in the header, counters checked.
+
+    The server's own log is read for `server` records only after it stops (its shutdown lines
+    come last), so the caller appends `server_records(...)` once the server is gone.
+    """
+    check_reachable(served.url)
+    settings = effective_settings(kind, served.log_path)
+    warnings = setting_warnings(kind, served.build.get("argv") or [], settings)
+    for line in warnings:
+        say(f"[yellow]warning:[/yellow] {line}")
+    target = {
+        "kind": kind,
+        "url": served.url,
+        "build": served.build,
+        "effective": settings,
+        "warnings": warnings,
+    }
+    target.update(header or {})
+    config = options.engine_config(served.url)
+    before = scrape_before(served)  # Prometheus counters, where the server has them
+    if workers > 1 and trace_path is not None:
+        # Each worker process replays its shard of the sessions; the parts merge exactly.
+        spread = run_workers(trace_path, options.plan, config, out, target, workers, options.max_duration)
+        records = read_results(out).requests
+        code, requests, errors = spread.exit_code, spread.requests, spread.errors
+    else:
+        outcome = run_trace(
+            trace, options.plan, config, out, target, options.max_duration, console=console, keep_records=True
+        )
+        records, code = outcome.results, outcome.exit_code
+        requests, errors = outcome.requests, outcome.errors
+    metrics = check_after(served, before, records)
+    for line in metrics.get("disagreements") or ():
+        say(f"[yellow]warning:[/yellow] server counters disagree with usage: {line}")
+    return ServedRun(code, requests, errors, records, metrics)
