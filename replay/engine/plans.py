@@ -102,12 +102,12 @@ class Overlap:
 
 
 @dataclass(slots=True)
-class Timed:
-    """Trace timestamps divided by `speed`; a late request is measured from when it was due."""
+class _Paced:
+    """What the time-driven plans share: a speed-up of trace time and an optional in-flight cap."""
 
     speed: float = 1.0
     concurrency: int | None = None
-    name: str = "timed"
+    name: str = ""
 
     def __post_init__(self) -> None:
         if self.speed <= 0:
@@ -116,50 +116,44 @@ class Timed:
     @property
     def capacity(self) -> int | None:
         return self.concurrency
+
+    def waits_for(self, req: Request, prev: Request | None) -> tuple[int, ...]:
+        return reply_deps(req)
+
+    def describe(self) -> dict[str, Any]:
+        return {"plan": self.name, "speed": self.speed, "concurrency": self.concurrency}
+
+    def _trace_time_ns(self, req: Request) -> int:
+        return int(req.t / self.speed * _S)
+
+
+@dataclass(slots=True)
+class Timed(_Paced):
+    """Trace timestamps divided by `speed`; a late request is measured from when it was due."""
+
+    name: str = "timed"
 
     def order(self, requests: list[Request]) -> list[Request]:
         return sorted(requests, key=lambda r: (r.t, r.id))
 
-    def waits_for(self, req: Request, prev: Request | None) -> tuple[int, ...]:
-        return reply_deps(req)
-
     def release_ns(self, req: Request, deps_done_ns: int) -> int:
-        return max(int(req.t / self.speed * _S), deps_done_ns)
-
-    def describe(self) -> dict[str, Any]:
-        return {"plan": self.name, "speed": self.speed, "concurrency": self.concurrency}
+        return max(self._trace_time_ns(req), deps_done_ns)
 
 
 @dataclass(slots=True)
-class ClosedLoop:
+class ClosedLoop(_Paced):
     """Each session waits for its previous reply plus its recorded tool time (divided by `speed`)."""
 
-    speed: float = 1.0
-    concurrency: int | None = None
     name: str = "closed-loop"
-
-    def __post_init__(self) -> None:
-        if self.speed <= 0:
-            raise UsageError("--speed must be greater than 0")
-
-    @property
-    def capacity(self) -> int | None:
-        return self.concurrency
 
     def order(self, requests: list[Request]) -> list[Request]:
         return list(requests)
 
-    def waits_for(self, req: Request, prev: Request | None) -> tuple[int, ...]:
-        return reply_deps(req)
-
     def release_ns(self, req: Request, deps_done_ns: int) -> int:
         if not reply_deps(req):
-            return int(req.t / self.speed * _S)
+            return self._trace_time_ns(req)
         delay = float((req.after or {}).get("delay_s") or 0.0)
         return deps_done_ns + int(delay / self.speed * _S)
-
-    def describe(self) -> dict[str, Any]:
-        return {"plan": self.name, "speed": self.speed, "concurrency": self.concurrency}
 
 
 PLANS = ("alternate", "overlap", "timed", "closed-loop")
