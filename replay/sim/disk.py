@@ -8,12 +8,33 @@ nothing, which is why one long prefill's chain of files grows with the square of
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from replay.sim import policy
 from replay.sim.config import SimConfig
-from replay.sim.seq import TokenSeq, is_prefix
+from replay.sim.seq import GRID, TokenSeq, is_prefix
+from replay.sim.tokenizer import Block
+
+
+@lru_cache(maxsize=1024)
+def _block_bytes(block: Block) -> bytes:
+    """A block's UTF-8 text; a conversation's files share most blocks, so each is encoded once."""
+    return "".join(block).encode()
+
+
+def text_sha1(seq: TokenSeq) -> str:
+    """sha1 of the sequence's text, fed block by block (no joined copy of the whole text)."""
+    h = hashlib.sha1()
+    for block, end in zip(seq.blocks, seq.ends, strict=True):
+        if end <= seq.n:
+            h.update(_block_bytes(block))
+        else:
+            h.update("".join(block[: len(block) - (end - seq.n)]).encode())
+            break
+    return h.hexdigest()
 
 
 @dataclass(eq=False, slots=True)
@@ -38,7 +59,7 @@ class Checkpoint:
     def name(self) -> str:
         """File name: sha1 of the stored text, as ds4 names its files (computed only when asked)."""
         if self._name is None:
-            self._name = hashlib.sha1(self.seq.text().encode()).hexdigest() + ".kv"
+            self._name = text_sha1(self.seq) + ".kv"
         return self._name
 
     def text_bytes(self) -> int:
@@ -61,7 +82,20 @@ class DiskStore:
         self.cfg = cfg
         self.files: list[Checkpoint] = list(files or [])
         self.total = sum(cp.size for cp in self.files)
-        self._longest_first: list[Checkpoint] | None = None
+        # Files bucketed by (n // GRID, hash of their first n // GRID * GRID tokens): a prompt's
+        # stored prefixes are in the buckets of its own grid hashes, so a lookup visits a few
+        # candidates instead of every file. Buckets keep store order (ties go to the older file).
+        self._index: dict[tuple[int, int], list[Checkpoint]] = {}
+        # Eviction ranking without scoring every file per pass: a never-hit file's score does not
+        # change with time (no hits to decay), so those wait in a heap keyed as the full ranking
+        # is, (score, last used, store order); files with hits are scored at each pass. Heap
+        # entries of files removed or hit since are dropped when they surface.
+        self._order: dict[Checkpoint, int] = {}
+        self._stored = 0
+        self._still: list[tuple[float, float, int, Checkpoint]] = []
+        self._hit: dict[Checkpoint, None] = {}
+        for cp in self.files:
+            self._add(cp)
 
     @property
     def budget(self) -> int:
@@ -75,9 +109,14 @@ class DiskStore:
         """The startup pass: evict until the directory fits the budget."""
         return self._evict_while(lambda: self.total > self.budget, now, protect=None, incoming=None)
 
+    @staticmethod
+    def _key(seq: TokenSeq) -> tuple[int, int]:
+        k = len(seq) // GRID
+        return k, seq.grid()[k]
+
     def find_same(self, seq: TokenSeq) -> Checkpoint | None:
         n = len(seq)
-        for cp in self.files:
+        for cp in self._index.get(self._key(seq), ()):
             if cp.tokens == n and is_prefix(cp.seq, seq):
                 return cp
         return None
@@ -106,45 +145,104 @@ class DiskStore:
         cp = Checkpoint(seq, reason, key, size, created=now, last_used=now, trimmed=trimmed)
         self.files.append(cp)
         self.total += size
-        self._longest_first = None
         after: list[Checkpoint] = []
         if self.cfg.eviction == "base":
             after = self._evict_while(lambda: self.total > self.budget, now, protect=cp, incoming=None)
+        self._add(cp)  # after the pass: the new file is protected from it
         return StoreOutcome(cp, before, after)
 
+    def _add(self, cp: Checkpoint) -> None:
+        self._index.setdefault(self._key(cp.seq), []).append(cp)
+        self._stored += 1
+        self._order[cp] = self._stored
+        if cp.hits:
+            self._hit[cp] = None
+        else:
+            score = policy.eviction_score(cp, cp.last_used, self.cfg)
+            heapq.heappush(self._still, (score, cp.last_used, self._stored, cp))
+
     def lookup(self, prompt: TokenSeq) -> Checkpoint | None:
-        """The longest stored prefix of the prompt (tie: more tokens), honouring min tokens."""
-        if self._longest_first is None:
-            self._longest_first = sorted(self.files, key=lambda c: c.tokens, reverse=True)
-        for cp in self._longest_first:
-            if policy.restorable(cp, len(prompt), self.cfg) and is_prefix(cp.seq, prompt):
-                return cp
+        """The longest stored prefix of the prompt (tie: the older file), honouring min tokens.
+
+        Buckets are visited from the prompt's longest grid prefix down; every file in bucket k
+        is shorter than any in bucket k + 1, so the first bucket with a match holds the answer.
+        """
+        grid = prompt.grid()
+        best: Checkpoint | None = None
+        for k in range(len(prompt) // GRID, self.cfg.kv_cache_min_tokens // GRID - 1, -1):
+            for cp in self._index.get((k, grid[k]), ()):
+                if (best is None or cp.tokens > best.tokens) and (
+                    policy.restorable(cp, len(prompt), self.cfg) and is_prefix(cp.seq, prompt)
+                ):
+                    best = cp
+            if best is not None:
+                return best
         return None
 
     def hit(self, cp: Checkpoint, now: float) -> None:
         cp.hits += 1
         cp.last_used = now
+        if cp in self._order:
+            self._hit[cp] = None
 
     def remove(self, cp: Checkpoint) -> None:
         self.files.remove(cp)
+        del self._order[cp]
+        self._hit.pop(cp, None)
+        bucket = self._index[self._key(cp.seq)]
+        bucket.remove(cp)
+        if not bucket:
+            del self._index[self._key(cp.seq)]
         self.total -= cp.size
-        self._longest_first = None
 
     def _evict_while(
         self, over: Callable[[], bool], now: float, protect: Checkpoint | None, incoming: TokenSeq | None
     ) -> list[Checkpoint]:
-        """Evict lowest score first (ties: least recently used) while `over()`; a file's score does
-        not depend on the other files, so one ranking serves the whole pass."""
+        """Evict lowest score first (ties: least recently used, then the older file) while
+        `over()`; a file's score does not depend on the other files, so one ranking serves the
+        whole pass. `protect` is never in the heap (it is added after its pass)."""
         evicted: list[Checkpoint] = []
         if not over():
             return evicted
-        ranked = sorted(
-            (cp for cp in self.files if cp is not protect),
-            key=lambda cp: (policy.eviction_score(cp, now, self.cfg, incoming), cp.last_used),
+        # Scored now: files with hits, and (August build) never-hit continued files that are a
+        # prefix of the incoming one, whose score depends on it.
+        moving = dict(self._hit)
+        if incoming is not None and self.cfg.eviction == "aug":
+            for cp in self._prefixes(incoming):
+                if cp.reason == "continued" and len(cp.seq) < len(incoming):
+                    moving[cp] = None
+        scored = sorted(
+            (policy.eviction_score(cp, now, self.cfg, incoming), cp.last_used, self._order[cp], cp)
+            for cp in moving
+            if cp is not protect
         )
-        for victim in ranked:
-            if not over():
+        i = 0
+        held: list[tuple[float, float, int, Checkpoint]] = []
+        heap = self._still
+        while over():
+            while heap and (heap[0][3] not in self._order or heap[0][3] in moving):
+                entry = heapq.heappop(heap)
+                if entry[3] in moving and entry[3] in self._order and not entry[3].hits:
+                    held.append(entry)  # scored differently for this pass only
+            if i < len(scored) and (not heap or scored[i] < heap[0]):
+                victim = scored[i][3]
+                i += 1
+            elif heap:
+                victim = heapq.heappop(heap)[3]
+            else:
                 break
             self.remove(victim)
             evicted.append(victim)
+        for entry in held:
+            heapq.heappush(heap, entry)
         return evicted
+
+    def _prefixes(self, seq: TokenSeq) -> list[Checkpoint]:
+        """Every stored file whose tokens are a prefix of `seq`."""
+        grid = seq.grid()
+        return [
+            cp
+            for k in range(len(seq) // GRID, -1, -1)
+            for cp in self._index.get((k, grid[k]), ())
+            if is_prefix(cp.seq, seq)
+        ]

@@ -4,6 +4,11 @@ Each `<sha1>.kv` file is small: a magic line, a fixed-size JSON header (ds4's he
 the modelled size in `size`) and the checkpoint's tokens, compressed. The tokens are what let a
 restarted simulator restore from files an earlier run left, as ds4 does. The accounted sizes are
 always the modelled ones, never the bytes on disk.
+
+The tokens are stored one JSON line per block, as a raw deflate stream made of one segment per
+block, each ended by a full flush (byte-aligned, no back-references into earlier segments), so the
+segments concatenate into a valid stream. A conversation's checkpoints share most blocks, and a
+block's segment is compressed once and cached: writing a file costs its new blocks only.
 """
 
 from __future__ import annotations
@@ -11,15 +16,62 @@ from __future__ import annotations
 import os
 import sys
 import zlib
+from collections import OrderedDict
 from pathlib import Path
 
 import orjson
 
 from replay.sim.disk import Checkpoint
 from replay.sim.seq import TokenSeq
+from replay.sim.tokenizer import Block
 
-MAGIC = b"DS4SIM-KV 1\n"
+MAGIC_V1 = b"DS4SIM-KV 1\n"  # the tokens as one compressed JSON list (still read)
+MAGIC = b"DS4SIM-KV 2\n"
 HEADER_BYTES = 512
+_END = zlib.compressobj(1, zlib.DEFLATED, -15).flush(zlib.Z_FINISH)  # an empty final block
+
+
+def _segment(block: Block) -> bytes:
+    enc = zlib.compressobj(1, zlib.DEFLATED, -15)
+    return enc.compress(orjson.dumps(block) + b"\n") + enc.flush(zlib.Z_FULL_FLUSH)
+
+
+class _Segments:
+    """Compressed segments of recently written blocks, least recently used dropped past `limit`
+    bytes. Keyed by identity: the cached entry holds its block, so an id is never reused under it."""
+
+    def __init__(self, limit: int = 64 * 1024 * 1024) -> None:
+        self.limit = limit
+        self.bytes = 0
+        self._cache: OrderedDict[int, tuple[Block, bytes]] = OrderedDict()
+
+    def get(self, block: Block) -> bytes:
+        entry = self._cache.get(id(block))
+        if entry is not None and entry[0] is block:
+            self._cache.move_to_end(id(block))
+            return entry[1]
+        seg = _segment(block)
+        if entry is not None:
+            self.bytes -= len(entry[1])
+        self._cache[id(block)] = (block, seg)
+        self.bytes += len(seg)
+        while self.bytes > self.limit and len(self._cache) > 1:
+            _, (_, old) = self._cache.popitem(last=False)
+            self.bytes -= len(old)
+        return seg
+
+    def payload(self, seq: TokenSeq) -> bytes:
+        parts: list[bytes] = []
+        for block, end in zip(seq.blocks, seq.ends, strict=True):
+            if end <= seq.n:
+                parts.append(self.get(block))
+            else:
+                cut = len(block) - (end - seq.n)
+                if cut > 0:
+                    parts.append(_segment(block[:cut]))
+                break
+        parts.append(_END)
+        return b"".join(parts)
 
 
 class CheckpointFiles:
@@ -30,6 +82,7 @@ class CheckpointFiles:
         self.epoch0 = epoch0
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
+        self._segments = _Segments()
 
     def path(self, cp: Checkpoint) -> Path:
         return self.dir / cp.name
@@ -48,7 +101,7 @@ class CheckpointFiles:
     def write(self, cp: Checkpoint) -> None:
         path = self.path(cp)
         tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
-        payload = zlib.compress(orjson.dumps(cp.seq.tokens()), 1)
+        payload = self._segments.payload(cp.seq)
         with open(tmp, "wb") as fh:
             fh.write(MAGIC)
             fh.write(self._header(cp))
@@ -87,12 +140,16 @@ class CheckpointFiles:
 
     def _read(self, path: Path) -> Checkpoint:
         data = path.read_bytes()
-        if not data.startswith(MAGIC):
+        if not data.startswith((MAGIC, MAGIC_V1)):
             raise ValueError("not a simulator checkpoint")
         start = len(MAGIC)
         header = orjson.loads(data[start : start + HEADER_BYTES])
-        tokens = orjson.loads(zlib.decompress(data[start + HEADER_BYTES :]))
-        seq = TokenSeq((tuple(map(sys.intern, tokens)),))
+        body = data[start + HEADER_BYTES :]
+        if data.startswith(MAGIC_V1):
+            lines = [orjson.loads(zlib.decompress(body))]
+        else:
+            lines = [orjson.loads(line) for line in zlib.decompress(body, -15).splitlines()]
+        seq = TokenSeq(tuple(tuple(map(sys.intern, line)) for line in lines))
         if len(seq) != header["tokens"]:
             raise ValueError("token count does not match header")
         cp = Checkpoint(

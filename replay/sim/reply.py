@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -29,18 +29,18 @@ class Reply:
     finish: str
     hidden_blocks: tuple[Block, ...]
     visible_blocks: tuple[Block, ...]
+    # Counted once: the cache model asks for them at every step of every model in a sweep.
+    hidden_tokens: int = field(init=False, compare=False)
+    tokens: int = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        hidden = sum(len(b) for b in self.hidden_blocks)
+        object.__setattr__(self, "hidden_tokens", hidden)
+        object.__setattr__(self, "tokens", hidden + sum(len(b) for b in self.visible_blocks))
 
     @property
     def blocks(self) -> tuple[Block, ...]:
         return self.hidden_blocks + self.visible_blocks
-
-    @property
-    def hidden_tokens(self) -> int:
-        return sum(len(b) for b in self.hidden_blocks)
-
-    @property
-    def tokens(self) -> int:
-        return self.hidden_tokens + sum(len(b) for b in self.visible_blocks)
 
     @property
     def tool_start(self) -> int | None:

@@ -14,20 +14,25 @@ from itertools import accumulate
 
 from replay.sim.tokenizer import Block
 
+GRID = 128
+
 
 class TokenSeq:
-    __slots__ = ("blocks", "ends", "n")
+    __slots__ = ("blocks", "ends", "n", "_grid")
 
     def __init__(self, blocks: tuple[Block, ...] = (), n: int | None = None) -> None:
         self.blocks = tuple(b for b in blocks if b)
         self.ends = list(accumulate(map(len, self.blocks)))
         total = self.ends[-1] if self.ends else 0
         self.n = total if n is None else min(n, total)
+        self._grid: list[int] | None = None
 
     @classmethod
-    def _raw(cls, blocks: tuple[Block, ...], ends: list[int], n: int) -> TokenSeq:
+    def _raw(
+        cls, blocks: tuple[Block, ...], ends: list[int], n: int, grid: list[int] | None = None
+    ) -> TokenSeq:
         out = cls.__new__(cls)
-        out.blocks, out.ends, out.n = blocks, ends, n
+        out.blocks, out.ends, out.n, out._grid = blocks, ends, n, grid
         return out
 
     def __len__(self) -> int:
@@ -45,23 +50,51 @@ class TokenSeq:
             return TokenSeq(self._whole_blocks() + blocks)
         new = tuple(b for b in blocks if b)
         ends = list(accumulate(map(len, new), initial=self.n))[1:]
-        return TokenSeq._raw(self.blocks + new, self.ends + ends, self.n + sum(map(len, new)))
+        grid = self._grid[: self.n // GRID + 1] if self._grid is not None else None
+        return TokenSeq._raw(self.blocks + new, self.ends + ends, self.n + sum(map(len, new)), grid)
 
     def prefix(self, n: int) -> TokenSeq:
         """The first `n` tokens, sharing blocks."""
         if n >= self.n:
             return self
         k = bisect_left(self.ends, n) + 1 if n > 0 else 0
-        return TokenSeq._raw(self.blocks[:k], self.ends[:k], max(n, 0))
+        n = max(n, 0)
+        grid = self._grid[: n // GRID + 1] if self._grid is not None else None
+        return TokenSeq._raw(self.blocks[:k], self.ends[:k], n, grid)
 
-    def tokens(self) -> list[str]:
+    def tokens(self, start: int = 0) -> list[str]:
+        """The tokens from `start` on, as one flat list."""
         out: list[str] = []
-        for block in self.blocks:
-            out.extend(block)
-            if len(out) >= self.n:
+        k = bisect_left(self.ends, start + 1) if start > 0 else 0
+        skip = start - (self.ends[k - 1] if k else 0)
+        for block in self.blocks[k:]:
+            out.extend(block[skip:] if skip else block)
+            skip = 0
+            if len(out) >= self.n - start:
                 break
-        del out[self.n :]
+        del out[max(self.n - start, 0) :]
         return out
+
+    def grid(self) -> list[int]:
+        """`grid()[k]` is a hash of the first `k * GRID` tokens, for every k up to n // GRID.
+
+        It depends on the tokens only, never on how they are split into blocks, so equal prefixes
+        give equal hashes: the disk index buckets checkpoints by it. Computed once per sequence,
+        and inherited by prefix views and extensions, so a conversation hashes only what is new.
+        """
+        grid = self._grid
+        if grid is None:
+            grid = [0]
+        last = self.n // GRID
+        if len(grid) <= last:
+            done = len(grid) - 1
+            flat = self.tokens(done * GRID)
+            h = grid[-1]
+            for i in range(0, (last - done) * GRID, GRID):
+                h = hash((h, tuple(flat[i : i + GRID])))
+                grid.append(h)
+        self._grid = grid
+        return grid
 
     def text(self) -> str:
         return "".join(self.tokens())
