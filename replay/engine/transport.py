@@ -5,6 +5,8 @@ the parser got to them, so neither parsing nor a busy event loop shows up as TTF
 `make_client()` opens a fresh connection per request and never pools or retries, because
 llama-server closes the connection after each stream while saying keep-alive, and ds4 closes
 after every response; reusing one would fail or silently re-send a request whose body went out.
+The engine's API clients send plain http through `replay.engine.http1` (on this module's
+socket helpers) and only https through `make_client()`; the recording proxy uses it for both.
 """
 
 from __future__ import annotations
