@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
-import anyio
 import httpx
-from anyio.abc import TaskGroup
 
 from replay.errors import TargetError
 
@@ -292,43 +290,39 @@ def scrape_sync(url: str, timeout: float = 5.0) -> Snapshot:
 
 class MetricsSampler:
     """Scrapes once on entry (before), every `interval` seconds during the phase, once on exit
-    (after). A failed scrape mid-phase is counted, not raised: a phase must not die because its
-    metrics endpoint hiccuped; a failed `before` scrape raises, since no delta is possible."""
+    (after). A failed scrape is counted, not raised: a phase must not die because its metrics
+    endpoint hiccuped. The scrapes during the phase run in a thread of their own (a blocking GET
+    every few seconds), so whatever the phase runs, an event loop included, never waits on them."""
 
-    def __init__(self, client: httpx.AsyncClient, url: str, interval: float = 5.0) -> None:
-        self.client = client
+    def __init__(self, url: str, interval: float = 5.0) -> None:
         self.url = url
         self.interval = interval
         self.snapshots: list[Snapshot] = []
         self.failures = 0
-        self._tg: TaskGroup | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    async def __aenter__(self) -> MetricsSampler:
-        self.snapshots.append(await scrape(self.client, self.url))
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self._loop)
+    def __enter__(self) -> MetricsSampler:
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, name="metrics-sampler", daemon=True)
+        self._thread.start()
         return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        await self._tg.__aexit__(None, None, None)
-        if exc_type is None:
-            await self._sample()
+    def __exit__(self, *exc: object) -> None:
+        assert self._thread is not None
+        self._stop.set()
+        self._thread.join()
+        self._sample()
 
-    async def _sample(self) -> None:
+    def _sample(self) -> None:
         try:
-            self.snapshots.append(await scrape(self.client, self.url))
+            self.snapshots.append(scrape_sync(self.url))
         except TargetError:
             self.failures += 1
 
-    async def _loop(self) -> None:
-        while True:
-            await anyio.sleep(self.interval)
-            await self._sample()
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
 
     def deltas(self) -> Deltas:
         if len(self.snapshots) < 2:

@@ -29,7 +29,7 @@ from replay.engine.run import Engine, EngineConfig, check_options
 from replay.errors import TargetError
 from replay.metrics.results import ResultsWriter, read_results
 from replay.serverlog import effective_settings, setting_warnings
-from replay.servermetrics import check_after, scrape_before
+from replay.servermetrics import watch_counters
 from replay.shard import run_workers
 from replay.trace.model import Trace
 
@@ -260,19 +260,31 @@ def replay_on(
     }
     target.update(header or {})
     config = options.engine_config(served.url)
-    before = scrape_before(served)  # Prometheus counters, where the server has them
-    if workers > 1 and trace_path is not None:
-        # Each worker process replays its shard of the sessions; the parts merge exactly.
-        spread = run_workers(trace_path, options.plan, config, out, target, workers, options.max_duration)
-        records = read_results(out).requests
-        code, requests, errors = spread.exit_code, spread.requests, spread.errors
-    else:
-        outcome = run_trace(
-            trace, options.plan, config, out, target, options.max_duration, console=console, keep_records=True
+    with watch_counters(served) as counters:  # Prometheus counters, where the server has them
+        code, requests, errors, records = _replay(
+            trace, options, config, out, target, console, workers, trace_path
         )
-        records, code = outcome.results, outcome.exit_code
-        requests, errors = outcome.requests, outcome.errors
-    metrics = check_after(served, before, records)
+    metrics = counters(records)
     for line in metrics.get("disagreements") or ():
         say(f"[yellow]warning:[/yellow] server counters disagree with usage: {line}")
     return ServedRun(code, requests, errors, records, metrics)
+
+
+def _replay(
+    trace: Trace,
+    options: RunOptions,
+    config: EngineConfig,
+    out: Path,
+    target: dict[str, Any],
+    console: Console | None,
+    workers: int,
+    trace_path: Path | None,
+) -> tuple[int, int, int, list[dict[str, Any]]]:
+    """In this process, or spread over `workers` processes by session (their parts merge exactly)."""
+    if workers > 1 and trace_path is not None:
+        spread = run_workers(trace_path, options.plan, config, out, target, workers, options.max_duration)
+        return spread.exit_code, spread.requests, spread.errors, read_results(out).requests
+    outcome = run_trace(
+        trace, options.plan, config, out, target, options.max_duration, console=console, keep_records=True
+    )
+    return outcome.exit_code, outcome.requests, outcome.errors, outcome.results

@@ -6,19 +6,28 @@ differencing the other is a cheap check that neither is lying (a request the cli
 cached count reported under another name, a counter reset by a restart). The run keeps going
 whatever the check finds: a missing or failing endpoint becomes a `skipped` reason, never an error.
 
-Call `scrape_before(served)` just before the first request and `check_after(served, before,
-records)` once the last one is done; the dict it returns is a results-file line (`kind: metrics`).
+Wrap a run in `watch_counters(served)` (before, every few seconds during, after) and call what it
+yields with the records; or call `scrape_before(served)` and `check_after(served, before, records)` around
+one phase. Either returns a results-file line (`kind: metrics`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from drivers.sampler import read_samples, start_sampler_child
-from drivers.scrape import USAGE_METRICS, Snapshot, check_usage, counter_deltas, disagreements, scrape_sync
+from drivers.scrape import (
+    USAGE_METRICS,
+    MetricsSampler,
+    Snapshot,
+    accumulate,
+    check_usage,
+    disagreements,
+    scrape_sync,
+)
 from replay.errors import TargetError
 
 if TYPE_CHECKING:
@@ -58,18 +67,36 @@ def check_after(
     server still counted its tokens the disagreement is worth seeing). `ok` is True when every
     compared counter matches within one token per request, None when nothing could be compared.
     """
+    url = metrics_url(served)
+    if url is not None and before is None:
+        return {
+            "kind": "metrics",
+            "server": served.target.kind,
+            "ok": None,
+            "skipped": f"{url} did not answer before the run",
+        }
+    if url is None or before is None:
+        return compare(served, [], records)
+    try:
+        after = scrape_sync(url)
+    except TargetError as e:
+        return {"kind": "metrics", "server": served.target.kind, "ok": None, "skipped": str(e)}
+    return compare(served, [before, after], records)
+
+
+def compare(
+    served: Served, snapshots: Sequence[Snapshot], records: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The `metrics` results line: counter increases over `snapshots` (summed scrape to scrape, so
+    a restart loses only what changed since the scrape before it) against the records' usage."""
     kind = served.target.kind
     out: dict[str, Any] = {"kind": "metrics", "server": kind}
     url = metrics_url(served)
     if url is None:
         return {**out, "ok": None, "skipped": f"kind {kind!r} has no usage counters to compare"}
-    if before is None:
-        return {**out, "ok": None, "skipped": f"{url} did not answer before the run"}
-    try:
-        after = scrape_sync(url)
-    except TargetError as e:
-        return {**out, "ok": None, "skipped": str(e)}
-    deltas = counter_deltas(before, after)
+    if len(snapshots) < 2:
+        return {**out, "ok": None, "skipped": f"{url} did not answer before and after the run"}
+    deltas = accumulate(snapshots)
     requests = [r for r in records if r.get("kind", "request") == "request"]
     checks = check_usage(deltas, requests, kind)
     problems = disagreements(checks, deltas)
@@ -78,6 +105,7 @@ def check_after(
         **out,
         "ok": (not problems) if checks else None,
         "requests": len(requests),
+        "scrapes": len(snapshots),
         "seconds": round(deltas.seconds, 3),
         "counters": counters,
         "checks": [
@@ -94,6 +122,24 @@ def check_after(
         ],
         "disagreements": problems,
     }
+
+
+@contextmanager
+def watch_counters(
+    served: Served, interval_s: float = 5.0
+) -> Iterator[Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]]]:
+    """Scrape the server's counters before the block, every `interval_s` during it and after it;
+    yields the function that turns the run's records into the `metrics` line (call it after)."""
+    url = metrics_url(served)
+    if url is None:
+        yield lambda records: compare(served, [], records)
+        return
+    with MetricsSampler(url, interval=interval_s) as sampler:
+        yield lambda records: _with_failures(compare(served, sampler.snapshots, records), sampler.failures)
+
+
+def _with_failures(line: dict[str, Any], failures: int) -> dict[str, Any]:
+    return {**line, "failed_scrapes": failures} if failures else line
 
 
 @contextmanager

@@ -140,7 +140,7 @@ async def test_ttft_stops_at_reasoning_or_tool_call(
 async def test_concurrent_streams_are_not_queued_in_the_client(
     scripted_server: ScriptedServer, client: Any, api: str
 ) -> None:
-    delay = 0.3
+    delay = 0.5  # room for 40 connections on a loaded 2-core machine, far below 40 queued streams
     scripted_server.default = Script(
         first_token_delay_s=delay, keepalives=1, tokens=4, token_interval_s=0.005
     )
@@ -161,7 +161,7 @@ async def test_concurrent_streams_are_not_queued_in_the_client(
         # first token well within one first-token delay of the server writing it (the
         # server thread shares this process's GIL, so its bursts of 40 writes delay us).
         assert res.t_sent <= truth.recv_ns, rid
-        assert 0 <= res.t_first_token - truth.first_token_ns < 100_000_000, rid
+        assert 0 <= res.t_first_token - truth.first_token_ns < 200_000_000, rid
         assert res.ttft_s >= delay
 
 

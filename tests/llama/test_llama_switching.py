@@ -21,7 +21,6 @@ replays, and `/metrics` counters are compared with the records' usage (`replay.s
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,11 +32,9 @@ from drivers.launch import start_target
 from drivers.logs import llamacpp as L
 from drivers.target import Target
 from replay.engine.plans import make_plan
-from replay.engine.run import EngineConfig
-from replay.runner import run_trace
+from replay.runner import RunOptions, replay_on
 from replay.scenario import find_scenario, generate
 from replay.serverlog import effective_settings
-from replay.servermetrics import check_after, scrape_before
 from replay.trace.reader import read_trace
 
 pytestmark = pytest.mark.llama
@@ -61,7 +58,7 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def replay(model: Path, trace: Path, work: Path, *flags: str) -> Run:
-    """`replay run --server` in a few lines, plus the metrics check the run glue will call."""
+    """What `replay run --server` does: start the target, replay, check its counters, stop it."""
     require_xllamacpp()
     target = Target(
         kind="llamacpp",
@@ -73,19 +70,15 @@ def replay(model: Path, trace: Path, work: Path, *flags: str) -> Run:
         stop_timeout=10,
     )
     loaded = read_trace(trace)
+    options = RunOptions(make_plan("alternate"), timeout=120.0)
     with start_target(target, work) as served:
-        before = scrape_before(served)
-        config = EngineConfig(base_url=served.url, timeout_s=120.0, run_id=uuid.uuid4().hex[:8])
-        header = {"kind": "llamacpp", "url": served.url, "build": served.build}
-        outcome = run_trace(
-            loaded, make_plan("alternate"), config, work / "results.jsonl", header, keep_records=True
-        )
-        metrics = check_after(served, before, outcome.results)
-    assert outcome.exit_code == 0 and outcome.requests == 6
+        done = replay_on(served, "llamacpp", loaded, options, work / "results.jsonl", say=lambda _line: None)
+    assert done.exit_code == 0 and done.requests == 6
+    assert done.metrics["scrapes"] >= 2  # before and after, and every few seconds between
     assert served.log_path is not None
     return Run(
-        records=outcome.results,
-        metrics=metrics,
+        records=done.records,
+        metrics=done.metrics,
         settings=effective_settings("llamacpp", served.log_path),
         events=L.parse_files([served.log_path]).events,
     )

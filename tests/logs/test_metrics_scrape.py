@@ -8,8 +8,6 @@ import threading
 import time
 from collections.abc import Iterator
 
-import anyio
-import httpx
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -163,17 +161,12 @@ def test_scrape_flags_disagreement(server: tuple[str, FakeLlama]) -> None:
 def test_sampler_scrapes_during_the_phase_and_survives_a_restart(server: tuple[str, FakeLlama]) -> None:
     url, state = server
 
-    async def phase() -> MetricsSampler:
-        async with httpx.AsyncClient(timeout=5) as client:
-            async with MetricsSampler(client, url + "/metrics", interval=0.05) as sampler:
-                state.serve(1000, 0, 10)
-                await anyio.sleep(0.2)
-                state.restart()
-                state.serve(500, 100, 5)
-                await anyio.sleep(0.2)
-            return sampler
-
-    sampler = anyio.run(phase)
+    with MetricsSampler(url + "/metrics", interval=0.05) as sampler:
+        state.serve(1000, 0, 10)
+        time.sleep(0.2)
+        state.restart()
+        state.serve(500, 100, 5)
+        time.sleep(0.2)
     assert len(sampler.snapshots) >= 4 and sampler.failures == 0
     d = sampler.deltas()
     assert d.total("llamacpp:prompt_tokens_total") == 1000 + 400
