@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from drivers.logs import ds4
 from drivers.logs.effective import ds4_settings
@@ -224,9 +225,9 @@ class _Assembler:
 
     # -- handlers ------------------------------------------------------------------------------
 
-    def _on_prompt_start(self, ev: ds4.PromptStart) -> None:
-        self._boundary()
-        r = Ds4Request(
+    def _new_request(self, ev: ds4.PromptStart | ds4.Finish, **extra: Any) -> Ds4Request:
+        """A log request from the span line that opens (or, cut off by the log's start, closes) it."""
+        return Ds4Request(
             index=len(self.requests),
             run=self.run.index,
             api=ev.api,
@@ -236,8 +237,12 @@ class _Assembler:
             flags=ev.flags,
             line=ev.line,
             t=ev.t,
-            pos=ev.cached,
+            **extra,
         )
+
+    def _on_prompt_start(self, ev: ds4.PromptStart) -> None:
+        self._boundary()
+        r = self._new_request(ev, pos=ev.cached)
         if self.run.sessions <= 1:
             for block in self.blocks:
                 for e in block.events:
@@ -262,17 +267,7 @@ class _Assembler:
         self._boundary()
         r = self._by_span(ev)
         if r is None:  # started before the log begins
-            r = Ds4Request(
-                index=len(self.requests),
-                run=self.run.index,
-                api=ev.api,
-                cached=ev.cached,
-                prompt=ev.prompt,
-                todo=ev.todo,
-                flags=ev.flags,
-                line=ev.line,
-                t=ev.t,
-            )
+            r = self._new_request(ev)
             self.requests.append(r)
         else:
             self.open.remove(r)
