@@ -79,6 +79,87 @@ def _percentile(values: list[float], pct: float) -> float | None:
     return round(ordered[index], 6)
 
 
+class _Recording:
+    """One trace being replayed into one results file: the engine, its sink and the file."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        plan: Plan,
+        config: EngineConfig,
+        out: str | Path,
+        target: dict[str, Any],
+        keep_records: bool,
+    ) -> None:
+        header = {
+            "tool": {"name": "agent-replay", "version": __version__},
+            "trace": {"path": trace.path, "sha256": file_sha256(trace.path), "source": trace.header.source},
+            "target": target,
+            "plan": plan.describe(),
+            "history": config.history,
+            "think": config.think,
+            "seed": 0,
+            "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "host": platform.node(),
+        }
+        self.out = str(out)
+        self.writer = ResultsWriter(out, header)
+        self.keep_records = keep_records
+        self.lags: list[float] = []
+        self.kept: list[dict[str, Any]] = []
+        self.counts = {"requests": 0, "errors": 0, "cancelled": 0}
+        self.engine = Engine(trace, plan, config, self.sink)
+
+    def sink(self, rec: dict[str, Any]) -> None:
+        if rec["status"] == "cancelled":
+            self.counts["cancelled"] += 1
+            self.writer.write(rec)
+            return
+        self.counts["requests"] += 1
+        if rec["status"] != "ok":
+            self.counts["errors"] += 1
+        if rec["lag_s"] is not None:
+            self.lags.append(rec["lag_s"])
+        if self.keep_records:
+            self.kept.append(rec)
+        self.writer.request(rec)
+
+    def close(self, outcome: str, duration: float) -> RunOutcome:
+        """Write the `summary` line and say how the run ended."""
+        counts = self.counts
+        lag_p50, lag_p99 = _percentile(self.lags, 50), _percentile(self.lags, 99)
+        self.writer.close(
+            {"outcome": outcome, "duration_s": duration, **counts, "lag_p50_s": lag_p50, "lag_p99_s": lag_p99}
+        )
+        if outcome in EXIT_SIGNAL:
+            code = EXIT_SIGNAL[outcome]
+        else:
+            code = EXIT_FAILED if counts["errors"] else EXIT_OK
+        return RunOutcome(
+            out=self.out,
+            outcome=outcome,
+            requests=counts["requests"],
+            errors=counts["errors"],
+            cancelled=counts["cancelled"],
+            duration_s=duration,
+            lag_p50_s=lag_p50,
+            lag_p99_s=lag_p99,
+            exit_code=code,
+            results=self.kept,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRun:
+    """What `run_traces` needs for one of the traces it replays side by side."""
+
+    trace: Trace
+    plan: Plan
+    config: EngineConfig
+    out: str | Path
+    target: dict[str, Any]
+
+
 def run_trace(
     trace: Trace,
     plan: Plan,
@@ -90,80 +171,37 @@ def run_trace(
     keep_records: bool = False,
 ) -> RunOutcome:
     """Replay `trace` and write `out`; returns what happened (never raises for request failures)."""
-    header = {
-        "tool": {"name": "agent-replay", "version": __version__},
-        "trace": {"path": trace.path, "sha256": file_sha256(trace.path), "source": trace.header.source},
-        "target": target,
-        "plan": plan.describe(),
-        "history": config.history,
-        "think": config.think,
-        "seed": 0,
-        "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "host": platform.node(),
-    }
-    writer = ResultsWriter(out, header)
-    lags: list[float] = []
-    kept: list[dict[str, Any]] = []
-    counts = {"requests": 0, "errors": 0, "cancelled": 0}
+    recording = _Recording(trace, plan, config, out, target, keep_records)
+    live = _live_display(recording.engine, console) if console is not None else nullcontext()
+    return _run([recording], max_duration_s, live)[0]
 
-    def sink(rec: dict[str, Any]) -> None:
-        if rec["status"] == "cancelled":
-            counts["cancelled"] += 1
-            writer.write(rec)
-            return
-        counts["requests"] += 1
-        if rec["status"] != "ok":
-            counts["errors"] += 1
-        if rec["lag_s"] is not None:
-            lags.append(rec["lag_s"])
-        if keep_records:
-            kept.append(rec)
-        writer.request(rec)
 
-    engine = Engine(trace, plan, config, sink)
-    # The loaded trace lives for the whole run: keep the collector from re-scanning it (its
+def run_traces(runs: list[TraceRun], keep_records: bool = False) -> list[RunOutcome]:
+    """Replay several traces at once, each against its own target into its own file, on one event
+    loop: independent runs (a scenario's arms) take as long as the longest, not the sum."""
+    recordings = [_Recording(r.trace, r.plan, r.config, r.out, r.target, keep_records) for r in runs]
+    return _run(recordings, None, nullcontext())
+
+
+def _run(recordings: list[_Recording], max_duration_s: float | None, live: Any) -> list[RunOutcome]:
+    # The loaded traces live for the whole run: keep the collector from re-scanning them (its
     # full passes pause the event loop for tens of ms with hundreds of streams in flight).
     gc.collect()
     gc.freeze()
     started = time.monotonic()
     outcome = "done"
     try:
-        live = _live_display(engine, console) if console is not None else nullcontext()
         with live:
-            outcome = anyio.run(_supervise, engine, max_duration_s)
+            outcome = anyio.run(_supervise, [r.engine for r in recordings], max_duration_s)
     finally:
         gc.unfreeze()
         duration = round(time.monotonic() - started, 3)
-        extra = {
-            "outcome": outcome,
-            "duration_s": duration,
-            "requests": counts["requests"],
-            "errors": counts["errors"],
-            "cancelled": counts["cancelled"],
-            "lag_p50_s": _percentile(lags, 50),
-            "lag_p99_s": _percentile(lags, 99),
-        }
-        writer.close(extra)
-    if outcome in EXIT_SIGNAL:
-        code = EXIT_SIGNAL[outcome]
-    else:
-        code = EXIT_FAILED if counts["errors"] else EXIT_OK
-    return RunOutcome(
-        out=str(out),
-        outcome=outcome,
-        requests=counts["requests"],
-        errors=counts["errors"],
-        cancelled=counts["cancelled"],
-        duration_s=duration,
-        lag_p50_s=extra["lag_p50_s"],
-        lag_p99_s=extra["lag_p99_s"],
-        exit_code=code,
-        results=kept,
-    )
+        outcomes = [r.close(outcome, duration) for r in recordings]
+    return outcomes
 
 
-async def _supervise(engine: Engine, max_duration_s: float | None) -> str:
-    """Run the engine under the run's limits; returns why it ended."""
+async def _supervise(engines: list[Engine], max_duration_s: float | None) -> str:
+    """Run the engines under the run's limits; returns why they ended."""
     outcome = "done"
     async with anyio.create_task_group() as tg:
 
@@ -177,7 +215,9 @@ async def _supervise(engine: Engine, max_duration_s: float | None) -> str:
 
         tg.start_soon(watch_signals)
         with anyio.move_on_after(max_duration_s) as scope:
-            await engine.run()
+            async with anyio.create_task_group() as runs:
+                for engine in engines:
+                    runs.start_soon(engine.run)
         if scope.cancelled_caught:
             outcome = "max-duration"
         tg.cancel_scope.cancel()

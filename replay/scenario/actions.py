@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -11,7 +10,7 @@ from rich.table import Table
 from replay.report.html import DIGEST_ROWS, Written, digest, write_report
 from replay.scenario.build import generate
 from replay.scenario.catalog import find_scenario, list_scenarios
-from replay.scenario.run import ArmRun, run_arm
+from replay.scenario.run import ArmRun, run_arms
 from replay.scenario.show import describe, list_table
 from replay.scenario.spec import Scenario, parse_params
 
@@ -60,20 +59,22 @@ def run_and_report(
     arms: list[str] | None = None,
     time_scale: float | None = None,
 ) -> tuple[int, list[ArmRun], Written | None]:
-    """Each arm on its own simulator, then the HTML report of all of them in `out_dir/report`."""
-    runs: list[ArmRun] = []
-    for arm in [spec.arm(a) for a in arms] if arms else list(spec.arms):
-        t0 = time.monotonic()
-        run = run_arm(spec, arm, out_dir, time_scale=time_scale, console=console)
-        runs.append(run)
+    """Each arm on its own simulator (all at once), then the HTML report of all of them in
+    `out_dir/report`."""
+    chosen = arms or [a.name for a in spec.arms]
+    console.print(f"running {len(chosen)} arm(s) side by side: {', '.join(chosen)}", highlight=False)
+    runs = run_arms(spec, out_dir, chosen, time_scale=time_scale, console=console)
+    for run in runs:
         console.print(
-            f"  {arm.name:>8}: {run.outcome.requests} requests, {run.outcome.errors} failed "
-            f"({time.monotonic() - t0:.1f} s wall) -> {run.results}",
+            f"  {run.arm:>8}: {run.outcome.requests} requests, {run.outcome.errors} failed "
+            f"({run.outcome.duration_s:.1f} s wall) -> {run.results}",
             highlight=False,
         )
-        if run.outcome.exit_code != 0:
-            console.print(f"[red]arm {arm.name} did not complete ({run.outcome.outcome})[/red]")
-            return run.outcome.exit_code, runs, None
+    failed = [run for run in runs if run.outcome.exit_code != 0]
+    for run in failed:
+        console.print(f"[red]arm {run.arm} did not complete ({run.outcome.outcome})[/red]")
+    if failed:
+        return failed[0].outcome.exit_code, runs, None
     written = write_report([r.results for r in runs], out_dir / "report")
     return 0, runs, written
 

@@ -16,7 +16,7 @@ from scripted_server import Script
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
 from replay.metrics.results import read_results
-from replay.runner import run_trace
+from replay.runner import TraceRun, run_trace, run_traces
 from replay.trace import TraceWriter, read_trace
 
 SAMPLE = Path("traces/sample.jsonl")
@@ -84,6 +84,10 @@ def test_recorded_history_resends_the_trace(scripted_server, tmp_path):
 
 
 def _max_overlap(seen) -> int:
+    # The server stamps `done_ns` after its last byte, so the client can be done first: wait.
+    deadline = time.monotonic() + 5.0
+    while any(s.done_ns is None for s in seen) and time.monotonic() < deadline:
+        time.sleep(0.01)
     edges = sorted([(s.recv_ns, 1) for s in seen] + [(s.done_ns, -1) for s in seen])
     level = peak = 0
     for _, step in edges:
@@ -110,6 +114,26 @@ def test_overlap_never_exceeds_k_in_flight(scripted_server, tmp_path):
     assert outcome.requests == 18
     assert _max_overlap(scripted_server.seen) == 3
     assert any("concurrent" in r["switch"] for r in outcome.results)
+
+
+def test_run_traces_replays_side_by_side_into_separate_files(scripted_server, tmp_path):
+    scripted_server.default = Script(first_token_delay_s=0.05, usage=USAGE)
+    config = EngineConfig(base_url=scripted_server.url, timeout_s=5.0, run_id="t")
+    runs = [
+        TraceRun(
+            read_trace(_many_sessions(tmp_path / f"{name}.jsonl", sessions=1, turns=4)),
+            make_plan("alternate"),
+            config,
+            tmp_path / f"{name}.results.jsonl",
+            {"kind": name},
+        )
+        for name in ("a", "b")
+    ]
+    outcomes = run_traces(runs, keep_records=True)
+    assert [o.requests for o in outcomes] == [4, 4]
+    assert [read_results(o.out).run["target"]["kind"] for o in outcomes] == ["a", "b"]
+    # Each trace is one request at a time; only running both at once puts two in flight.
+    assert _max_overlap(scripted_server.seen) == 2
 
 
 def test_timed_plan_measures_from_the_intended_time_and_reports_lag(scripted_server, tmp_path):

@@ -15,7 +15,7 @@ import pytest
 
 from replay.metrics.results import RunResults, read_results
 from replay.scenario import find_scenario
-from replay.scenario.run import run_arm, run_shared
+from replay.scenario.run import run_arm, run_arms, run_shared
 
 pytestmark = pytest.mark.e2e
 
@@ -50,10 +50,10 @@ class Arm:
 def run(name: str, arms: list[str], tmp: Path, scale: float = FAST) -> dict[str, Arm]:
     spec = find_scenario(name)
     out: dict[str, Arm] = {}
-    for arm in arms:
-        result = run_arm(spec, spec.arm(arm), tmp, time_scale=scale)
+    for result in run_arms(spec, tmp, arms, time_scale=scale):  # side by side, one simulator each
         assert result.outcome.exit_code == 0, result.outcome
-        out[arm] = Arm(read_results(result.results))
+        out[result.arm] = Arm(read_results(result.results))
+    assert list(out) == arms
     return out
 
 
