@@ -9,9 +9,12 @@ behaviour of `replay sim serve` online can never disagree.
 from __future__ import annotations
 
 import statistics
-from collections import Counter
+from array import array
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import reduce
+from operator import add
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,9 +26,11 @@ from replay.sim import policy
 from replay.sim.api import thinking_requested
 from replay.sim.config import DEFAULT_PRESET, PRESETS, MiB, SimConfig, config_for
 from replay.sim.disk import Checkpoint
-from replay.sim.engine import CacheModel, ContextTooLong, Job, build_job
+from replay.sim.engine import CacheModel, ContextTooLong, Job, build_job, plan_job
 from replay.sim.options import parse_bytes, parse_tokens
+from replay.sim.render import Rendered
 from replay.sim.seq import TokenSeq
+from replay.sim.sequential import DiskLane, LiveSlots, Walk
 
 PLANS: tuple[str, ...] = ("sequential", "timed")
 HISTORIES: tuple[str, ...] = ("live", "recorded")
@@ -245,30 +250,45 @@ def jobs_from_requests(
 
 def jobs_from_trace(trace: Any, cfg: SimConfig, history: History = "live") -> Iterator[tuple[float, Job]]:
     """(send time, job) for each request of a `replay.trace.Trace`, replies spliced as the engine does:
-    the simulator's own reply in `live` history, the recorded one in `recorded` history."""
+    the simulator's own reply in `live` history, the recorded one in `recorded` history.
+
+    A request that keeps all its parent's messages is rendered as the parent's rendering plus its
+    new messages (what `render` would give for the whole list), so a turn costs what it adds.
+    """
     from replay.trace import materialize, recorded_reply
+    from replay.trace.materialize import plain_message
 
     recorded = recorded_reply(trace.by_id()) if history == "recorded" else None
     replies: dict[int, Message] = {}
-
-    def reply_for(rid: int) -> Message:
-        return replies[rid]
+    reply_for = recorded or replies.__getitem__
+    rendered: OrderedDict[int, Rendered] = OrderedDict()  # recent requests' renderings, by id
 
     for req in trace.requests:
-        messages = materialize(req, recorded or reply_for)
+        tools = req.params.get("tools")
+        parent = req.parent
+        base = None
+        if parent is not None and req.keep == parent.n_messages:
+            base = rendered.get(parent.id)
+        if base is not None and base.tools == tools:
+            new = [plain_message(m if m.get("$reply") is None else reply_for(m["$reply"])) for m in req.append]
+            done = base.add(new)
+        else:
+            done = Rendered(tools).add(materialize(req, reply_for))
+        rendered[req.id] = done
+        if len(rendered) > _RENDERINGS_KEPT:
+            rendered.popitem(last=False)
         reply = req.reply or {}
         finish = reply.get("finish") or "stop"
         calls = (reply.get("message") or {}).get("tool_calls") or []
-        tool = calls[0].get("name") if calls else None
         try:
-            job = build_job(
+            job = plan_job(
                 req.id,
-                messages,
-                req.params.get("tools"),
+                done.prompt(),
+                tools,
                 req.max_tokens,
                 cfg,
                 finish=finish,
-                tool_name=tool,
+                tool_name=calls[0].get("name") if calls else None,
                 session=req.session,
                 thinking=thinking_requested(req.params),
             )
@@ -276,6 +296,11 @@ def jobs_from_trace(trace: Any, cfg: SimConfig, history: History = "live") -> It
             raise UsageError(f"request {req.id}: {exc}; give a larger context") from None
         replies[req.id] = job.reply.message()
         yield req.t, job
+
+
+# Renderings kept for requests still to come to extend: a trace's next turn usually follows its
+# parent closely; one further away is rendered from its messages (same result, more work).
+_RENDERINGS_KEPT = 4096
 
 
 class _Tally:
@@ -362,6 +387,24 @@ def sweep(
                 variants.append(
                     (budget, base.with_(disk=True, kv_disk_space_mb=mb, batched_sessions=n, routing=routing))
                 )
+    if plan == "sequential":
+        rows = _sweep_sequential(jobs, variants, stale)
+    else:
+        rows = _sweep_timed(jobs, variants, stale, speed)
+    best = None
+    if target_reread is not None:
+        ok = sorted(r.budget_bytes for r in rows if r.reread_max <= target_reread)
+        best = ok[0] if ok else None
+    return SweepReport(rows, target_reread, best)
+
+
+def _sweep_timed(
+    jobs: Iterable[tuple[float, Job]],
+    variants: list[tuple[int, SimConfig]],
+    stale: Sequence[StaleFile],
+    speed: float,
+) -> list[SweepRow]:
+    """Requests at their trace times: the event-driven model, one per variant."""
     tallies: list[_Tally] = []
     for budget, vcfg in variants:
         model = CacheModel(vcfg, _stale_checkpoints(stale, vcfg), progress=False)
@@ -371,23 +414,111 @@ def sweep(
     for t, job in jobs:
         for tally in tallies:
             model = tally.model
-            if plan == "sequential":
-                tally.add(model.run_until_idle())
-                at = model.now
-            else:
-                at = max(model.now, t / speed)
             tally.sessions[job.id] = job.session
-            model.submit(job, at)
+            model.submit(job, max(model.now, t / speed))
             tally.add(model.drain())
     rows = []
     for tally in tallies:
         tally.add(tally.model.run_until_idle())
         rows.append(tally.close())
-    best = None
-    if target_reread is not None:
-        ok = sorted(r.budget_bytes for r in rows if r.reread_max <= target_reread)
-        best = ok[0] if ok else None
-    return SweepReport(rows, target_reread, best)
+    return rows
+
+
+class _LaneTally:
+    """One variant of a sequential sweep: its disk lane and the switch figures it reports."""
+
+    def __init__(self, budget: int, cfg: SimConfig, stale: Sequence[StaleFile]) -> None:
+        self.row = SweepRow(budget, cfg.slots, cfg.routing)
+        self.lane = DiskLane(cfg, _stale_checkpoints(stale, cfg))
+        self.reprocessed = 0
+        self.rereads = array("q")
+        self.waits = array("d")
+
+    def add(self, reread: int, wait: float, switch: bool, switch_reread: int | None = None) -> None:
+        """One request this variant served on its own (`reread` is counted here)."""
+        self.reprocessed += reread
+        if switch:
+            self.rereads.append(reread if switch_reread is None else switch_reread)
+            self.waits.append(wait)
+
+    def close(self, requests: int, switches: int, live_misses: int, live_rereads: int) -> SweepRow:
+        row, lane = self.row, self.lane
+        row.requests, row.switches, row.live_misses = requests, switches, live_misses
+        row.restores, row.stores = lane.restores, dict(lane.stores)
+        row.evictions, row.evictions_zero_hits = lane.evictions, lane.evictions_zero_hits
+        row.reprocessed_tokens = self.reprocessed + live_rereads
+        row.peak_disk_bytes, row.modelled_s = lane.peak_disk_bytes, lane.now
+        if self.rereads:
+            row.reread_p50 = statistics.median(self.rereads)
+            row.reread_max = max(self.rereads)
+            row.wait_p50_s = statistics.median(self.waits)
+            row.wait_max_s = max(self.waits)
+        return row
+
+
+def _sweep_sequential(
+    jobs: Iterable[tuple[float, Job]], variants: list[tuple[int, SimConfig]], stale: Sequence[StaleFile]
+) -> list[SweepRow]:
+    """One request at a time: what the live slots do is worked out once per slot layout, and each
+    budget only runs its own disk (`replay.sim.sequential`)."""
+    groups: dict[tuple[int, str], tuple[LiveSlots, list[_LaneTally]]] = {}
+    tallies: list[_LaneTally] = []
+    for budget, vcfg in variants:
+        live_slots, lanes = groups.setdefault((vcfg.slots, vcfg.routing), (LiveSlots(vcfg), []))
+        tally = _LaneTally(budget, vcfg, stale)
+        lanes.append(tally)
+        tallies.append(tally)
+    misses = dict.fromkeys(groups, 0)
+    live_rereads = dict.fromkeys(groups, 0)  # tokens re-read after a live reuse, the same everywhere
+    requests = switches = 0
+    seen: set[str | None] = set()
+    previous: str | None = None
+    for _, job in jobs:
+        requests += 1
+        session = job.session
+        switch = session in seen and previous is not None and session != previous
+        seen.add(session)
+        previous = session
+        switches += switch
+        for key, (live_slots, lanes) in groups.items():
+            live = live_slots.admit(job)
+            misses[key] += live.miss
+            if live.source is None:  # to the disk: every budget on its own
+                for tally in lanes:
+                    r = tally.lane.serve(job, live)
+                    tally.add(r.prompt_tokens - r.cached_tokens, r.total_s - r.decode_s, switch)
+                continue
+            # A live reuse re-reads the same tokens at every budget, and one that writes nothing
+            # takes the same steps at every budget whose slot saved last at the same position:
+            # walked once, replayed on the other clocks.
+            reread = len(job.prompt.seq) - live.cached
+            live_rereads[key] += reread
+            walks: dict[int, Walk | None] = {}
+            for tally in lanes:
+                lane = tally.lane
+                saved_at = lane.last_store[live.slot]
+                walk = walks.get(saved_at, _UNWALKED)
+                if walk is None or walk is _UNWALKED:
+                    r = lane.serve(job, live)
+                    if walk is _UNWALKED:
+                        walks[saved_at] = lane.walk
+                    wait = r.total_s - r.decode_s
+                elif switch:
+                    t0, t_decode, t = lane.replay(walk)
+                    wait = (t - t0) - max(0.0, t - t_decode)
+                else:
+                    lane.now = reduce(add, walk.steps, lane.now)
+                    continue
+                if switch:
+                    tally.add(0, wait, switch, reread)
+    return [
+        t.close(requests, switches, misses[key], live_rereads[key])
+        for t in tallies
+        for key in [(t.row.slots, t.row.routing)]
+    ]
+
+
+_UNWALKED = Walk((), ())
 
 
 def sweep_trace(

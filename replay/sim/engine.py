@@ -94,7 +94,32 @@ def build_job(
     request has tools; anything else answers in text. With `--hidden-reasoning` the reply starts
     with reasoning unless the request turned thinking off.
     """
-    prompt = render(messages, tools)
+    return plan_job(
+        job_id,
+        render(messages, tools),
+        tools,
+        max_tokens,
+        cfg,
+        finish=finish,
+        tool_name=tool_name,
+        session=session,
+        thinking=thinking,
+    )
+
+
+def plan_job(
+    job_id: int,
+    prompt: Prompt,
+    tools: list[dict[str, Any]] | None,
+    max_tokens: int | None,
+    cfg: SimConfig,
+    *,
+    finish: str = "stop",
+    tool_name: str | None = None,
+    session: str | None = None,
+    thinking: bool = True,
+) -> Job:
+    """`build_job` for a prompt already rendered (offline sizing renders turn by turn)."""
     if len(prompt) >= cfg.ctx:
         raise ContextTooLong(len(prompt), cfg.ctx)
     if finish == "tool_calls" and tools:

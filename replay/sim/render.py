@@ -13,8 +13,10 @@ assistant marker: the system prompt, the tools and any earlier user scaffolding.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -106,48 +108,85 @@ def tools_block(tools: list[dict[str, Any]] | None) -> Block:
     return _tools_block(orjson.dumps(tools))
 
 
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A conversation rendered up to some message, before the generation prompt.
+
+    `add(more)` renders further messages on top without touching what is already rendered (a new
+    value: a request's rendering can be extended by every request that follows it), and
+    `prompt()` closes it with the generation prompt. Rendering a conversation turn by turn this way
+    gives exactly what `render` gives for the whole list at once.
+    """
+
+    tools: list[dict[str, Any]] | None = None
+    seq: TokenSeq = TokenSeq()
+    pos: int = 0
+    started: bool = False
+    tools_pending: bool = False
+    seen_assistant: bool = False
+    last_user: int | None = None
+    anchor: int | None = None
+
+    def add(self, messages: Iterable[Message]) -> Rendered:
+        blocks: list[Block] = []
+        pos, anchor, last_user = self.pos, self.anchor, self.last_user
+        seen_assistant, tools_pending, tools = self.seen_assistant, self.tools_pending, self.tools
+
+        def add(block: Block) -> None:
+            nonlocal pos
+            if block:
+                blocks.append(block)
+                pos += len(block)
+
+        messages = iter(messages)
+        first = next(messages, None)
+        if first is None:
+            return self
+        if not self.started:
+            tools_pending = bool(tools)
+            if tools_pending and first.get("role") != "system":
+                add(header("system"))
+                add(TOOLS_HEADER)
+                add(tools_block(tools))
+                add(END)
+                tools_pending = False
+        for msg in chain((first,), messages):
+            role = msg.get("role", "user")
+            if role == "assistant":
+                if not seen_assistant:
+                    seen_assistant = True
+                    anchor = last_user
+                add(header("assistant"))
+                for block in assistant_body(content_text(msg.get("content")), msg.get("tool_calls") or ()):
+                    add(block)
+                add(END)
+                continue
+            if role == "user" and not seen_assistant:
+                last_user = pos
+            add(header(role))
+            add(tokenize(content_text(msg.get("content"))))
+            if role == "system" and tools_pending:
+                add(TOOLS_HEADER)
+                add(tools_block(tools))
+                tools_pending = False
+            add(END)
+        seq = self.seq.extend(*blocks)
+        return Rendered(tools, seq, pos, True, tools_pending, seen_assistant, last_user, anchor)
+
+    def prompt(self) -> Prompt:
+        """The prompt to send: everything rendered, then the generation prompt."""
+        if not self.started and self.tools:
+            return _tools_only(self.tools)
+        anchor = self.anchor if self.seen_assistant else self.last_user
+        return Prompt(self.seq.extend(header("assistant")), anchor, bool(self.tools))
+
+
+def _tools_only(tools: list[dict[str, Any]]) -> Prompt:
+    """No messages at all, with tools: the tools' system turn, then the generation prompt."""
+    blocks = (header("system"), TOOLS_HEADER, tools_block(tools), END, header("assistant"))
+    return Prompt(TokenSeq(blocks), None, True)
+
+
 def render(messages: list[Message], tools: list[dict[str, Any]] | None = None) -> Prompt:
     """Render a chat prompt ending with the generation prompt (`<|im_start|>assistant\\n`)."""
-    blocks: list[Block] = []
-    pos = 0
-    anchor: int | None = None
-    last_user: int | None = None
-    seen_assistant = False
-    tools_pending = bool(tools)
-
-    def add(block: Block) -> None:
-        nonlocal pos
-        if block:
-            blocks.append(block)
-            pos += len(block)
-
-    if tools_pending and not (messages and messages[0].get("role") == "system"):
-        add(header("system"))
-        add(TOOLS_HEADER)
-        add(tools_block(tools))
-        add(END)
-        tools_pending = False
-    for msg in messages:
-        role = msg.get("role", "user")
-        if role == "assistant":
-            if not seen_assistant:
-                seen_assistant = True
-                anchor = last_user
-            add(header("assistant"))
-            for block in assistant_body(content_text(msg.get("content")), msg.get("tool_calls") or ()):
-                add(block)
-            add(END)
-            continue
-        if role == "user" and not seen_assistant:
-            last_user = pos
-        add(header(role))
-        add(tokenize(content_text(msg.get("content"))))
-        if role == "system" and tools_pending:
-            add(TOOLS_HEADER)
-            add(tools_block(tools))
-            tools_pending = False
-        add(END)
-    if not seen_assistant:
-        anchor = last_user
-    add(header("assistant"))
-    return Prompt(TokenSeq(tuple(blocks)), anchor, bool(tools))
+    return Rendered(tools).add(messages).prompt()

@@ -1,0 +1,277 @@
+"""One request at a time: the cache model's arithmetic without its event loop, for sizing sweeps.
+
+When each request is sent only after the previous one has finished (`replay size sweep`'s default
+plan), nothing overlaps: no queue, no second job on the GPU, no bulk decode cut short. A job's
+life is then a straight line (live check, evict save, restore, prefill quanta with their saves,
+decode steps with theirs), and `CacheModel` spends most of its time on the machinery for overlap.
+This module walks that line with the same rules (`policy.py`), the same disk store and the same
+floating-point steps, so its results equal `CacheModel`'s to the last bit; the tests check it on
+generated traces. It splits the walk in two, so a sweep does the budget-independent half once:
+
+* `LiveSlots`: what the live slots hold. Served one at a time, every request ends with its slot
+  holding the whole reply, whatever the disk did, so routing and live hits and misses are the same
+  at every budget;
+* `DiskLane`: one budget's disk, clock and last-save positions, the part a budget changes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import reduce
+from operator import add
+
+from replay.sim import events as ev
+from replay.sim import policy
+from replay.sim.config import SimConfig
+from replay.sim.disk import Checkpoint, DiskStore
+from replay.sim.engine import Job
+from replay.sim.seq import TokenSeq, is_prefix
+
+
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """The clock steps of a job that neither read nor wrote the disk: its prefill quanta, then its
+    decode runs. Another budget whose slot has the same last-save position walks the very same
+    steps, so a sweep replays them instead of walking again."""
+
+    prefill: tuple[float, ...]
+    decode: tuple[float, ...]
+    steps: tuple[float, ...] = field(init=False)  # both, for a replay that needs only the end
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", self.prefill + self.decode)
+
+    def replay(self, t0: float) -> tuple[float, float]:
+        """(decode start, end) from `t0`, adding step by step as the walk did (same rounding)."""
+        t_decode = reduce(add, self.prefill, t0)
+        return t_decode, reduce(add, self.decode, t_decode)
+
+
+@dataclass(slots=True)
+class _Slot:
+    index: int
+    seq: TokenSeq
+    visible: TokenSeq | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Live:
+    """What the live slots make of one job (the same at every budget).
+
+    `source` is the live reuse (`memory-token`, `thinking-visible`) or None when the job goes to
+    the disk: after a live `miss` (with the live state to save first, `evict`), or on an empty slot.
+    """
+
+    slot: int
+    cached: int
+    source: str | None
+    miss: bool = False
+    evict: tuple[TokenSeq, str] | None = None
+
+
+class LiveSlots:
+    """The live KV of every slot, for jobs served one at a time."""
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self.cfg = cfg
+        self.slots = [_Slot(i, TokenSeq()) for i in range(cfg.slots)]
+
+    def admit(self, job: Job) -> Live:
+        """Route `job`, say what its slot reuses, and leave the slot as the finished job leaves it."""
+        cfg, prompt = self.cfg, job.prompt.seq
+        slot = policy.route(cfg, self.slots, prompt)
+        assert isinstance(slot, _Slot)
+        if slot.seq and is_prefix(slot.seq, prompt):
+            live = Live(slot.index, len(slot.seq), "memory-token")
+        elif slot.visible is not None and is_prefix(slot.visible, prompt):
+            live = Live(slot.index, len(slot.visible), "thinking-visible")
+        elif not slot.seq:
+            live = Live(slot.index, 0, None)
+        else:
+            evict = None
+            if policy.evict_save_applies(len(slot.seq), cfg):
+                evict = (
+                    (slot.visible, "thinking-visible")
+                    if slot.visible is not None
+                    else (slot.seq, "token-text")
+                )
+            live = Live(slot.index, 0, None, miss=True, evict=evict)
+        reply = job.reply
+        slot.seq = job.full
+        remember = reply.hidden_tokens and policy.visible_key_applies(
+            cfg, job.prompt.has_tools, bool(reply.tool_calls)
+        )
+        slot.visible = job.visible if remember else None
+        return live
+
+
+class DiskLane:
+    """One budget's side of sequential serving: its disk store, its clock, its slots' last saves,
+    and the counts a sweep reports."""
+
+    def __init__(self, cfg: SimConfig, checkpoints: Iterable[Checkpoint] = (), *, now: float = 0.0) -> None:
+        self.cfg = cfg
+        self.now = now
+        self.disk = DiskStore(cfg, list(checkpoints)) if cfg.disk else None
+        self.last_store = [0] * cfg.slots
+        self.restores = 0
+        self.stores: Counter[str] = Counter()
+        self.evictions = 0
+        self.evictions_zero_hits = 0
+        self.peak_disk_bytes = 0
+        self.saves = 0  # checkpoint writes asked for (written or not)
+        self.walk: Walk | None = None
+        self._prefill_s = cfg.prefill_step / cfg.prefill_tps
+        self._dt = 1.0 / cfg.decode_tps
+        if self.disk is not None:
+            self._evicted(self.disk.trim(now))
+            self.peak_disk_bytes = self.disk.total
+
+    def serve(self, job: Job, live: Live) -> ev.Result:
+        """Run `job` from dispatch to its last token; returns what `CacheModel` would report.
+
+        A live reuse that saved nothing leaves its steps in `walk` (else `walk` is None).
+        """
+        cfg, disk, slot = self.cfg, self.disk, live.slot
+        prompt = job.prompt.seq
+        P = len(prompt)  # noqa: N806 - ds4's name for the prompt length
+        t0 = t = self.now
+        evict_s = restore_s = 0.0
+        cached, source = live.cached, live.source
+        if source is None:
+            if live.miss:
+                self.last_store[slot] = 0
+                if live.evict is not None:
+                    t = self._save(t, slot, live.evict[0], "evict", live.evict[1], 0)
+                    evict_s = t - t0
+            cp = disk.lookup(prompt) if disk is not None else None
+            source = "none"
+            if cp is not None:
+                assert disk is not None
+                restore_s = cp.size / (cfg.disk_read_gbps * 1e9)
+                t = t + restore_s
+                disk.hit(cp, t)
+                if policy.consumed_on_restore(cp.tokens, cfg) and cp in disk.files:
+                    disk.remove(cp)
+                self.restores += 1
+                self.last_store[slot] = cached = cp.tokens
+                source = "disk-text"
+        t_prompt = t
+        saves = self.saves
+        prefill: list[float] = []
+        t = self._prefill(t, job, slot, cached, prefill)
+        t_decode = t
+        decode: list[float] = []
+        t = self._decode(t, job, slot, decode)
+        self.now = t
+        if disk is not None and disk.total > self.peak_disk_bytes:
+            self.peak_disk_bytes = disk.total
+        if live.source is not None and self.saves == saves:
+            self.walk = Walk(tuple(prefill), tuple(decode))
+        else:
+            self.walk = None
+        return ev.Result(
+            job_id=job.id,
+            slot=slot,
+            prompt_tokens=P,
+            cached_tokens=cached,
+            completion_tokens=job.reply.tokens,
+            finish=job.reply.finish,
+            error=None,
+            cache_source=source,
+            queue_s=0.0,
+            evict_save_s=evict_s,
+            restore_s=restore_s,
+            prefill_s=max(0.0, t_decode - t_prompt),
+            decode_s=max(0.0, t - t_decode),
+            total_s=t - t0,
+        )
+
+    def replay(self, walk: Walk) -> tuple[float, float, float]:
+        """Take a `Walk` another budget walked: (start, decode start, end) on this budget's clock."""
+        t0 = self.now
+        t_decode, self.now = walk.replay(t0)
+        return t0, t_decode, self.now
+
+    def _prefill(self, t: float, job: Job, slot: int, pos: int, steps: list[float]) -> float:
+        """Prefill quanta from `pos`, with the cold save at its cut and continued saves at
+        progress events on the interval (`CacheModel._prompt_start` to `_start_decode`)."""
+        cfg, P = self.cfg, len(job.prompt.seq)  # noqa: N806
+        last = self.last_store
+        progress = policy.shows_progress(pos, P, cfg)
+        cut = policy.cold_cut(P, job.prompt.anchor, cfg) if policy.cold_save_applies(pos, P, cfg) else None
+        if progress and policy.continued_due(pos, last[slot], cfg):
+            t = self._save_prefix(t, job, slot, pos, "continued", 0)
+        step, tps = cfg.prefill_step, cfg.prefill_tps
+        while pos < P:
+            stop = cut if cut is not None and pos < cut else P
+            q = max(1, min(step, stop - pos))
+            dt = self._prefill_s if q == step else q / tps
+            steps.append(dt)
+            t = t + dt
+            pos += q
+            if cut is not None and pos == cut and pos < P:
+                cut = None
+                t = self._save_prefix(t, job, slot, pos, "cold", P - pos)
+            if progress and policy.continued_due(pos, last[slot], cfg):
+                t = self._save_prefix(t, job, slot, pos, "continued", 0)
+        if policy.continued_due(P, last[slot], cfg):
+            t = self._save_prefix(t, job, slot, P, "continued", 0)
+        if cut == P:
+            t = self._save_prefix(t, job, slot, P, "cold", 0)
+        return t
+
+    def _decode(self, t: float, job: Job, slot: int, steps: list[float]) -> float:
+        """Decode in runs up to the next continued-save position (`CacheModel._decode_stop`)."""
+        cfg, n = self.cfg, job.reply.tokens
+        P = len(job.prompt.seq)  # noqa: N806
+        cstep = cfg.continued_step if cfg.disk else 0
+        tool_start = job.reply.tool_start if job.prompt.has_tools else None
+        gen = 0
+        while gen < n:
+            may_save = tool_start is None or gen <= tool_start
+            run = n - gen
+            if cstep > 0 and may_save:
+                live = P + gen
+                run = min(run, (live // cstep + 1) * cstep - live)
+            k = max(1, run)
+            dt = k * self._dt
+            steps.append(dt)
+            t = t + dt
+            gen += k
+            if (
+                gen < n
+                and (tool_start is None or gen <= tool_start)
+                and policy.continued_due(P + gen, self.last_store[slot], cfg)
+            ):
+                t = self._save(t, slot, job.full.prefix(P + gen), "continued", "token-text", 0)
+        return t
+
+    def _save_prefix(self, t: float, job: Job, slot: int, n: int, reason: str, trimmed: int) -> float:
+        self.last_store[slot] = n
+        return self._save(t, slot, job.prompt.seq.prefix(n), reason, "token-text", trimmed)
+
+    def _save(self, t: float, slot: int, seq: TokenSeq, reason: str, key: str, trimmed: int) -> float:
+        """Write one checkpoint (`CacheModel._save`): returns the time the write is done."""
+        self.saves += 1
+        if reason == "continued":
+            self.last_store[slot] = len(seq)
+        disk = self.disk
+        if disk is None:
+            return t
+        size = self.cfg.file_bytes(len(seq))
+        if disk.need(size) > disk.budget or disk.find_same(seq) is not None:
+            return t  # too big for the budget (skipped) or already on disk: nothing written
+        t = t + size / (self.cfg.disk_write_gbps * 1e9)
+        outcome = disk.store(seq, reason, key, t, trimmed)
+        self._evicted(outcome.evicted_before)
+        self._evicted(outcome.evicted_after)
+        if outcome.stored is not None:
+            self.stores[reason] += 1
+        return t
+
+    def _evicted(self, files: list[Checkpoint]) -> None:
+        self.evictions += len(files)
+        self.evictions_zero_hits += sum(1 for cp in files if cp.hits == 0)
