@@ -256,6 +256,10 @@ def size_sweep(
     hidden_reasoning: Annotated[
         bool, typer.Option(help="Replies carry reasoning the client never resends.")
     ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Processes to split the budgets between (default: one per core for big traces)."),
+    ] = None,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Run the cache model offline over a trace for each budget; find the smallest that meets --target."""
@@ -273,6 +277,7 @@ def size_sweep(
         target,
         stale,
         hidden_reasoning,
+        workers,
         json,
         console,
     )

@@ -176,25 +176,48 @@ def size_sweep(
     target: str | None,
     stale: str | None,
     hidden_reasoning: bool,
+    workers: int | None,
     as_json: bool,
     console: Console,
 ) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
     from replay import size
     from replay.sim.options import parse_bytes, parse_tokens
+    from replay.size_parallel import auto_workers
 
     cfg = size.size_config(preset, hidden_reasoning=hidden_reasoning or None)
-    found = size.sweep_trace(
-        trace,
-        size.parse_budgets(budgets),
-        cfg=cfg,
-        history=history,
-        plan=plan,
-        speed=speed,
-        slots=size.parse_slots(slots),
-        routings=[r.strip() for r in routing.split(",") if r.strip()],
-        target_reread=parse_tokens(target) if target else None,
-        stale=size.stale_files(parse_bytes(stale), cfg) if stale else (),
+    sizes = size.parse_budgets(budgets)
+    if not trace.is_file():
+        raise UsageError(f"{trace}: no such trace file")
+    if workers is not None and workers < 1:
+        raise UsageError("--workers must be at least 1")
+    processes = workers or auto_workers(trace, len(sizes))
+    bar = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=as_json,
     )
+    with bar:
+        task = bar.add_task(f"sweeping {len(sizes)} budget(s) in {processes} process(es)", total=None)
+        found = size.sweep_trace(
+            trace,
+            sizes,
+            cfg=cfg,
+            history=history,
+            plan=plan,
+            speed=speed,
+            slots=size.parse_slots(slots),
+            routings=[r.strip() for r in routing.split(",") if r.strip()],
+            target_reread=parse_tokens(target) if target else None,
+            stale=size.stale_files(parse_bytes(stale), cfg) if stale else (),
+            workers=processes,
+            progress=lambda done, total: bar.update(task, completed=done, total=total or None),
+        )
     if as_json:
         _print_json(size.sweep_json(found))
     else:

@@ -8,10 +8,11 @@ behaviour of `replay sim serve` online can never disagree.
 
 from __future__ import annotations
 
+import gc
 import statistics
 from array import array
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import reduce
 from operator import add
@@ -270,7 +271,9 @@ def jobs_from_trace(trace: Any, cfg: SimConfig, history: History = "live") -> It
         if parent is not None and req.keep == parent.n_messages:
             base = rendered.get(parent.id)
         if base is not None and base.tools == tools:
-            new = [plain_message(m if m.get("$reply") is None else reply_for(m["$reply"])) for m in req.append]
+            new = [
+                plain_message(m if m.get("$reply") is None else reply_for(m["$reply"])) for m in req.append
+            ]
             done = base.add(new)
         else:
             done = Rendered(tools).add(materialize(req, reply_for))
@@ -391,11 +394,15 @@ def sweep(
         rows = _sweep_sequential(jobs, variants, stale)
     else:
         rows = _sweep_timed(jobs, variants, stale, speed)
-    best = None
-    if target_reread is not None:
-        ok = sorted(r.budget_bytes for r in rows if r.reread_max <= target_reread)
-        best = ok[0] if ok else None
-    return SweepReport(rows, target_reread, best)
+    return SweepReport(rows, target_reread, _best_budget(rows, target_reread))
+
+
+def _best_budget(rows: Sequence[SweepRow], target_reread: int | None) -> int | None:
+    """The smallest budget at which no switch re-reads more than the target."""
+    if target_reread is None:
+        return None
+    ok = sorted(r.budget_bytes for r in rows if r.reread_max <= target_reread)
+    return ok[0] if ok else None
 
 
 def _sweep_timed(
@@ -527,13 +534,47 @@ def sweep_trace(
     *,
     cfg: SimConfig | None = None,
     history: History = "live",
+    workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
     **kwargs: Any,
 ) -> SweepReport:
-    """`sweep` over a trace file (read with `replay.trace.read_trace`)."""
+    """`sweep` over a trace file (read with `replay.trace.read_trace`), in `workers` processes
+    (budgets split between them); `progress(done, total)` hears of the requests swept."""
+    from replay.size_parallel import sweep_in_workers
     from replay.trace import read_trace
 
     cfg = cfg or config_for()
-    return sweep(jobs_from_trace(read_trace(path), cfg, history), budgets, cfg=cfg, **kwargs)
+    if workers > 1 and len(budgets) > 1:
+        options = dict(kwargs, cfg=cfg, history=history)
+        rows = sweep_in_workers(path, budgets, min(workers, len(budgets)), options, progress)
+        target = kwargs.get("target_reread")
+        return SweepReport(rows, target, _best_budget(rows, target))
+    trace = read_trace(path)
+    jobs = jobs_from_trace(trace, cfg, history)
+    if progress is not None:
+        jobs = _counted(jobs, len(trace.requests), progress)
+    # The sweep makes no reference cycles, and with millions of objects alive (the trace, every
+    # budget's checkpoints) the collector's passes over them would cost a quarter of the time.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return sweep(jobs, budgets, cfg=cfg, **kwargs)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _counted(
+    jobs: Iterator[tuple[float, Job]], total: int, progress: Callable[[int, int], None], every: int = 2_000
+) -> Iterator[tuple[float, Job]]:
+    done = 0
+    progress(0, total)
+    for item in jobs:
+        yield item
+        done += 1
+        if done % every == 0:
+            progress(done, total)
+    progress(done, total)
 
 
 def sweep_table(report: SweepReport) -> Table:

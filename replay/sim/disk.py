@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -50,6 +49,7 @@ class Checkpoint:
     hits: int = 0
     trimmed: int = 0
     _name: str | None = field(default=None, repr=False)
+    _key: tuple[int, int] | None = field(default=None, repr=False)  # its disk-index bucket
 
     @property
     def tokens(self) -> int:
@@ -80,7 +80,9 @@ class StoreOutcome:
 class DiskStore:
     def __init__(self, cfg: SimConfig, files: list[Checkpoint] | None = None) -> None:
         self.cfg = cfg
-        self.files: list[Checkpoint] = list(files or [])
+        self.budget = cfg.budget_bytes
+        # Insertion-ordered, so listing the files gives them in store order.
+        self.files: dict[Checkpoint, None] = dict.fromkeys(files or ())
         self.total = sum(cp.size for cp in self.files)
         # Files bucketed by (n // GRID, hash of their first n // GRID * GRID tokens): a prompt's
         # stored prefixes are in the buckets of its own grid hashes, so a lookup visits a few
@@ -97,17 +99,14 @@ class DiskStore:
         for cp in self.files:
             self._add(cp)
 
-    @property
-    def budget(self) -> int:
-        return self.cfg.budget_bytes
-
-    def need(self, size: int) -> int:
+    @staticmethod
+    def need(size: int) -> int:
         """Bytes a file needs to be allowed in: its size plus ds4's 1% safety slack."""
         return size + size // 100
 
     def trim(self, now: float) -> list[Checkpoint]:
         """The startup pass: evict until the directory fits the budget."""
-        return self._evict_while(lambda: self.total > self.budget, now, protect=None, incoming=None)
+        return self._evict_over(0, now, protect=None, incoming=None)
 
     @staticmethod
     def _key(seq: TokenSeq) -> tuple[int, int]:
@@ -139,20 +138,19 @@ class DiskStore:
             return StoreOutcome(None, [], [], duplicate=True)
         before: list[Checkpoint] = []
         if self.cfg.eviction == "aug":
-            before = self._evict_while(
-                lambda: self.total + self.need(size) > self.budget, now, protect=None, incoming=seq
-            )
+            before = self._evict_over(self.need(size), now, protect=None, incoming=seq)
         cp = Checkpoint(seq, reason, key, size, created=now, last_used=now, trimmed=trimmed)
-        self.files.append(cp)
+        self.files[cp] = None
         self.total += size
         after: list[Checkpoint] = []
         if self.cfg.eviction == "base":
-            after = self._evict_while(lambda: self.total > self.budget, now, protect=cp, incoming=None)
+            after = self._evict_over(0, now, protect=cp, incoming=None)
         self._add(cp)  # after the pass: the new file is protected from it
         return StoreOutcome(cp, before, after)
 
     def _add(self, cp: Checkpoint) -> None:
-        self._index.setdefault(self._key(cp.seq), []).append(cp)
+        cp._key = self._key(cp.seq)
+        self._index.setdefault(cp._key, []).append(cp)
         self._stored += 1
         self._order[cp] = self._stored
         if cp.hits:
@@ -186,28 +184,32 @@ class DiskStore:
             self._hit[cp] = None
 
     def remove(self, cp: Checkpoint) -> None:
-        self.files.remove(cp)
+        del self.files[cp]
         del self._order[cp]
         self._hit.pop(cp, None)
-        bucket = self._index[self._key(cp.seq)]
+        key = cp._key or self._key(cp.seq)
+        bucket = self._index[key]
         bucket.remove(cp)
         if not bucket:
-            del self._index[self._key(cp.seq)]
+            del self._index[key]
         self.total -= cp.size
 
-    def _evict_while(
-        self, over: Callable[[], bool], now: float, protect: Checkpoint | None, incoming: TokenSeq | None
+    def _evict_over(
+        self, extra: int, now: float, protect: Checkpoint | None, incoming: TokenSeq | None
     ) -> list[Checkpoint]:
-        """Evict lowest score first (ties: least recently used, then the older file) while
-        `over()`; a file's score does not depend on the other files, so one ranking serves the
-        whole pass. `protect` is never in the heap (it is added after its pass)."""
+        """Evict lowest score first (ties: least recently used, then the older file) while the
+        files and `extra` bytes exceed the budget; a file's score does not depend on the other
+        files, so one ranking serves the whole pass. `protect` is never in the heap (it is added
+        after its pass)."""
         evicted: list[Checkpoint] = []
-        if not over():
+        limit = self.budget - extra
+        if self.total <= limit:
             return evicted
         # Scored now: files with hits, and (August build) never-hit continued files that are a
         # prefix of the incoming one, whose score depends on it.
-        moving = dict(self._hit)
+        moving = self._hit
         if incoming is not None and self.cfg.eviction == "aug":
+            moving = dict(moving)
             for cp in self._prefixes(incoming):
                 if cp.reason == "continued" and len(cp.seq) < len(incoming):
                     moving[cp] = None
@@ -218,11 +220,11 @@ class DiskStore:
         )
         i = 0
         held: list[tuple[float, float, int, Checkpoint]] = []
-        heap = self._still
-        while over():
-            while heap and (heap[0][3] not in self._order or heap[0][3] in moving):
+        heap, order = self._still, self._order
+        while self.total > limit:
+            while heap and (heap[0][3] not in order or heap[0][3] in moving):
                 entry = heapq.heappop(heap)
-                if entry[3] in moving and entry[3] in self._order and not entry[3].hits:
+                if entry[3] in moving and entry[3] in order and not entry[3].hits:
                     held.append(entry)  # scored differently for this pass only
             if i < len(scored) and (not heap or scored[i] < heap[0]):
                 victim = scored[i][3]

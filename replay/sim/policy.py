@@ -150,6 +150,8 @@ def route(cfg: SimConfig, free: Sequence[SlotView], prompt: TokenSeq) -> SlotVie
     index (ds4 issue 1069). reuse-aware (PR 765): a slot whose live state is an exact prefix of the
     prompt first, then an empty slot, then the longest common prefix.
     """
+    if len(free) == 1:
+        return free[0]
     if cfg.routing == "reuse-aware":
         reusable = [(_reusable(s, prompt), s) for s in free if s.seq]
         reusable = [(n, s) for n, s in reusable if n > 0]

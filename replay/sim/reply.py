@@ -8,15 +8,17 @@ visible part renders exactly as the client will send it back, and with hidden re
 from __future__ import annotations
 
 import hashlib
+import sys
 import zlib
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from replay.sim.render import Prompt, assistant_body, reasoning_blocks
-from replay.sim.tokenizer import Block
-from replay.trace.synth import synth_text
+from replay.sim.tokenizer import Block, remember
+from replay.trace.synth import WORDS, synth_text
 
 REASONING_OVERHEAD = 5  # <think>\n ... \n</think>\n\n
 
@@ -126,9 +128,30 @@ def make_reply(
         call["arguments"] = _arguments(words, seed)
         body = assistant_body("", (call,))
         return Reply("", reasoning, (call,), "tool_calls", hidden, body)
-    content = synth_text(visible, seed)
+    content = reply_text(visible, seed)
     kind = "length" if capped or finish == "length" else "stop"
     return Reply(content, reasoning, (), kind, hidden, assistant_body(content, ()))
+
+
+_WORDS = tuple(sys.intern(w) for w in WORDS)
+_SPACED = tuple(sys.intern(" " + w) for w in WORDS)
+
+
+def reply_text(tokens: int, seed: int) -> str:
+    """`tokens` words for a text reply, a pure function of the seed, with its tokens put in the
+    tokenizer's cache: a reply is generated once per request and tokenized again in every later
+    turn that resends it, so both must be cheap (one hash stream, no regex)."""
+    if tokens <= 0:
+        return ""
+    stream = hashlib.shake_128(seed.to_bytes(8, "little", signed=True)).digest(2 * tokens)
+    pairs = array("H", stream)
+    if sys.byteorder == "big":
+        pairs.byteswap()  # the same words on every machine
+    picks = [i % len(WORDS) for i in pairs]
+    words = [WORDS[i] for i in picks]
+    text = " ".join(words)
+    remember(text, (_WORDS[picks[0]], *[_SPACED[i] for i in picks[1:]]))
+    return text
 
 
 def _arguments(words: int, seed: int) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
-from functools import lru_cache
+from collections import OrderedDict
 
 Block = tuple[str, ...]
 
@@ -23,12 +23,26 @@ _TOKEN = re.compile(r" ?[^\W\d_]{1,15}| ?\d{1,3}| ?[^\w\s]| ?_|\s+")
 EMPTY: Block = ()
 
 
-@lru_cache(maxsize=1 << 16)
+# Recent texts and their tokens (insertion order, the oldest dropped first): equal texts share one
+# tuple, which is what makes comparing two renderings mostly identity checks.
+_CACHE_SIZE = 1 << 16
+_cache: OrderedDict[str, Block] = OrderedDict()
+
+
 def tokenize(text: str) -> Block:
     """The tokens of `text`; cached, so equal texts share one tuple (fast identity comparison)."""
-    if not text:
-        return EMPTY
-    return tuple(map(sys.intern, _TOKEN.findall(text)))
+    block = _cache.get(text)
+    if block is None:
+        block = tuple(map(sys.intern, _TOKEN.findall(text))) if text else EMPTY
+        remember(text, block)
+    return block
+
+
+def remember(text: str, block: Block) -> None:
+    """Put a text whose tokens are already known (a generated reply) in the cache."""
+    _cache[text] = block
+    if len(_cache) > _CACHE_SIZE:
+        _cache.popitem(last=False)
 
 
 def count_tokens(text: str) -> int:

@@ -18,7 +18,9 @@ from replay.sim import events as ev
 from replay.sim.config import MiB, SimConfig, config_for
 from replay.sim.engine import CacheModel, Job, build_job
 from replay.sim.render import Rendered, render
+from replay.sim.reply import reply_text
 from replay.sim.sequential import DiskLane, LiveSlots
+from replay.sim.tokenizer import _TOKEN, tokenize
 from replay.size import StaleFile, SweepRow, _stale_checkpoints, _Tally, jobs_from_trace, sweep
 from replay.trace import TraceWriter, materialize, read_trace, recorded_reply
 from replay.trace.synth import synth_text
@@ -251,3 +253,11 @@ def test_sweep_jobs_from_a_trace_equal_jobs_rendered_whole(tmp_path) -> None:
             assert job.prompt.seq.tokens() == whole.prompt.seq.tokens()
             assert (job.prompt.anchor, job.prompt.has_tools) == (whole.prompt.anchor, whole.prompt.has_tools)
             assert job.reply == whole.reply
+
+
+@given(tokens=st.integers(0, 400), seed=st.integers(0, 2**40))
+def test_reply_text_puts_exactly_its_tokens_in_the_cache(tokens: int, seed: int) -> None:
+    """Generated replies skip the tokenizer's regex: what they remember must be what it finds."""
+    text = reply_text(tokens, seed)
+    assert text == reply_text(tokens, seed)
+    assert tokenize(text) == tuple(_TOKEN.findall(text)) and len(tokenize(text)) == tokens

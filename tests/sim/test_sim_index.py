@@ -89,7 +89,7 @@ def test_eviction_order_matches_a_full_sort(spec, meta, eviction, which, frac):
     store = _store(cfg, seqs, meta)
     incoming = split(bases[which], []) if eviction == "aug" else None
     now = 60_000.0
-    for cp in store.files[::3]:
+    for cp in list(store.files)[::3]:
         store.hit(cp, now - 10)
     pos = {id(cp): i for i, cp in enumerate(store.files)}
     ranked = sorted(store.files, key=lambda c: (policy.eviction_score(c, now, cfg, incoming), c.last_used))
@@ -99,10 +99,10 @@ def test_eviction_order_matches_a_full_sort(spec, meta, eviction, which, frac):
             break
         total -= cp.size
         want.append(pos[id(cp)])
-    got = store._evict_while(lambda: store.total > keep, now, None, incoming)
+    got = store._evict_over(store.budget - keep, now, None, incoming)  # down to `keep` bytes
     assert [pos[id(cp)] for cp in got] == want
     # a second pass continues the same ranking
-    got2 = store._evict_while(lambda: store.total > keep // 2, now, None, incoming)
+    got2 = store._evict_over(store.budget - keep // 2, now, None, incoming)
     rest = [i for i in (pos[id(c)] for c in ranked) if i not in want]
     assert [pos[id(cp)] for cp in got2] == rest[: len(got2)]
     assert store.total <= keep // 2
@@ -133,6 +133,6 @@ def test_aug_evicts_a_superseded_continued_prefix_first():
     cfg = config_for(disk=True, eviction="aug")
     seqs, bases = _family([(1, 2 * GRID), (0, 2 * GRID), (0, 3 * GRID)])
     store = _store(cfg, seqs, [("continued", 0, 100.0), ("continued", 0, 50.0), ("continued", 0, 0.0)])
-    older_prefix = store.files[1]  # the unrelated file is the oldest: without the rule it goes first
-    got = store._evict_while(lambda: len(store.files) > 2, 60_000.0, None, split(bases[0], []))
+    older_prefix = list(store.files)[1]  # the unrelated file is the oldest: without the rule it goes first
+    got = store._evict_over(store.budget - store.total + 1, 60_000.0, None, split(bases[0], []))  # one file
     assert got == [older_prefix]
