@@ -120,9 +120,9 @@ def run_section(
     if name == "sim":
         morning = simbench.slow_morning(work, timeout_s=120 if quick else 300)
         log(f"  slow-morning: {morning.get('status')} {morning.get('wall_s')} s")
-        # 1M requests would take ~an hour at the simulator's current speed: measure a slice, extrapolate.
-        requests = 1_000 if quick else 10_000
-        swept = simbench.sweep(work, requests, 20, timeout_s=60 if quick else 400)
+        # The real 1M requests in a full run; a quick run measures a slice and extrapolates.
+        requests = 20_000 if quick else 1_000_000
+        swept = simbench.sweep(work, requests, 20, timeout_s=120 if quick else 1200)
         log(f"  sweep: {swept.get('status')} {swept.get('wall_s')} s")
         return {"slow_morning": morning, "sweep": swept}
     raise ValueError(name)

@@ -7,7 +7,6 @@ with its time, never as a benchmark that hangs.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,8 +18,9 @@ GiB = 2**30
 
 
 def sweep_trace_file(path: Path, requests: int, turns: int = 10) -> Path:
-    """`requests` requests in sessions of `turns` short turns (histories stay small: the sweep's
-    cost is per request, not per token)."""
+    """`requests` requests in sessions of `turns` short turns, one session after another (histories
+    stay small: the sweep's cost is per request, not per token). Each session's first request is a
+    live miss that saves the previous session; nothing is ever restored."""
     params = {"max_tokens": 16}
     with TraceWriter(path, source="scenario:bench-sweep", created="2026-01-01T00:00:00+00:00") as w:
         n = 0
@@ -51,30 +51,37 @@ def sweep_trace_file(path: Path, requests: int, turns: int = 10) -> Path:
     return path
 
 
-def _child(argv: list[str], timeout_s: float) -> dict[str, Any]:
+def _child(argv: list[str], timeout_s: float, work: Path) -> dict[str, Any]:
+    """Run one measurement as a child in its own session; past the deadline its whole group goes
+    (a sweep's worker processes with it)."""
+    from drivers.process import ChildProcess
+
+    out, err = work / f"simbench-{argv[0]}.out", work / f"simbench-{argv[0]}.err"
+    child = ChildProcess(
+        [sys.executable, "-m", "replay.bench.simbench", *argv],
+        log_path=out,
+        stderr_path=err,
+        name=f"simbench-{argv[0]}",
+        give_up=True,
+    )
     t0 = time.perf_counter()
+    child.start()
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "replay.bench.simbench", *argv],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
+        code = child.wait(timeout_s)
+    finally:
+        if child.running():
+            child.stop(timeout=5.0, give_up=True)
+    if code is None:
         return {"status": "timeout", "reason": f"not finished after {timeout_s:g} s", "wall_s": None}
     wall = round(time.perf_counter() - t0, 2)
-    if done.returncode != 0:
-        return {
-            "status": "failed",
-            "reason": (done.stderr.strip().splitlines() or ["?"])[-1][:300],
-            "wall_s": wall,
-        }
-    return {"status": "ok", "wall_s": wall, **json.loads(done.stdout.strip().splitlines()[-1])}
+    if code != 0:
+        lines = err.read_text(errors="replace").strip().splitlines() or ["?"]
+        return {"status": "failed", "reason": lines[-1][:300], "wall_s": wall}
+    return {"status": "ok", "wall_s": wall, **json.loads(out.read_text().strip().splitlines()[-1])}
 
 
 def slow_morning(work: Path, timeout_s: float) -> dict[str, Any]:
-    return _child(["slow-morning", str(work / "slow-morning")], timeout_s)
+    return _child(["slow-morning", str(work / "slow-morning")], timeout_s, work)
 
 
 def sweep(work: Path, requests: int, budgets: int, timeout_s: float) -> dict[str, Any]:
@@ -82,12 +89,16 @@ def sweep(work: Path, requests: int, budgets: int, timeout_s: float) -> dict[str
     t0 = time.perf_counter()
     sweep_trace_file(path, requests)
     gen_s = round(time.perf_counter() - t0, 2)
-    out = _child(["sweep", str(path), str(budgets)], timeout_s)
+    out = _child(["sweep", str(path), str(budgets)], timeout_s, work)
     out.update(requests=requests, budgets=budgets, generate_s=gen_s, trace_bytes=path.stat().st_size)
     if out.get("wall_s") is not None:
-        # Linear in requests (a lower bound: the disk index scan grows with the store).
+        # Linear in requests for a slice (the real 1M in a full run).
         out["estimate_1m_s"] = round(out["wall_s"] * 1_000_000 / requests, 1)
-    out.setdefault("detail", f"{requests:,} requests x {budgets} budgets, trace generated in {gen_s} s")
+    out.setdefault(
+        "detail",
+        f"{requests:,} requests x {budgets} budgets in {out.get('workers', '?')} process(es), "
+        f"peak RSS {out.get('peak_rss_mib', '?')} MiB per process; trace generated in {gen_s} s",
+    )
     path.unlink(missing_ok=True)
     return out
 
@@ -112,11 +123,20 @@ def _slow_morning_main(out_dir: str) -> None:
 
 
 def _sweep_main(path: str, budgets: int) -> None:
+    """What `replay size sweep TRACE --budgets 4G,8G,...` does, with the same default processes."""
+    import resource
+
     from replay.size import sweep_trace
+    from replay.size_parallel import auto_workers
 
     sizes = [(i + 1) * 4 * GiB for i in range(budgets)]
-    report = sweep_trace(path, sizes)
-    print(json.dumps({"rows": len(report.rows)}))
+    workers = auto_workers(path, len(sizes))
+    report = sweep_trace(path, sizes, workers=workers)
+    peak_kib = max(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+    )
+    print(json.dumps({"rows": len(report.rows), "workers": workers, "peak_rss_mib": round(peak_kib / 1024)}))
 
 
 if __name__ == "__main__":

@@ -120,22 +120,28 @@ class DiskStore:
                 return cp
         return None
 
-    def store(self, seq: TokenSeq, reason: str, key: str, now: float, trimmed: int = 0) -> StoreOutcome:
-        """Write a checkpoint of `seq`, evicting by ds4's rule for the configured build."""
+    def store(
+        self, seq: TokenSeq, reason: str, key: str, now: float, trimmed: int = 0, *, checked: bool = False
+    ) -> StoreOutcome:
+        """Write a checkpoint of `seq`, evicting by ds4's rule for the configured build.
+
+        `checked`: the caller has just seen that the file fits the budget and is not on disk yet.
+        """
         size = self.cfg.file_bytes(len(seq))
-        if self.need(size) > self.budget:
-            mib = 1024 * 1024
-            return StoreOutcome(
-                None,
-                [],
-                [],
-                skipped=(
-                    f"estimated file size {size / mib:.2f} MiB ({self.need(size) / mib:.2f} MiB with safety) "
-                    f"exceeds budget {self.budget / mib:.0f} MiB"
-                ),
-            )
-        if self.find_same(seq) is not None:
-            return StoreOutcome(None, [], [], duplicate=True)
+        if not checked:
+            if self.need(size) > self.budget:
+                mib = 1024 * 1024
+                return StoreOutcome(
+                    None,
+                    [],
+                    [],
+                    skipped=(
+                        f"estimated file size {size / mib:.2f} MiB ({self.need(size) / mib:.2f} MiB with "
+                        f"safety) exceeds budget {self.budget / mib:.0f} MiB"
+                    ),
+                )
+            if self.find_same(seq) is not None:
+                return StoreOutcome(None, [], [], duplicate=True)
         before: list[Checkpoint] = []
         if self.cfg.eviction == "aug":
             before = self._evict_over(self.need(size), now, protect=None, incoming=seq)

@@ -48,10 +48,14 @@ class TokenSeq:
         """This sequence followed by `blocks` (a prefix view is cut to its length first)."""
         if self.ends and self.ends[-1] != self.n:
             return TokenSeq(self._whole_blocks() + blocks)
-        new = tuple(b for b in blocks if b)
-        ends = list(accumulate(map(len, new), initial=self.n))[1:]
+        new = blocks if all(blocks) else tuple(b for b in blocks if b)
+        ends = self.ends.copy()
+        n = self.n
+        for block in new:
+            n += len(block)
+            ends.append(n)
         grid = self._grid[: self.n // GRID + 1] if self._grid is not None else None
-        return TokenSeq._raw(self.blocks + new, self.ends + ends, self.n + sum(map(len, new)), grid)
+        return TokenSeq._raw(self.blocks + new, ends, n, grid)
 
     def prefix(self, n: int) -> TokenSeq:
         """The first `n` tokens, sharing blocks."""

@@ -265,7 +265,7 @@ class DiskLane:
         if disk.need(size) > disk.budget or disk.find_same(seq) is not None:
             return t  # too big for the budget (skipped) or already on disk: nothing written
         t = t + size / (self.cfg.disk_write_gbps * 1e9)
-        outcome = disk.store(seq, reason, key, t, trimmed)
+        outcome = disk.store(seq, reason, key, t, trimmed, checked=True)  # nothing ran meanwhile
         self._evicted(outcome.evicted_before)
         self._evicted(outcome.evicted_after)
         if outcome.stored is not None:

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 from sim_workloads import Convo, run_turn, system_message
 
-from replay.errors import UsageError
+from replay.errors import ReplayError, UsageError
 from replay.sim import events as ev
 from replay.sim.config import GiB, MiB, config_for
 from replay.sim.engine import CacheModel
@@ -199,3 +199,23 @@ def test_cli_helpers_build_configs_and_json() -> None:
     assert data["total_bytes"] == sum(f["bytes"] for f in data["files"]) and data["budget_bytes"] < 50e9
     report = sweep(iter([]), [GiB], cfg=QWEN, target_reread=1)
     assert sweep_json(report)["rows"][0]["requests"] == 0
+
+
+def test_sweep_in_worker_processes_gives_the_rows_of_one_process(tmp_path: Path) -> None:
+    trace = _write_trace(tmp_path / "t.jsonl")
+    budgets = [256 * MiB, 8 * GiB, 2 * GiB]  # not sorted: rows come back in the order asked
+    seen: list[tuple[int, int]] = []
+    one = sweep_trace(trace, budgets, cfg=QWEN, target_reread=3_000)
+    two = sweep_trace(
+        trace, budgets, cfg=QWEN, target_reread=3_000, workers=2, progress=lambda d, t: seen.append((d, t))
+    )
+    assert two.rows == one.rows and two.best_budget == one.best_budget is not None
+    assert [r.budget_bytes for r in two.rows] == budgets
+    assert seen and seen[-1] == (8, 8)
+
+
+def test_a_failing_sweep_worker_is_one_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"kind": "trace", "format": "agent-replay-trace/1"}\n{"kind": "request"\n')
+    with pytest.raises(ReplayError, match=r"bad.jsonl:2"):
+        sweep_trace(bad, [GiB, 2 * GiB], cfg=QWEN, workers=2)
