@@ -355,12 +355,17 @@ class _Tally:
         row = self.row
         row.stores = dict(self.stores)
         row.modelled_s = self.model.now
-        if self.rereads:
-            row.reread_p50 = statistics.median(self.rereads)
-            row.reread_max = max(self.rereads)
-            row.wait_p50_s = statistics.median(self.waits)
-            row.wait_max_s = max(self.waits)
+        _switch_figures(row, self.rereads, self.waits)
         return row
+
+
+def _switch_figures(row: SweepRow, rereads: Sequence[int], waits: Sequence[float]) -> None:
+    """Re-read tokens and modelled waits per switch: median and worst."""
+    if rereads:
+        row.reread_p50 = statistics.median(rereads)
+        row.reread_max = max(rereads)
+        row.wait_p50_s = statistics.median(waits)
+        row.wait_max_s = max(waits)
 
 
 def sweep(
@@ -455,11 +460,7 @@ class _LaneTally:
         row.evictions, row.evictions_zero_hits = lane.evictions, lane.evictions_zero_hits
         row.reprocessed_tokens = self.reprocessed + live_rereads
         row.peak_disk_bytes, row.modelled_s = lane.peak_disk_bytes, lane.now
-        if self.rereads:
-            row.reread_p50 = statistics.median(self.rereads)
-            row.reread_max = max(self.rereads)
-            row.wait_p50_s = statistics.median(self.waits)
-            row.wait_max_s = max(self.waits)
+        _switch_figures(row, self.rereads, self.waits)
         return row
 
 

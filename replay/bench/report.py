@@ -384,10 +384,15 @@ def _sim(results: dict[str, Any]) -> list[str]:
     for key, label in (("slow_morning", "slow-morning end to end"), ("sweep", "size sweep")):
         r = sim.get(key) or {}
         if r.get("status") == "ok":
-            est = (
-                f"; ~{r['estimate_1m_s']:.0f} s extrapolated to 1M requests" if r.get("estimate_1m_s") else ""
-            )
+            sliced = r.get("estimate_1m_s") and r.get("requests", 1_000_000) != 1_000_000
+            est = f"; ~{r['estimate_1m_s']:.0f} s extrapolated to 1M requests" if sliced else ""
             lines.append(f"- {label}: {r['wall_s']} s ({r.get('detail', '')}{est})")
         else:
             lines.append(f"- {label}: {r.get('status', 'not run')}: {r.get('reason', '')}")
+    lines += [
+        "",
+        "The sweep's trace (`replay/bench/simbench.py`): sessions of 10 short turns one after another, so",
+        "every 10th request is a live miss with an evict save and nothing is ever restored; 20 budgets,",
+        "4-80 GiB; the command's default processes (one per core for a trace this big).",
+    ]
     return lines
