@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 from sim_workloads import Convo, run_turn, system_message
 
+from replay import size_parallel
 from replay.errors import ReplayError, UsageError
 from replay.sim import events as ev
 from replay.sim.config import GiB, MiB, config_for
@@ -29,6 +31,7 @@ from replay.size import (
     sweep_table,
     sweep_trace,
 )
+from replay.size_parallel import MEMORY_PER_TRACE_BYTE, PARALLEL_FROM_BYTES, auto_workers
 from replay.trace import TraceWriter
 from replay.trace.synth import synth_text
 
@@ -219,3 +222,23 @@ def test_a_failing_sweep_worker_is_one_clear_error(tmp_path: Path) -> None:
     bad.write_text('{"kind": "trace", "format": "agent-replay-trace/1"}\n{"kind": "request"\n')
     with pytest.raises(ReplayError, match=r"bad.jsonl:2"):
         sweep_trace(bad, [GiB, 2 * GiB], cfg=QWEN, workers=2)
+
+
+def test_auto_workers_one_per_core_for_big_traces_within_free_memory(tmp_path: Path, monkeypatch) -> None:
+    small, big = tmp_path / "small.jsonl", tmp_path / "big.jsonl"
+    small.write_text("{}\n")
+    with open(big, "wb") as f:
+        f.truncate(PARALLEL_FROM_BYTES)  # sparse: only its size matters
+    monkeypatch.setattr(size_parallel.os, "cpu_count", lambda: 8)
+    free = PARALLEL_FROM_BYTES * MEMORY_PER_TRACE_BYTE
+
+    def available(n: int) -> Any:
+        return lambda: type("Memory", (), {"available": n})()
+
+    monkeypatch.setattr(size_parallel.psutil, "virtual_memory", available(100 * free))
+    assert auto_workers(small, 20) == 1  # not worth a second process
+    assert auto_workers(big, 20) == 8 and auto_workers(big, 3) == 3  # a core each, at most a budget each
+    monkeypatch.setattr(size_parallel.psutil, "virtual_memory", available(2 * free))
+    assert auto_workers(big, 20) == 2  # as many copies of the trace as memory holds
+    monkeypatch.setattr(size_parallel.psutil, "virtual_memory", available(free // 2))
+    assert auto_workers(big, 20) == 1
