@@ -14,8 +14,6 @@ from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import reduce
-from operator import add
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,7 +29,7 @@ from replay.sim.engine import CacheModel, ContextTooLong, Job, build_job, plan_j
 from replay.sim.options import parse_bytes, parse_tokens
 from replay.sim.render import Rendered
 from replay.sim.seq import TokenSeq
-from replay.sim.sequential import DiskLane, LiveSlots, Walk
+from replay.sim.sequential import DiskLane, Live, LiveSlots, Walk
 
 PLANS: tuple[str, ...] = ("sequential", "timed")
 HISTORIES: tuple[str, ...] = ("live", "recorded")
@@ -446,12 +444,16 @@ class _LaneTally:
         self.rereads = array("q")
         self.waits = array("d")
 
-    def add(self, reread: int, wait: float, switch: bool, switch_reread: int | None = None) -> None:
-        """One request this variant served on its own (`reread` is counted here)."""
+    def add(self, reread: int, wait: float, switch: bool) -> None:
+        """One request this variant served its own way (a live reuse's re-read is counted once for
+        all variants, by the caller)."""
         self.reprocessed += reread
         if switch:
-            self.rereads.append(reread if switch_reread is None else switch_reread)
-            self.waits.append(wait)
+            self.switched(reread, wait)
+
+    def switched(self, reread: int, wait: float) -> None:
+        self.rereads.append(reread)
+        self.waits.append(wait)
 
     def close(self, requests: int, switches: int, live_misses: int, live_rereads: int) -> SweepRow:
         row, lane = self.row, self.lane
@@ -496,34 +498,37 @@ def _sweep_sequential(
                     r = tally.lane.serve(job, live)
                     tally.add(r.prompt_tokens - r.cached_tokens, r.total_s - r.decode_s, switch)
                 continue
-            # A live reuse re-reads the same tokens at every budget, and one that writes nothing
-            # takes the same steps at every budget whose slot saved last at the same position:
-            # walked once, replayed on the other clocks.
-            reread = len(job.prompt.seq) - live.cached
+            reread = len(job.prompt.seq) - live.cached  # the same at every budget
             live_rereads[key] += reread
-            walks: dict[int, Walk | None] = {}
-            for tally in lanes:
-                lane = tally.lane
-                saved_at = lane.last_store[live.slot]
-                walk = walks.get(saved_at, _UNWALKED)
-                if walk is None or walk is _UNWALKED:
-                    r = lane.serve(job, live)
-                    if walk is _UNWALKED:
-                        walks[saved_at] = lane.walk
-                    wait = r.total_s - r.decode_s
-                elif switch:
-                    t0, t_decode, t = lane.replay(walk)
-                    wait = (t - t0) - max(0.0, t - t_decode)
-                else:
-                    lane.now = reduce(add, walk.steps, lane.now)
-                    continue
-                if switch:
-                    tally.add(0, wait, switch, reread)
+            _serve_live(job, live, lanes, switch, reread)
     return [
         t.close(requests, switches, misses[key], live_rereads[key])
         for t in tallies
         for key in [(t.row.slots, t.row.routing)]
     ]
+
+
+def _serve_live(job: Job, live: Live, lanes: list[_LaneTally], switch: bool, reread: int) -> None:
+    """A live reuse at every budget. One that writes nothing takes the same steps at every budget
+    whose slot saved last at the same position: walked once, replayed on the other clocks."""
+    walks: dict[int, Walk | None] = {}
+    for tally in lanes:
+        lane = tally.lane
+        saved_at = lane.last_store[live.slot]
+        walk = walks.get(saved_at, _UNWALKED)
+        if walk is None or walk is _UNWALKED:
+            r = lane.serve(job, live)
+            if walk is _UNWALKED:
+                walks[saved_at] = lane.walk
+            wait = r.total_s - r.decode_s
+        elif switch:
+            t0, t_decode, t = lane.replay(walk)
+            wait = (t - t0) - max(0.0, t - t_decode)
+        else:
+            lane.skip(walk)
+            continue
+        if switch:
+            tally.switched(reread, wait)
 
 
 _UNWALKED = Walk((), ())

@@ -195,6 +195,10 @@ class DiskLane:
         t_decode, self.now = walk.replay(t0)
         return t0, t_decode, self.now
 
+    def skip(self, walk: Walk) -> None:
+        """`replay` when only the clock matters."""
+        self.now = reduce(add, walk.steps, self.now)
+
     def _prefill(self, t: float, job: Job, slot: int, pos: int, steps: list[float]) -> float:
         """Prefill quanta from `pos`, with the cold save at its cut and continued saves at
         progress events on the interval (`CacheModel._prompt_start` to `_start_decode`)."""
