@@ -41,3 +41,9 @@ class DriverError(ReplayError):
     """Starting, stopping or restoring a server process failed."""
 
     exit_code = 1
+
+
+class Stopped(ReplayError):
+    """SIGTERM arrived during work that has no results to keep (a sizing sweep): stop cleanly."""
+
+    exit_code = 143

@@ -10,6 +10,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue as queue_mod
+import signal
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from replay.errors import ReplayError
+from replay.errors import ReplayError, Stopped
 
 Progress = Callable[[int, int], None]
 
@@ -60,6 +62,7 @@ def sweep_in_workers(
         proc.start()
         procs.append(proc)
     rows: dict[int, list[dict[str, Any]]] = {}
+    previous = _raise_on_sigterm()
     try:
         while len(rows) < len(procs):
             try:
@@ -77,6 +80,8 @@ def sweep_in_workers(
             if progress is not None:
                 progress(min(d.value for d, _ in counters), max(t.value for _, t in counters))
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         for proc in procs:
             if proc.is_alive():
                 proc.terminate()  # this worker's PID only
@@ -87,6 +92,17 @@ def sweep_in_workers(
         for k, position in enumerate(part):
             ordered[position] = rows[index][k * per_budget : (k + 1) * per_budget]
     return [SweepRow(**row) for chunk in ordered for row in chunk]
+
+
+def _raise_on_sigterm() -> Any:
+    """Turn SIGTERM into `Stopped` while workers run, so they are stopped too (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Stopped("the sweep was stopped by SIGTERM; its worker processes were stopped")
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def _worker(
@@ -100,9 +116,13 @@ def _worker(
 ) -> None:
     from replay.size import sweep_trace
 
+    parent = mp.parent_process()
+
     def report(n: int, of: int) -> None:
         total.value = of
         done.value = n
+        if parent is not None and not parent.is_alive():
+            os._exit(1)  # nobody is left to read the rows: stop now, with nothing to clean up
 
     try:
         found = sweep_trace(path, budgets, workers=1, progress=report, **kwargs)
