@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -17,7 +18,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Record LLM agent traffic and replay many conversations against an inference server.",
 )
-console = Console()
+# Output to a file or a pipe gets room for the wide tables (a sweep has 13 columns) instead of
+# rich's 80-column default; a terminal, or COLUMNS, sets the width as usual.
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200)
 err = Console(stderr=True)
 
 
