@@ -50,13 +50,34 @@ def enable_kernel_stamps(sock: socket.socket) -> bool:
     return True
 
 
+_TIGHT_NS = 20_000  # two clock reads this close were not split by a thread switch
+
+
+def wall_minus_monotonic() -> int:
+    """Wall clock minus the monotonic clock, from the tightest of a few bracketed reads.
+
+    Another thread (a sampler, an in-process server) can take the GIL between two clock
+    reads; one wide bracket would then shift every stamp converted with it by the switch.
+    """
+    best_width, offset = None, 0
+    for _ in range(4):
+        before = time.perf_counter_ns()
+        wall = time.time_ns()
+        after = time.perf_counter_ns()
+        if best_width is None or after - before < best_width:
+            best_width, offset = after - before, wall - (before + after) // 2
+        if best_width <= _TIGHT_NS:
+            break
+    return offset
+
+
 def kernel_stamp(anc: list[tuple[int, int, bytes]], now: int) -> int:
     """The monotonic arrival time in recvmsg()'s ancillary data, or `now` without a usable one."""
     for level, kind, raw in anc:
         if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= _TIMESPEC.size:
             sec, nsec = _TIMESPEC.unpack_from(raw)
             # Kernel stamps are wall-clock; move them onto the monotonic clock.
-            kernel = sec * 1_000_000_000 + nsec - (time.time_ns() - now)
+            kernel = sec * 1_000_000_000 + nsec - wall_minus_monotonic()
             if now - 60_000_000_000 < kernel <= now:  # else the wall clock stepped
                 return kernel
     return now

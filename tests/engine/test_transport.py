@@ -1,0 +1,48 @@
+"""Kernel receive stamps land on the monotonic clock even when a thread switch splits the clock reads."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from types import SimpleNamespace
+
+import pytest
+
+from replay.engine import transport
+
+WALL = 1_700_000_000_000_000_000  # the wall clock minus the monotonic clock, in this fake world
+
+
+def fake_clocks(mono: list[int], wall: list[int]) -> SimpleNamespace:
+    mono_it, wall_it = iter(mono), iter(wall)
+    return SimpleNamespace(perf_counter_ns=lambda: next(mono_it), time_ns=lambda: next(wall_it))
+
+
+def scm_timestamp(wall_ns: int) -> list[tuple[int, int, bytes]]:
+    sec, nsec = divmod(wall_ns, 1_000_000_000)
+    return [(socket.SOL_SOCKET, 35, struct.pack("@ll", sec, nsec))]
+
+
+@pytest.mark.skipif(transport._SO_TIMESTAMPNS is None, reason="kernel receive stamps are Linux-only")
+def test_a_thread_switch_between_clock_reads_does_not_move_the_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first bracket is split by a 5 ms switch to another thread; the second is tight.
+    clocks = fake_clocks(
+        mono=[100_000, 5_100_100, 5_200_000, 5_200_020],
+        wall=[WALL + 5_100_000, WALL + 5_200_010],
+    )
+    monkeypatch.setattr(transport, "time", clocks)
+    # The packet arrived at monotonic 50 µs and was read at 100 µs.
+    assert transport.kernel_stamp(scm_timestamp(WALL + 50_000), now=100_000) == 50_000
+
+
+def test_the_offset_matches_the_clocks_when_nothing_interrupts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transport, "time", fake_clocks(mono=[7_000, 7_010], wall=[WALL + 7_005]))
+    assert transport.wall_minus_monotonic() == WALL
+
+
+def test_a_stamp_after_the_read_or_far_before_it_falls_back_to_the_read_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for packet_wall in (WALL + 200_000, WALL + 100_000 - 61_000_000_000):  # a stepped wall clock
+        monkeypatch.setattr(transport, "time", fake_clocks(mono=[100_000, 100_010], wall=[WALL + 100_005]))
+        assert transport.kernel_stamp(scm_timestamp(packet_wall), now=100_000) == 100_000
