@@ -493,14 +493,9 @@ def _sweep_sequential(
         for key, (live_slots, lanes) in groups.items():
             live = live_slots.admit(job)
             misses[key] += live.miss
-            if live.source is None:  # to the disk: every budget on its own
-                for tally in lanes:
-                    r = tally.lane.serve(job, live)
-                    tally.add(r.prompt_tokens - r.cached_tokens, r.total_s - r.decode_s, switch)
-                continue
-            reread = len(job.prompt.seq) - live.cached  # the same at every budget
-            live_rereads[key] += reread
-            _serve_live(job, live, lanes, switch, reread)
+            if live.source is not None:
+                live_rereads[key] += len(job.prompt.seq) - live.cached  # the same at every budget
+            _serve(job, live, lanes, switch)
     return [
         t.close(requests, switches, misses[key], live_rereads[key])
         for t in tallies
@@ -508,27 +503,43 @@ def _sweep_sequential(
     ]
 
 
-def _serve_live(job: Job, live: Live, lanes: list[_LaneTally], switch: bool, reread: int) -> None:
-    """A live reuse at every budget. One that writes nothing takes the same steps at every budget
-    whose slot saved last at the same position: walked once, replayed on the other clocks."""
-    walks: dict[int, Walk | None] = {}
+def _serve(job: Job, live: Live, lanes: list[_LaneTally], switch: bool) -> None:
+    """One job at every budget. Each budget takes its own disk step (evict save, restore); the
+    prompt and reply that follow take the same steps at every budget that starts them from the
+    same cached position with its last save at the same position, as long as they save nothing:
+    walked once, then replayed on the other clocks."""
+    slot, P = live.slot, len(job.prompt.seq)  # noqa: N806 - ds4's name for the prompt length
+    walks: dict[tuple[int, int], Walk | None] = {}
+    # Budgets that have written and restored the same so far share a clock: a walk replayed from
+    # the same start ends at the same time, so it is added up once per start.
+    ends: dict[tuple[int, int, float], tuple[float, float]] = {}
     for tally in lanes:
         lane = tally.lane
-        saved_at = lane.last_store[live.slot]
-        walk = walks.get(saved_at, _UNWALKED)
-        if walk is None or walk is _UNWALKED:
-            r = lane.serve(job, live)
-            if walk is _UNWALKED:
-                walks[saved_at] = lane.walk
-            wait = r.total_s - r.decode_s
-        elif switch:
-            t0, t_decode, t = lane.replay(walk)
-            wait = (t - t0) - max(0.0, t - t_decode)
+        if live.source is None:
+            start = lane.begin(job, live)
+            t0, t, cached = start.t0, start.t, start.cached
         else:
-            lane.skip(walk)
-            continue
-        if switch:
-            tally.switched(reread, wait)
+            start = None
+            t0 = t = lane.now
+            cached = live.cached
+        saved_at = lane.last_store[slot]
+        walk = walks.get((cached, saved_at), _UNWALKED)
+        if walk is None or walk is _UNWALKED:
+            r = lane.run(job, slot, start or lane.begin(job, live))
+            if walk is _UNWALKED:
+                walks[cached, saved_at] = lane.walk
+            wait = r.total_s - r.decode_s
+        else:
+            end = ends.get((cached, saved_at, t))
+            if end is None:
+                end = ends[cached, saved_at, t] = walk.replay(t)
+            t_decode, t_end = end
+            lane.advance(t_end)
+            wait = (t_end - t0) - max(0.0, t_end - t_decode)
+        if live.source is None:
+            tally.add(P - cached, wait, switch)
+        elif switch:
+            tally.switched(P - cached, wait)
 
 
 _UNWALKED = Walk((), ())

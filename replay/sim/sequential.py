@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import reduce
 from operator import add
 
@@ -32,21 +32,30 @@ from replay.sim.seq import TokenSeq, is_prefix
 
 @dataclass(frozen=True, slots=True)
 class Walk:
-    """The clock steps of a job that neither read nor wrote the disk: its prefill quanta, then its
-    decode runs. Another budget whose slot has the same last-save position walks the very same
-    steps, so a sweep replays them instead of walking again."""
+    """The clock steps of a job's prompt and reply when they asked for no save: its prefill quanta,
+    then its decode runs. Another budget that starts the prompt from the same cached position,
+    with its slot's last save at the same position, walks the very same steps, so a sweep replays
+    them instead of walking again."""
 
     prefill: tuple[float, ...]
     decode: tuple[float, ...]
-    steps: tuple[float, ...] = field(init=False)  # both, for a replay that needs only the end
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "steps", self.prefill + self.decode)
 
     def replay(self, t0: float) -> tuple[float, float]:
         """(decode start, end) from `t0`, adding step by step as the walk did (same rounding)."""
         t_decode = reduce(add, self.prefill, t0)
         return t_decode, reduce(add, self.decode, t_decode)
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where one budget begins a job's prompt: after its evict save and restore, if any."""
+
+    t0: float  # dispatch
+    t: float  # prompt processing starts
+    cached: int
+    source: str
+    evict_s: float = 0.0
+    restore_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -130,74 +139,72 @@ class DiskLane:
             self.peak_disk_bytes = self.disk.total
 
     def serve(self, job: Job, live: Live) -> ev.Result:
-        """Run `job` from dispatch to its last token; returns what `CacheModel` would report.
+        """Run `job` from dispatch to its last token; returns what `CacheModel` would report."""
+        return self.run(job, live.slot, self.begin(job, live))
 
-        A live reuse that saved nothing leaves its steps in `walk` (else `walk` is None).
-        """
+    def begin(self, job: Job, live: Live) -> Start:
+        """The job's disk step, if the live slot left it one: the evict save of the slot's old
+        state, then the restore of the prompt's longest stored prefix."""
         cfg, disk, slot = self.cfg, self.disk, live.slot
-        prompt = job.prompt.seq
-        P = len(prompt)  # noqa: N806 - ds4's name for the prompt length
         t0 = t = self.now
+        if live.source is not None:
+            return Start(t0, t0, live.cached, live.source)
         evict_s = restore_s = 0.0
-        cached, source = live.cached, live.source
-        if source is None:
-            if live.miss:
-                self.last_store[slot] = 0
-                if live.evict is not None:
-                    t = self._save(t, slot, live.evict[0], "evict", live.evict[1], 0)
-                    evict_s = t - t0
-            cp = disk.lookup(prompt) if disk is not None else None
-            source = "none"
-            if cp is not None:
-                assert disk is not None
-                restore_s = cp.size / (cfg.disk_read_gbps * 1e9)
-                t = t + restore_s
-                disk.hit(cp, t)
-                if policy.consumed_on_restore(cp.tokens, cfg) and cp in disk.files:
-                    disk.remove(cp)
-                self.restores += 1
-                self.last_store[slot] = cached = cp.tokens
-                source = "disk-text"
-        t_prompt = t
+        cached, source = 0, "none"
+        if live.miss:
+            self.last_store[slot] = 0
+            if live.evict is not None:
+                t = self._save(t, slot, live.evict[0], "evict", live.evict[1], 0)
+                evict_s = t - t0
+        cp = disk.lookup(job.prompt.seq) if disk is not None else None
+        if cp is not None:
+            assert disk is not None
+            restore_s = cp.size / (cfg.disk_read_gbps * 1e9)
+            t = t + restore_s
+            disk.hit(cp, t)
+            if policy.consumed_on_restore(cp.tokens, cfg) and cp in disk.files:
+                disk.remove(cp)
+            self.restores += 1
+            self.last_store[slot] = cached = cp.tokens
+            source = "disk-text"
+        self.now = t
+        return Start(t0, t, cached, source, evict_s, restore_s)
+
+    def run(self, job: Job, slot: int, start: Start) -> ev.Result:
+        """Prefill from `start` and decode, with the saves they reach. A run that asked for no
+        save leaves its steps in `walk` (else `walk` is None)."""
+        t = t_prompt = start.t
         saves = self.saves
         prefill: list[float] = []
-        t = self._prefill(t, job, slot, cached, prefill)
+        t = self._prefill(t, job, slot, start.cached, prefill)
         t_decode = t
         decode: list[float] = []
         t = self._decode(t, job, slot, decode)
-        self.now = t
-        if disk is not None and disk.total > self.peak_disk_bytes:
-            self.peak_disk_bytes = disk.total
-        if live.source is not None and self.saves == saves:
-            self.walk = Walk(tuple(prefill), tuple(decode))
-        else:
-            self.walk = None
+        self.walk = Walk(tuple(prefill), tuple(decode)) if self.saves == saves else None
+        self.advance(t)
         return ev.Result(
             job_id=job.id,
             slot=slot,
-            prompt_tokens=P,
-            cached_tokens=cached,
+            prompt_tokens=len(job.prompt.seq),
+            cached_tokens=start.cached,
             completion_tokens=job.reply.tokens,
             finish=job.reply.finish,
             error=None,
-            cache_source=source,
+            cache_source=start.source,
             queue_s=0.0,
-            evict_save_s=evict_s,
-            restore_s=restore_s,
+            evict_save_s=start.evict_s,
+            restore_s=start.restore_s,
             prefill_s=max(0.0, t_decode - t_prompt),
             decode_s=max(0.0, t - t_decode),
-            total_s=t - t0,
+            total_s=t - start.t0,
         )
 
-    def replay(self, walk: Walk) -> tuple[float, float, float]:
-        """Take a `Walk` another budget walked: (start, decode start, end) on this budget's clock."""
-        t0 = self.now
-        t_decode, self.now = walk.replay(t0)
-        return t0, t_decode, self.now
-
-    def skip(self, walk: Walk) -> None:
-        """`replay` when only the clock matters."""
-        self.now = reduce(add, walk.steps, self.now)
+    def advance(self, t: float) -> None:
+        """The job is done at `t` (walked here, or replayed from another budget's walk)."""
+        self.now = t
+        disk = self.disk
+        if disk is not None and disk.total > self.peak_disk_bytes:
+            self.peak_disk_bytes = disk.total
 
     def _prefill(self, t: float, job: Job, slot: int, pos: int, steps: list[float]) -> float:
         """Prefill quanta from `pos`, with the cold save at its cut and continued saves at
