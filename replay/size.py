@@ -525,17 +525,16 @@ def _serve(job: Job, live: Live, lanes: list[_LaneTally], switch: bool) -> None:
         saved_at = lane.last_store[slot]
         walk = walks.get((cached, saved_at), _UNWALKED)
         if walk is None or walk is _UNWALKED:
-            r = lane.run(job, slot, start or lane.begin(job, live))
+            t_decode, t_end = lane.run(job, slot, start or lane.begin(job, live))
             if walk is _UNWALKED:
                 walks[cached, saved_at] = lane.walk
-            wait = r.total_s - r.decode_s
         else:
             end = ends.get((cached, saved_at, t))
             if end is None:
                 end = ends[cached, saved_at, t] = walk.replay(t)
             t_decode, t_end = end
             lane.advance(t_end)
-            wait = (t_end - t0) - max(0.0, t_end - t_decode)
+        wait = (t_end - t0) - max(0.0, t_end - t_decode)  # a `Result`'s total_s - decode_s
         if live.source is None:
             tally.add(P - cached, wait, switch)
         elif switch:

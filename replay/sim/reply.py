@@ -147,10 +147,10 @@ def reply_text(tokens: int, seed: int) -> str:
     pairs = array("H", stream)
     if sys.byteorder == "big":
         pairs.byteswap()  # the same words on every machine
-    picks = [i % len(WORDS) for i in pairs]
-    words = [WORDS[i] for i in picks]
-    text = " ".join(words)
-    remember(text, (_WORDS[picks[0]], *[_SPACED[i] for i in picks[1:]]))
+    n = len(_WORDS)
+    block = (_WORDS[pairs[0] % n], *[_SPACED[i % n] for i in pairs[1:]])
+    text = "".join(block)
+    remember(text, block)
     return text
 
 

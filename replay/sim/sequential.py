@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import reduce
 from operator import add
+from typing import NamedTuple
 
 from replay.sim import events as ev
 from replay.sim import policy
@@ -46,8 +47,7 @@ class Walk:
         return t_decode, reduce(add, self.decode, t_decode)
 
 
-@dataclass(frozen=True, slots=True)
-class Start:
+class Start(NamedTuple):
     """Where one budget begins a job's prompt: after its evict save and restore, if any."""
 
     t0: float  # dispatch
@@ -140,7 +140,24 @@ class DiskLane:
 
     def serve(self, job: Job, live: Live) -> ev.Result:
         """Run `job` from dispatch to its last token; returns what `CacheModel` would report."""
-        return self.run(job, live.slot, self.begin(job, live))
+        start = self.begin(job, live)
+        t_decode, t = self.run(job, live.slot, start)
+        return ev.Result(
+            job_id=job.id,
+            slot=live.slot,
+            prompt_tokens=len(job.prompt.seq),
+            cached_tokens=start.cached,
+            completion_tokens=job.reply.tokens,
+            finish=job.reply.finish,
+            error=None,
+            cache_source=start.source,
+            queue_s=0.0,
+            evict_save_s=start.evict_s,
+            restore_s=start.restore_s,
+            prefill_s=max(0.0, t_decode - start.t),
+            decode_s=max(0.0, t - t_decode),
+            total_s=t - start.t0,
+        )
 
     def begin(self, job: Job, live: Live) -> Start:
         """The job's disk step, if the live slot left it one: the evict save of the slot's old
@@ -170,34 +187,17 @@ class DiskLane:
         self.now = t
         return Start(t0, t, cached, source, evict_s, restore_s)
 
-    def run(self, job: Job, slot: int, start: Start) -> ev.Result:
-        """Prefill from `start` and decode, with the saves they reach. A run that asked for no
-        save leaves its steps in `walk` (else `walk` is None)."""
-        t = t_prompt = start.t
+    def run(self, job: Job, slot: int, start: Start) -> tuple[float, float]:
+        """Prefill from `start` and decode, with the saves they reach: (decode start, end). A run
+        that asked for no save leaves its steps in `walk` (else `walk` is None)."""
         saves = self.saves
         prefill: list[float] = []
-        t = self._prefill(t, job, slot, start.cached, prefill)
-        t_decode = t
+        t_decode = self._prefill(start.t, job, slot, start.cached, prefill)
         decode: list[float] = []
-        t = self._decode(t, job, slot, decode)
+        t = self._decode(t_decode, job, slot, decode)
         self.walk = Walk(tuple(prefill), tuple(decode)) if self.saves == saves else None
         self.advance(t)
-        return ev.Result(
-            job_id=job.id,
-            slot=slot,
-            prompt_tokens=len(job.prompt.seq),
-            cached_tokens=start.cached,
-            completion_tokens=job.reply.tokens,
-            finish=job.reply.finish,
-            error=None,
-            cache_source=start.source,
-            queue_s=0.0,
-            evict_save_s=start.evict_s,
-            restore_s=start.restore_s,
-            prefill_s=max(0.0, t_decode - t_prompt),
-            decode_s=max(0.0, t - t_decode),
-            total_s=t - start.t0,
-        )
+        return t_decode, t
 
     def advance(self, t: float) -> None:
         """The job is done at `t` (walked here, or replayed from another budget's walk)."""
