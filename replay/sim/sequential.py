@@ -11,7 +11,9 @@ generated traces. It splits the walk in two, so a sweep does the budget-independ
 * `LiveSlots`: what the live slots hold. Served one at a time, every request ends with its slot
   holding the whole reply, whatever the disk did, so routing and live hits and misses are the same
   at every budget;
-* `DiskLane`: one budget's disk, clock and last-save positions, the part a budget changes.
+* `DiskLane`: one budget's disk, clock and last-save positions, the part a budget changes. Its
+  `begin` is the job's disk step (evict save, restore), its `run` the prompt and reply after it;
+  a run that saves nothing is a `Walk` that other budgets starting from the same place replay.
 """
 
 from __future__ import annotations
