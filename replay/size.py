@@ -471,15 +471,13 @@ def _sweep_sequential(
 ) -> list[SweepRow]:
     """One request at a time: what the live slots do is worked out once per slot layout, and each
     budget only runs its own disk (`replay.sim.sequential`)."""
-    groups: dict[tuple[int, str], tuple[LiveSlots, list[_LaneTally]]] = {}
-    tallies: list[_LaneTally] = []
+    layouts: dict[tuple[int, str], _Layout] = {}
+    tallies: list[tuple[_Layout, _LaneTally]] = []
     for budget, vcfg in variants:
-        live_slots, lanes = groups.setdefault((vcfg.slots, vcfg.routing), (LiveSlots(vcfg), []))
+        layout = layouts.setdefault((vcfg.slots, vcfg.routing), _Layout(vcfg))
         tally = _LaneTally(budget, vcfg, stale)
-        lanes.append(tally)
-        tallies.append(tally)
-    misses = dict.fromkeys(groups, 0)
-    live_rereads = dict.fromkeys(groups, 0)  # tokens re-read after a live reuse, the same everywhere
+        layout.add(tally)
+        tallies.append((layout, tally))
     requests = switches = 0
     seen: set[str | None] = set()
     previous: str | None = None
@@ -490,55 +488,102 @@ def _sweep_sequential(
         seen.add(session)
         previous = session
         switches += switch
-        for key, (live_slots, lanes) in groups.items():
-            live = live_slots.admit(job)
-            misses[key] += live.miss
-            if live.source is not None:
-                live_rereads[key] += len(job.prompt.seq) - live.cached  # the same at every budget
-            _serve(job, live, lanes, switch)
-    return [
-        t.close(requests, switches, misses[key], live_rereads[key])
-        for t in tallies
-        for key in [(t.row.slots, t.row.routing)]
-    ]
+        for layout in layouts.values():
+            layout.serve(job, switch)
+    return [t.close(requests, switches, layout.misses, layout.live_rereads) for layout, t in tallies]
 
 
-def _serve(job: Job, live: Live, lanes: list[_LaneTally], switch: bool) -> None:
-    """One job at every budget. Each budget takes its own disk step (evict save, restore); the
-    prompt and reply that follow take the same steps at every budget that starts them from the
-    same cached position with its last save at the same position, as long as they save nothing:
-    walked once, then replayed on the other clocks."""
-    slot, P = live.slot, len(job.prompt.seq)  # noqa: N806 - ds4's name for the prompt length
-    walks: dict[tuple[int, int], Walk | None] = {}
-    # Budgets that have written and restored the same so far share a clock: a walk replayed from
-    # the same start ends at the same time, so it is added up once per start.
-    ends: dict[tuple[int, int, float], tuple[float, float]] = {}
-    for tally in lanes:
-        lane = tally.lane
-        if live.source is None:
-            start = lane.begin(job, live)
-            t0, t, cached = start.t0, start.t, start.cached
-        else:
-            start = None
-            t0 = t = lane.now
-            cached = live.cached
-        saved_at = lane.last_store[slot]
-        walk = walks.get((cached, saved_at), _UNWALKED)
-        if walk is None or walk is _UNWALKED:
-            t_decode, t_end = lane.run(job, slot, start or lane.begin(job, live))
-            if walk is _UNWALKED:
-                walks[cached, saved_at] = lane.walk
-        else:
-            end = ends.get((cached, saved_at, t))
-            if end is None:
-                end = ends[cached, saved_at, t] = walk.replay(t)
-            t_decode, t_end = end
-            lane.advance(t_end)
-        wait = (t_end - t0) - max(0.0, t_end - t_decode)  # a `Result`'s total_s - decode_s
-        if live.source is None:
-            tally.add(P - cached, wait, switch)
-        elif switch:
-            tally.switched(P - cached, wait)
+class _Layout:
+    """The budgets of one slot layout (slot count and routing): one set of live slots serves them
+    all, and budgets whose clocks and last saves are equal form a cohort, whose first budget
+    serves a job that touches no disk for all of them."""
+
+    def __init__(self, cfg: SimConfig) -> None:
+        self.live_slots = LiveSlots(cfg)
+        self.lanes: list[_LaneTally] = []
+        self.cohorts: list[list[_LaneTally]] = []
+        self.misses = 0
+        self.live_rereads = 0  # tokens re-read after a live reuse, the same at every budget
+
+    def add(self, tally: _LaneTally) -> None:
+        self.lanes.append(tally)
+        self._regroup()
+
+    def serve(self, job: Job, switch: bool) -> None:
+        live = self.live_slots.admit(job)
+        self.misses += live.miss
+        walks: dict[tuple[int, int], Walk | None] = {}
+        ends: dict[tuple[int, int, float], tuple[float, float]] = {}
+        if live.source is None:  # to the disk: every budget on its own
+            for tally in self.lanes:
+                _serve(job, live, tally, switch, walks, ends)
+            self._regroup()
+            return
+        self.live_rereads += len(job.prompt.seq) - live.cached
+        split = False
+        for head, *rest in self.cohorts:
+            wait = _serve(job, live, head, switch, walks, ends)
+            if wait is None:  # it saved: the others may not (budget too small, file already there)
+                for tally in rest:
+                    _serve(job, live, tally, switch, walks, ends)
+                split = True
+                continue
+            now = head.lane.now
+            for tally in rest:
+                tally.lane.now = now
+                if switch:
+                    tally.switched(len(job.prompt.seq) - live.cached, wait)
+        if split:
+            self._regroup()
+
+    def _regroup(self) -> None:
+        cohorts: dict[tuple[float, tuple[int, ...]], list[_LaneTally]] = {}
+        for tally in self.lanes:
+            cohorts.setdefault((tally.lane.now, tuple(tally.lane.last_store)), []).append(tally)
+        self.cohorts = list(cohorts.values())
+
+
+def _serve(
+    job: Job,
+    live: Live,
+    tally: _LaneTally,
+    switch: bool,
+    walks: dict[tuple[int, int], Walk | None],
+    ends: dict[tuple[int, int, float], tuple[float, float]],
+) -> float | None:
+    """One job at one budget: its own disk step (evict save, restore), then the prompt and reply.
+    Those take the same steps at every budget that starts them from the same cached position with
+    its last save at the same position, as long as they save nothing: walked once (`walks`), then
+    replayed on the other clocks, and added up once per start (`ends`). Returns the job's wait when
+    it touched no disk, else None."""
+    lane, slot = tally.lane, live.slot
+    P = len(job.prompt.seq)  # noqa: N806 - ds4's name for the prompt length
+    if live.source is None:
+        start = lane.begin(job, live)
+        t0, t, cached = start.t0, start.t, start.cached
+    else:
+        start = None
+        t0 = t = lane.now
+        cached = live.cached
+    saved_at = lane.last_store[slot]
+    walk = walks.get((cached, saved_at), _UNWALKED)
+    if walk is None or walk is _UNWALKED:
+        t_decode, t_end = lane.run(job, slot, start or lane.begin(job, live))
+        if walk is _UNWALKED:
+            walks[cached, saved_at] = walk = lane.walk
+    else:
+        end = ends.get((cached, saved_at, t))
+        if end is None:
+            end = ends[cached, saved_at, t] = walk.replay(t)
+        t_decode, t_end = end
+        lane.advance(t_end)
+    wait = (t_end - t0) - max(0.0, t_end - t_decode)  # a `Result`'s total_s - decode_s
+    if live.source is None:
+        tally.add(P - cached, wait, switch)
+        return None
+    if switch:
+        tally.switched(P - cached, wait)
+    return wait if walk is not None else None
 
 
 _UNWALKED = Walk((), ())
