@@ -120,7 +120,6 @@ class Rendered:
 
     tools: list[dict[str, Any]] | None = None
     seq: TokenSeq = TokenSeq()
-    pos: int = 0
     started: bool = False
     tools_pending: bool = False
     seen_assistant: bool = False
@@ -129,15 +128,8 @@ class Rendered:
 
     def add(self, messages: Iterable[Message]) -> Rendered:
         blocks: list[Block] = []
-        pos, anchor, last_user = self.pos, self.anchor, self.last_user
+        anchor, last_user = self.anchor, self.last_user
         seen_assistant, tools_pending, tools = self.seen_assistant, self.tools_pending, self.tools
-
-        def add(block: Block) -> None:
-            nonlocal pos
-            if block:
-                blocks.append(block)
-                pos += len(block)
-
         messages = iter(messages)
         first = next(messages, None)
         if first is None:
@@ -145,10 +137,7 @@ class Rendered:
         if not self.started:
             tools_pending = bool(tools)
             if tools_pending and first.get("role") != "system":
-                add(header("system"))
-                add(TOOLS_HEADER)
-                add(tools_block(tools))
-                add(END)
+                blocks += (header("system"), TOOLS_HEADER, tools_block(tools), END)
                 tools_pending = False
         for msg in chain((first,), messages):
             role = msg.get("role", "user")
@@ -156,22 +145,20 @@ class Rendered:
                 if not seen_assistant:
                     seen_assistant = True
                     anchor = last_user
-                add(header("assistant"))
-                for block in assistant_body(content_text(msg.get("content")), msg.get("tool_calls") or ()):
-                    add(block)
-                add(END)
+                blocks.append(header("assistant"))
+                blocks += assistant_body(content_text(msg.get("content")), msg.get("tool_calls") or ())
+                blocks.append(END)
                 continue
             if role == "user" and not seen_assistant:
-                last_user = pos
-            add(header(role))
-            add(tokenize(content_text(msg.get("content"))))
+                last_user = len(self.seq) + sum(map(len, blocks))  # before the first reply only
+            blocks.append(header(role))
+            blocks.append(tokenize(content_text(msg.get("content"))))
             if role == "system" and tools_pending:
-                add(TOOLS_HEADER)
-                add(tools_block(tools))
+                blocks += (TOOLS_HEADER, tools_block(tools))
                 tools_pending = False
-            add(END)
+            blocks.append(END)
         seq = self.seq.extend(*blocks)
-        return Rendered(tools, seq, pos, True, tools_pending, seen_assistant, last_user, anchor)
+        return Rendered(tools, seq, True, tools_pending, seen_assistant, last_user, anchor)
 
     def prompt(self) -> Prompt:
         """The prompt to send: everything rendered, then the generation prompt."""

@@ -12,6 +12,7 @@ import sys
 import zlib
 from array import array
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -36,9 +37,9 @@ class Reply:
     tokens: int = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        hidden = sum(len(b) for b in self.hidden_blocks)
+        hidden = sum(map(len, self.hidden_blocks))
         object.__setattr__(self, "hidden_tokens", hidden)
-        object.__setattr__(self, "tokens", hidden + sum(len(b) for b in self.visible_blocks))
+        object.__setattr__(self, "tokens", hidden + sum(map(len, self.visible_blocks)))
 
     @property
     def blocks(self) -> tuple[Block, ...]:
@@ -84,7 +85,7 @@ def _first_words(text: str, n: int) -> str:
 
 def reply_seed(prompt: Prompt) -> int:
     """A seed from the end of the prompt: equal prompts get equal replies, different turns differ."""
-    tail = "".join("".join(b) for b in prompt.seq.blocks[-4:])
+    tail = "".join(chain.from_iterable(prompt.seq.blocks[-4:]))
     return zlib.crc32(tail.encode()) ^ len(prompt)
 
 
