@@ -519,7 +519,8 @@ class _Layout:
                 _serve(job, live, tally, switch, walks, ends)
             self._regroup()
             return
-        self.live_rereads += len(job.prompt.seq) - live.cached
+        reread = len(job.prompt.seq) - live.cached
+        self.live_rereads += reread
         split = False
         for head, *rest in self.cohorts:
             wait = _serve(job, live, head, switch, walks, ends)
@@ -532,7 +533,7 @@ class _Layout:
             for tally in rest:
                 tally.lane.now = now
                 if switch:
-                    tally.switched(len(job.prompt.seq) - live.cached, wait)
+                    tally.switched(reread, wait)
         if split:
             self._regroup()
 
@@ -558,17 +559,12 @@ def _serve(
     it touched no disk, else None."""
     lane, slot = tally.lane, live.slot
     P = len(job.prompt.seq)  # noqa: N806 - ds4's name for the prompt length
-    if live.source is None:
-        start = lane.begin(job, live)
-        t0, t, cached = start.t0, start.t, start.cached
-    else:
-        start = None
-        t0 = t = lane.now
-        cached = live.cached
+    start = lane.begin(job, live)
+    t0, t, cached = start.t0, start.t, start.cached
     saved_at = lane.last_store[slot]
     walk = walks.get((cached, saved_at), _UNWALKED)
     if walk is None or walk is _UNWALKED:
-        t_decode, t_end = lane.run(job, slot, start or lane.begin(job, live))
+        t_decode, t_end = lane.run(job, slot, start)
         if walk is _UNWALKED:
             walks[cached, saved_at] = walk = lane.walk
     else:
