@@ -261,7 +261,10 @@ def size_sweep(
     ] = False,
     workers: Annotated[
         int | None,
-        typer.Option(help="Processes to split the budgets between (default: one per core for big traces)."),
+        typer.Option(
+            help="Processes: one reads and renders the trace, the others split the budgets "
+            "(default: one per core for big traces)."
+        ),
     ] = None,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:

@@ -203,7 +203,9 @@ def size_sweep(
         disable=as_json,
     )
     with bar:
-        task = bar.add_task(f"sweeping {len(sizes)} budget(s) in {processes} process(es)", total=None)
+        task = bar.add_task(
+            f"sweeping {len(sizes)} budget(s) in {processes} process(es), trace lines", total=None
+        )
         found = size.sweep_trace(
             trace,
             sizes,

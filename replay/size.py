@@ -29,7 +29,8 @@ from replay.sim.engine import CacheModel, ContextTooLong, Job, build_job, plan_j
 from replay.sim.options import parse_bytes, parse_tokens
 from replay.sim.render import Rendered
 from replay.sim.seq import TokenSeq
-from replay.sim.sequential import DiskLane, Live, LiveSlots, Walk
+from replay.sim.sequential import DiskLane, Live, LiveSlots, Walk, save_room
+from replay.trace.model import Request
 
 PLANS: tuple[str, ...] = ("sequential", "timed")
 HISTORIES: tuple[str, ...] = ("live", "recorded")
@@ -247,9 +248,12 @@ def jobs_from_requests(
         )
 
 
-def jobs_from_trace(trace: Any, cfg: SimConfig, history: History = "live") -> Iterator[tuple[float, Job]]:
-    """(send time, job) for each request of a `replay.trace.Trace`, replies spliced as the engine does:
-    the simulator's own reply in `live` history, the recorded one in `recorded` history.
+def jobs_from_trace(
+    requests: Iterable[Request], cfg: SimConfig, history: History = "live"
+) -> Iterator[tuple[float, Job]]:
+    """(send time, job) for each of a trace's requests (in trace order, as `replay.trace` reads
+    them), replies spliced as the engine does: the simulator's own reply in `live` history, the
+    recorded one in `recorded` history.
 
     A request that keeps all its parent's messages is rendered as the parent's rendering plus its
     new messages (what `render` would give for the whole list), so a turn costs what it adds.
@@ -257,12 +261,14 @@ def jobs_from_trace(trace: Any, cfg: SimConfig, history: History = "live") -> It
     from replay.trace import materialize, recorded_reply
     from replay.trace.materialize import plain_message
 
-    recorded = recorded_reply(trace.by_id()) if history == "recorded" else None
+    seen: dict[int, Request] = {}  # recorded history: the requests so far, for their replies
     replies: dict[int, Message] = {}
-    reply_for = recorded or replies.__getitem__
+    reply_for = recorded_reply(seen) if history == "recorded" else replies.__getitem__
     rendered: OrderedDict[int, Rendered] = OrderedDict()  # recent requests' renderings, by id
 
-    for req in trace.requests:
+    for req in requests:
+        if history == "recorded":
+            seen[req.id] = req
         tools = req.params.get("tools")
         parent = req.parent
         base = None
@@ -434,19 +440,25 @@ def _sweep_timed(
     return rows
 
 
-class _LaneTally:
-    """One variant of a sequential sweep: its disk lane and the switch figures it reports."""
+Member = tuple[int, int, SimConfig]  # a sequential sweep's variant: its index, budget and config
 
-    def __init__(self, budget: int, cfg: SimConfig, stale: Sequence[StaleFile]) -> None:
-        self.row = SweepRow(budget, cfg.slots, cfg.routing)
-        self.lane = DiskLane(cfg, _stale_checkpoints(stale, cfg))
+
+class _LaneTally:
+    """A disk lane and the switch figures it reports, for one budget or for several (`members`,
+    smallest first) as long as their disks cannot tell them apart (`replay.sim.sequential.save_room`):
+    the lane runs under the smallest budget, and budgets that could start evicting part with a
+    copy of it."""
+
+    def __init__(self, members: list[Member], lane: DiskLane) -> None:
+        self.members = members
+        self.lane = lane
         self.reprocessed = 0
         self.rereads = array("q")
         self.waits = array("d")
 
     def add(self, reread: int, wait: float, switch: bool) -> None:
-        """One request this variant served its own way (a live reuse's re-read is counted once for
-        all variants, by the caller)."""
+        """One request this lane served its own way (a live reuse's re-read is counted once for
+        all lanes, by the caller)."""
         self.reprocessed += reread
         if switch:
             self.switched(reread, wait)
@@ -455,29 +467,58 @@ class _LaneTally:
         self.rereads.append(reread)
         self.waits.append(wait)
 
-    def close(self, requests: int, switches: int, live_misses: int, live_rereads: int) -> SweepRow:
-        row, lane = self.row, self.lane
-        row.requests, row.switches, row.live_misses = requests, switches, live_misses
-        row.restores, row.stores = lane.restores, dict(lane.stores)
-        row.evictions, row.evictions_zero_hits = lane.evictions, lane.evictions_zero_hits
-        row.reprocessed_tokens = self.reprocessed + live_rereads
-        row.peak_disk_bytes, row.modelled_s = lane.peak_disk_bytes, lane.now
-        _switch_figures(row, self.rereads, self.waits)
-        return row
+    def free(self) -> int:
+        """Bytes the lane's disk has free under the smallest budget it serves."""
+        disk = self.lane.disk
+        assert disk is not None  # a sweep always has one
+        return disk.budget - disk.total
+
+    def part(self, room: int) -> list[_LaneTally]:
+        """Budgets with less than `room` bytes free go on their own, each with its copy of the lane."""
+        total = self.lane.disk.total if self.lane.disk is not None else 0
+        staying = [m for m in self.members if total + room <= m[2].budget_bytes]
+        leaving = self.members[: len(self.members) - len(staying)]
+        if not leaving:
+            return []
+        # The lane runs under the smallest budget's config: that budget keeps it.
+        lanes = [self.lane] + [self.lane.copy(m[2]) for m in leaving[1:]]
+        if staying:
+            self.lane = self.lane.copy(staying[0][2])
+        self.members = staying
+        parted = []
+        for member, lane in zip(leaving, lanes, strict=True):
+            tally = _LaneTally([member], lane)
+            tally.reprocessed, tally.rereads, tally.waits = self.reprocessed, self.rereads[:], self.waits[:]
+            parted.append(tally)
+        return parted
+
+    def close(
+        self, requests: int, switches: int, live_misses: int, live_rereads: int
+    ) -> list[tuple[int, SweepRow]]:
+        """A row per budget, with the index of its variant."""
+        lane = self.lane
+        rows = []
+        for index, budget, cfg in self.members:
+            row = SweepRow(budget, cfg.slots, cfg.routing, requests, switches, lane.restores, live_misses)
+            row.stores = dict(lane.stores)
+            row.evictions, row.evictions_zero_hits = lane.evictions, lane.evictions_zero_hits
+            row.reprocessed_tokens = self.reprocessed + live_rereads
+            row.peak_disk_bytes, row.modelled_s = lane.peak_disk_bytes, lane.now
+            _switch_figures(row, self.rereads, self.waits)
+            rows.append((index, row))
+        return rows
 
 
 def _sweep_sequential(
     jobs: Iterable[tuple[float, Job]], variants: list[tuple[int, SimConfig]], stale: Sequence[StaleFile]
 ) -> list[SweepRow]:
     """One request at a time: what the live slots do is worked out once per slot layout, and each
-    budget only runs its own disk (`replay.sim.sequential`)."""
-    layouts: dict[tuple[int, str], _Layout] = {}
-    tallies: list[tuple[_Layout, _LaneTally]] = []
-    for budget, vcfg in variants:
-        layout = layouts.setdefault((vcfg.slots, vcfg.routing), _Layout(vcfg))
-        tally = _LaneTally(budget, vcfg, stale)
-        layout.add(tally)
-        tallies.append((layout, tally))
+    budget only runs its own disk (`replay.sim.sequential`), shared with other budgets while they
+    cannot differ."""
+    members: dict[tuple[int, str], list[Member]] = {}
+    for index, (budget, vcfg) in enumerate(variants):
+        members.setdefault((vcfg.slots, vcfg.routing), []).append((index, budget, vcfg))
+    layouts = [_Layout(group, stale) for group in members.values()]
     requests = switches = 0
     seen: set[str | None] = set()
     previous: str | None = None
@@ -488,33 +529,45 @@ def _sweep_sequential(
         seen.add(session)
         previous = session
         switches += switch
-        for layout in layouts.values():
+        for layout in layouts:
             layout.serve(job, switch)
-    return [t.close(requests, switches, layout.misses, layout.live_rereads) for layout, t in tallies]
+    rows = [
+        row
+        for layout in layouts
+        for tally in layout.lanes
+        for row in tally.close(requests, switches, layout.misses, layout.live_rereads)
+    ]
+    return [row for _, row in sorted(rows, key=lambda ir: ir[0])]
 
 
 class _Layout:
     """The budgets of one slot layout (slot count and routing): one set of live slots serves them
-    all, and budgets whose clocks and last saves are equal form a cohort, whose first budget
-    serves a job that touches no disk for all of them."""
+    all, and lanes whose clocks and last saves are equal form a cohort, whose first lane serves a
+    job that touches no disk for all of them."""
 
-    def __init__(self, cfg: SimConfig) -> None:
+    def __init__(self, members: list[Member], stale: Sequence[StaleFile]) -> None:
+        cfg = members[0][2]
+        self.cfg = cfg
         self.live_slots = LiveSlots(cfg)
-        self.lanes: list[_LaneTally] = []
+        # Budgets the stale files fit share a lane; a smaller one trims them its own way.
+        members = sorted(members, key=lambda m: m[1])
+        stale_bytes = sum(cfg.file_bytes(f.tokens) for f in stale)
+        fits = [m for m in members if stale_bytes <= m[1]]
+        groups = [[m] for m in members if stale_bytes > m[1]] + ([fits] if fits else [])
+        self.lanes = [_LaneTally(g, DiskLane(g[0][2], _stale_checkpoints(stale, g[0][2]))) for g in groups]
+        self.shared = [tally for tally in self.lanes if len(tally.members) > 1]
         self.cohorts: list[list[_LaneTally]] = []
+        self._regroup()
         self.misses = 0
         self.live_rereads = 0  # tokens re-read after a live reuse, the same at every budget
-
-    def add(self, tally: _LaneTally) -> None:
-        self.lanes.append(tally)
-        self._regroup()
 
     def serve(self, job: Job, switch: bool) -> None:
         live = self.live_slots.admit(job)
         self.misses += live.miss
+        self._part(job, live)
         walks: dict[tuple[int, int], Walk | None] = {}
         ends: dict[tuple[int, int, float], tuple[float, float]] = {}
-        if live.source is None:  # to the disk: every budget on its own
+        if live.source is None:  # to the disk: every lane on its own
             for tally in self.lanes:
                 _serve(job, live, tally, switch, walks, ends)
             self._regroup()
@@ -535,6 +588,17 @@ class _Layout:
                 if switch:
                     tally.switched(reread, wait)
         if split:
+            self._regroup()
+
+    def _part(self, job: Job, live: Live) -> None:
+        """Before the job: budgets sharing a lane that it could make differ go their own ways."""
+        if not self.shared:
+            return
+        room = save_room(job, live, self.cfg)
+        parted = [new for tally in self.shared if tally.free() < room for new in tally.part(room)]
+        if parted:
+            self.lanes = [tally for tally in self.lanes if tally.members] + parted
+            self.shared = [tally for tally in self.lanes if len(tally.members) > 1]
             self._regroup()
 
     def _regroup(self) -> None:
@@ -595,43 +659,47 @@ def sweep_trace(
     progress: Callable[[int, int], None] | None = None,
     **kwargs: Any,
 ) -> SweepReport:
-    """`sweep` over a trace file (read with `replay.trace.read_trace`), in `workers` processes
-    (budgets split between them); `progress(done, total)` hears of the requests swept."""
+    """`sweep` over a trace file, read as it goes (`read_requests`); with `workers` > 1 this
+    process reads and renders and the others split the budgets (`replay.size_parallel`);
+    `progress(line, lines)` hears how far into the trace the sweep is."""
     from replay.size_parallel import sweep_in_workers
-    from replay.trace import read_trace
 
     cfg = cfg or config_for()
-    if workers > 1 and len(budgets) > 1:
+    if workers > 1:
         options = dict(kwargs, cfg=cfg, history=history)
-        rows = sweep_in_workers(path, budgets, min(workers, len(budgets)), options, progress)
+        rows = sweep_in_workers(path, budgets, workers, options, progress)
         target = kwargs.get("target_reread")
         return SweepReport(rows, target, _best_budget(rows, target))
-    trace = read_trace(path)
-    jobs = jobs_from_trace(trace, cfg, history)
-    if progress is not None:
-        jobs = _counted(jobs, len(trace.requests), progress)
     # The sweep makes no reference cycles, and with millions of objects alive (the trace, every
     # budget's checkpoints) the collector's passes over them would cost a quarter of the time.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return sweep(jobs, budgets, cfg=cfg, **kwargs)
+        return sweep(jobs_from_trace(read_requests(path, progress), cfg, history), budgets, cfg=cfg, **kwargs)
     finally:
         if collecting:
             gc.enable()
 
 
-def _counted(
-    jobs: Iterator[tuple[float, Job]], total: int, progress: Callable[[int, int], None], every: int = 2_000
-) -> Iterator[tuple[float, Job]]:
-    done = 0
+def read_requests(
+    path: str | Path, progress: Callable[[int, int], None] | None = None, every: int = 20_000
+) -> Iterator[Request]:
+    """A trace's requests as they are read (a sweep starts long before the whole trace is in);
+    `progress(line, lines)` hears how far into the file reading has got, every `every` lines."""
+    from replay.trace import count_lines, iter_requests
+
+    if progress is None:
+        yield from iter_requests(path)
+        return
+    total = count_lines(path)
     progress(0, total)
-    for item in jobs:
-        yield item
-        done += 1
-        if done % every == 0:
-            progress(done, total)
-    progress(done, total)
+    told = 0
+    for req in iter_requests(path):
+        yield req
+        if req.line - told >= every:
+            told = req.line
+            progress(told, total)
+    progress(total, total)
 
 
 def sweep_table(report: SweepReport) -> Table:

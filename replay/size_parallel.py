@@ -1,18 +1,25 @@
-"""Spread a disk-budget sweep over processes: each takes some of the budgets and reads the trace itself.
+"""Spread a disk-budget sweep over processes: this one reads and renders the trace once, and feeds
+the jobs to worker processes that each run some of the budgets.
 
 Budgets never interact, so a sweep splits by budget with nothing to merge but the rows, in the
-order one process would have given them. Each worker is a child process tracked by its PID; it
-reports progress through a shared counter and its rows (or its one-line error) through a queue.
+order one process would have given them. Reading and rendering are the same for every budget, so
+they are done once, here; a job crosses to the workers as the few blocks its prompt adds to its
+session's previous prompt, plus its planned reply, pickled in batches. Each worker is a child
+process tracked by its PID; it gets the batches through a pipe (which also holds this process back
+when the workers fall behind) and reports its rows, or its one-line error, through a queue.
 """
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
+import pickle
 import queue as queue_mod
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,24 +27,32 @@ from typing import Any
 import psutil
 
 from replay.errors import ReplayError, Stopped
+from replay.sim.engine import Job
+from replay.sim.render import Prompt
+from replay.sim.reply import Reply
+from replay.sim.seq import TokenSeq
+from replay.sim.tokenizer import Block
 
 Progress = Callable[[int, int], None]
 
 # Below this size a trace sweeps faster in one process than it takes to start a second one.
 PARALLEL_FROM_BYTES = 16 << 20
-# Each process holds the whole trace: measured at about 8 bytes of memory per byte of trace file
-# (2.5 GB for a 311 MB trace of 1M requests); the margin covers the budgets' checkpoints.
+# The reading process holds the whole trace: measured at about 8 bytes of memory per byte of trace
+# file (2.5 GB for a 311 MB trace of 1M requests); the margin covers the workers' checkpoints.
 MEMORY_PER_TRACE_BYTE = 10
+# Jobs per pickled batch: big enough that pickling is cheap per job, small enough to stream.
+BATCH = 1000
+# Sessions whose last prompt both sides keep, to send the next one as what it adds.
+SESSIONS_KEPT = 4096
 
 
 def auto_workers(path: str | Path, budgets: int) -> int:
-    """One process per core for a big trace, at most one per budget and no more than the free
-    memory holds; else one."""
+    """For a big trace that fits in memory, one process per core, at most one per budget besides
+    the reading one; else one."""
     size = Path(path).stat().st_size
-    if size < PARALLEL_FROM_BYTES:
+    if size < PARALLEL_FROM_BYTES or psutil.virtual_memory().available < size * MEMORY_PER_TRACE_BYTE:
         return 1
-    fits = psutil.virtual_memory().available // (size * MEMORY_PER_TRACE_BYTE)
-    return max(1, min(budgets, os.cpu_count() or 1, fits))
+    return max(1, min(budgets + 1, os.cpu_count() or 1))
 
 
 def sweep_in_workers(
@@ -47,41 +62,42 @@ def sweep_in_workers(
     kwargs: dict[str, Any],
     progress: Progress | None = None,
 ) -> list[Any]:
-    """The rows of `size.sweep_trace(path, budgets, **kwargs)`, computed by `workers` processes."""
-    from replay.size import SweepRow
+    """The rows of `size.sweep_trace(path, budgets, **kwargs)`: this process reads and renders,
+    `workers - 1` processes (at least one) split the budgets."""
+    from replay.size import SweepRow, jobs_from_trace, read_requests
 
+    options = dict(kwargs)
+    cfg, history = options.pop("cfg"), options.pop("history")
     ctx = mp.get_context("spawn")  # no fork: the parent may hold threads
-    parts = [list(range(i, len(budgets), workers)) for i in range(workers)]
-    parts = [p for p in parts if p]
+    n = max(1, min(workers - 1, len(budgets)))
+    parts = [list(range(i, len(budgets), n)) for i in range(n)]
     results = ctx.Queue()
-    counters = [(ctx.Value("q", 0, lock=False), ctx.Value("q", 0, lock=False)) for _ in parts]
-    procs = []
-    for index, (part, (done, total)) in enumerate(zip(parts, counters, strict=True)):
-        args = (index, str(path), [budgets[i] for i in part], kwargs, results, done, total)
-        proc = ctx.Process(target=_worker, args=args, name=f"replay-sweep-{index + 1}")
-        proc.start()
-        procs.append(proc)
-    rows: dict[int, list[dict[str, Any]]] = {}
+    procs, pipes = [], []
     previous = _raise_on_sigterm()
     try:
-        while len(rows) < len(procs):
-            try:
-                index, payload = results.get(timeout=0.2)
-            except queue_mod.Empty:
-                dead = [p for i, p in enumerate(procs) if i not in rows and p.exitcode not in (None, 0)]
-                if dead:
-                    raise ReplayError(
-                        f"sweep worker {dead[0].name} (pid {dead[0].pid}) exited with code {dead[0].exitcode}"
-                    ) from None
-            else:
-                if isinstance(payload, str):
-                    raise ReplayError(payload)
-                rows[index] = payload
-            if progress is not None:
-                progress(min(d.value for d, _ in counters), max(t.value for _, t in counters))
+        for index, part in enumerate(parts):
+            reader, writer = ctx.Pipe(duplex=False)
+            args = (index, [budgets[i] for i in part], dict(options, cfg=cfg), reader, results)
+            proc = ctx.Process(target=_worker, args=args, name=f"replay-sweep-{index + 1}")
+            proc.start()
+            reader.close()  # the worker's end: with it closed here, the worker sees our exit
+            procs.append(proc)
+            pipes.append(writer)
+        collecting = gc.isenabled()
+        gc.disable()  # the same reason as in `size.sweep_trace`
+        try:
+            for batch in _batches(jobs_from_trace(read_requests(path, progress), cfg, history)):
+                _send(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL), pipes, procs, results)
+        finally:
+            if collecting:
+                gc.enable()
+        _send(b"", pipes, procs, results)
+        rows = _collect(results, procs)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        for pipe in pipes:
+            pipe.close()
         for proc in procs:
             if proc.is_alive():
                 proc.terminate()  # this worker's PID only
@@ -92,6 +108,42 @@ def sweep_in_workers(
         for k, position in enumerate(part):
             ordered[position] = rows[index][k * per_budget : (k + 1) * per_budget]
     return [SweepRow(**row) for chunk in ordered for row in chunk]
+
+
+def _send(data: bytes, pipes: list[Any], procs: list[Any], results: Any) -> None:
+    for pipe, proc in zip(pipes, procs, strict=True):
+        try:
+            pipe.send_bytes(data)
+        except OSError:  # its end is gone: the worker stopped, and said why if it could
+            proc.join(5.0)
+            try:
+                _, payload = results.get(timeout=1.0)
+            except queue_mod.Empty:
+                payload = None
+            if isinstance(payload, str):
+                raise ReplayError(payload) from None
+            raise ReplayError(_died(proc)) from None
+
+
+def _died(proc: Any) -> str:
+    return f"sweep worker {proc.name} (pid {proc.pid}) exited with code {proc.exitcode}"
+
+
+def _collect(results: Any, procs: list[Any]) -> dict[int, list[dict[str, Any]]]:
+    """Every worker's rows; a worker's error, or its death, is raised as one line."""
+    rows: dict[int, list[dict[str, Any]]] = {}
+    while len(rows) < len(procs):
+        try:
+            index, payload = results.get(timeout=0.2)
+        except queue_mod.Empty:
+            dead = [p for i, p in enumerate(procs) if i not in rows and p.exitcode not in (None, 0)]
+            if dead:
+                raise ReplayError(_died(dead[0])) from None
+        else:
+            if isinstance(payload, str):
+                raise ReplayError(payload)
+            rows[index] = payload
+    return rows
 
 
 def _raise_on_sigterm() -> Any:
@@ -105,27 +157,73 @@ def _raise_on_sigterm() -> Any:
     return signal.signal(signal.SIGTERM, stop)
 
 
-def _worker(
-    index: int,
-    path: str,
-    budgets: list[int],
-    kwargs: dict[str, Any],
-    results: Any,
-    done: Any,
-    total: Any,
-) -> None:
-    from replay.size import sweep_trace
+# --- the jobs, across processes ------------------------------------------------------------------
 
-    parent = mp.parent_process()
+# A job as it crosses: (send time, id, session, blocks kept from the session's previous prompt,
+# blocks added, anchor, has tools, then the reply's fields in `Reply`'s order).
+Sent = tuple[Any, ...]
 
-    def report(n: int, of: int) -> None:
-        total.value = of
-        done.value = n
-        if parent is not None and not parent.is_alive():
-            os._exit(1)  # nobody is left to read the rows: stop now, with nothing to clean up
 
+def _batches(jobs: Iterable[tuple[float, Job]]) -> Iterator[list[Sent]]:
+    """The jobs in batches, every prompt as what it adds to its session's previous one."""
+    last: OrderedDict[str | None, tuple[Block, ...]] = OrderedDict()
+    batch: list[Sent] = []
+    for t, job in jobs:
+        prompt, reply = job.prompt, job.reply
+        blocks = prompt.seq.blocks
+        previous = last.pop(job.session, None)
+        kept = len(previous) if previous is not None and blocks[: len(previous)] == previous else 0
+        _keep(last, job.session, blocks)
+        batch.append(
+            (
+                t,
+                job.id,
+                job.session,
+                kept,
+                blocks[kept:],
+                prompt.anchor,
+                prompt.has_tools,
+                reply.content,
+                reply.reasoning,
+                reply.tool_calls,
+                reply.finish,
+                reply.hidden_blocks,
+                reply.visible_blocks,
+            )
+        )
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _received(conn: Any) -> Iterator[tuple[float, Job]]:
+    """The jobs `_batches` sent, rebuilt: each prompt on its session's previous one."""
+    last: OrderedDict[str | None, TokenSeq] = OrderedDict()
+    while data := conn.recv_bytes():
+        for t, job_id, session, kept, added, anchor, tools, *reply in pickle.loads(data):
+            previous = last.pop(session, None)
+            seq = previous.extend(*added) if kept else TokenSeq(added)
+            _keep(last, session, seq)
+            yield t, Job(job_id, Prompt(seq, anchor, tools), Reply(*reply), session)
+
+
+def _keep(last: OrderedDict[Any, Any], session: str | None, value: Any) -> None:
+    """Both sides keep the same sessions (the same operations in the same order)."""
+    last[session] = value
+    if len(last) > SESSIONS_KEPT:
+        last.popitem(last=False)
+
+
+def _worker(index: int, budgets: list[int], kwargs: dict[str, Any], conn: Any, results: Any) -> None:
+    from replay.size import sweep
+
+    gc.disable()  # the same reason as in `size.sweep_trace`
     try:
-        found = sweep_trace(path, budgets, workers=1, progress=report, **kwargs)
+        found = sweep(_received(conn), budgets, **kwargs)
+    except EOFError:
+        os._exit(1)  # the reading process is gone: nobody is left to read the rows
     except ReplayError as exc:
         results.put((index, str(exc)))
     except BaseException as exc:  # reported to the parent, never a silent worker death

@@ -7,6 +7,7 @@ nothing, which is why one long prefill's chain of files grows with the square of
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import heapq
 from dataclasses import dataclass, field
@@ -98,6 +99,21 @@ class DiskStore:
         self._hit: dict[Checkpoint, None] = {}
         for cp in self.files:
             self._add(cp)
+
+    def copy(self, cfg: SimConfig) -> DiskStore:
+        """An independent store with the same files, ranking and index, under `cfg`'s budget: a
+        sweep's budgets share one store while no save could tell them apart, then part."""
+        out = DiskStore.__new__(DiskStore)
+        out.cfg, out.budget, out.total, out._stored = cfg, cfg.budget_bytes, self.total, self._stored
+        new = {cp: copy.copy(cp) for cp in self.files}
+        out.files = dict.fromkeys(new.values())
+        out._index = {key: [new[cp] for cp in bucket] for key, bucket in self._index.items()}
+        out._order = {new[cp]: n for cp, n in self._order.items()}
+        out._hit = {new[cp]: None for cp in self._hit}
+        # Entries of removed files are dropped as they surface anyway; the others keep their keys.
+        out._still = [(s, used, n, new[cp]) for s, used, n, cp in self._still if cp in new]
+        heapq.heapify(out._still)
+        return out
 
     @staticmethod
     def need(size: int) -> int:

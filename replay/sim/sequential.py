@@ -118,6 +118,24 @@ class LiveSlots:
         return live
 
 
+def save_room(job: Job, live: Live, cfg: SimConfig) -> int:
+    """At most how many bytes, with ds4's slack, the job's saves can add to a disk at any budget:
+    the evict save, a cold save and one continued save per interval it can reach, none longer
+    than the longest state involved. A disk with that much room under its budget neither skips
+    a save nor evicts during the job, so budgets that share it stay alike."""
+    longest = job.full.n
+    saves = 0
+    if live.evict is not None:
+        saves += 1
+        longest = max(longest, len(live.evict[0]))
+    if live.source is None:
+        saves += 1
+    step = cfg.continued_step
+    if step > 0:
+        saves += longest // step + 1
+    return saves * DiskStore.need(cfg.file_bytes(longest))
+
+
 class DiskLane:
     """One budget's side of sequential serving: its disk store, its clock, its slots' last saves,
     and the counts a sweep reports."""
@@ -139,6 +157,21 @@ class DiskLane:
         if self.disk is not None:
             self._evicted(self.disk.trim(now))
             self.peak_disk_bytes = self.disk.total
+
+    def copy(self, cfg: SimConfig) -> DiskLane:
+        """This lane as it stands, on its own from now on, under `cfg`'s budget."""
+        out = DiskLane.__new__(DiskLane)
+        out.cfg, out.now, out.walk = cfg, self.now, None
+        out.disk = self.disk.copy(cfg) if self.disk is not None else None
+        out.last_store, out.stores = self.last_store.copy(), self.stores.copy()
+        out.restores, out.evictions, out.evictions_zero_hits = (
+            self.restores,
+            self.evictions,
+            self.evictions_zero_hits,
+        )
+        out.peak_disk_bytes, out.saves = self.peak_disk_bytes, self.saves
+        out._prefill_s, out._dt = self._prefill_s, self._dt
+        return out
 
     def serve(self, job: Job, live: Live) -> ev.Result:
         """Run `job` from dispatch to its last token; returns what `CacheModel` would report."""

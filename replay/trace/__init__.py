@@ -2,7 +2,7 @@
 
 from replay.trace.materialize import materialize, recorded_reply, text_of
 from replay.trace.model import FORMAT, Request, Session, Trace, TraceHeader
-from replay.trace.reader import iter_records, read_trace, validate
+from replay.trace.reader import count_lines, iter_records, iter_requests, read_trace, validate
 from replay.trace.synth import synth_text
 from replay.trace.writer import TraceWriter
 
@@ -13,7 +13,9 @@ __all__ = [
     "Trace",
     "TraceHeader",
     "TraceWriter",
+    "count_lines",
     "iter_records",
+    "iter_requests",
     "materialize",
     "read_trace",
     "recorded_reply",

@@ -274,22 +274,46 @@ def _read_trace(path: str | Path) -> Trace:
                 notes=obj.get("notes", ""),
             )
         elif kind == "request":
-            parent = by_id.get(obj["parent"]) if obj.get("parent") is not None else None
-            req = Request(
-                id=obj["id"],
-                session=obj["session"],
-                t=float(obj["t"]),
-                parent=parent,
-                keep=obj.get("keep", 0),
-                append=tuple(obj["append"]),
-                params=obj["params"],
-                reply=obj.get("reply"),
-                usage=obj.get("usage"),
-                after=obj.get("after"),
-                tag=obj.get("tag", "turn"),
-                line=check.line,
-            )
-            by_id[req.id] = req
-            requests.append(req)
+            requests.append(_request(obj, by_id, check.line))
     sessions = check.sessions if check else {}
     return Trace(path=str(path), header=header, sessions=sessions, requests=requests)
+
+
+def iter_requests(path: str | Path) -> Iterator[Request]:
+    """Each request as soon as its line is read and checked, linked to its parent: for work that
+    can start before the whole trace is read (a sizing sweep)."""
+    by_id: dict[int, Request] = {}
+    for check, obj in iter_records(path):
+        if obj["kind"] == "request":
+            yield _request(obj, by_id, check.line)
+
+
+def _request(obj: dict[str, Any], by_id: dict[int, Request], line: int) -> Request:
+    """A checked request line as a `Request`, linked to its parent and indexed in `by_id`."""
+    parent = by_id.get(obj["parent"]) if obj.get("parent") is not None else None
+    req = Request(
+        id=obj["id"],
+        session=obj["session"],
+        t=float(obj["t"]),
+        parent=parent,
+        keep=obj.get("keep", 0),
+        append=tuple(obj["append"]),
+        params=obj["params"],
+        reply=obj.get("reply"),
+        usage=obj.get("usage"),
+        after=obj.get("after"),
+        tag=obj.get("tag", "turn"),
+        line=line,
+    )
+    by_id[req.id] = req
+    return req
+
+
+def count_lines(path: str | Path, block: int = 16 << 20) -> int:
+    """Lines in a file (a last line without a newline counts), without parsing any."""
+    lines, last = 0, b"\n"
+    with open(path, "rb") as handle:
+        while chunk := handle.read(block):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return lines + (last != b"\n")

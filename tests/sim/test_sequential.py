@@ -241,7 +241,7 @@ def test_sweep_jobs_from_a_trace_equal_jobs_rendered_whole(tmp_path) -> None:
     for history in ("live", "recorded"):
         cfg = config_for()
         trace = read_trace(path)
-        fast = list(jobs_from_trace(trace, cfg, history))
+        fast = list(jobs_from_trace(trace.requests, cfg, history))
         replies: dict[int, dict[str, Any]] = {}
         recorded = recorded_reply(trace.by_id())
         for (_, job), req in zip(fast, trace.requests, strict=True):

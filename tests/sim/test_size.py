@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from rich.console import Console
 from sim_workloads import Convo, run_turn, system_message
@@ -214,14 +216,31 @@ def test_sweep_in_worker_processes_gives_the_rows_of_one_process(tmp_path: Path)
     )
     assert two.rows == one.rows and two.best_budget == one.best_budget is not None
     assert [r.budget_bytes for r in two.rows] == budgets
-    assert seen and seen[-1] == (8, 8)
+    lines = len(trace.read_text().splitlines())
+    assert seen[0] == (0, lines) and seen[-1] == (lines, lines)  # progress through the trace's lines
 
 
-def test_a_failing_sweep_worker_is_one_clear_error(tmp_path: Path) -> None:
+def test_a_bad_trace_line_stops_a_parallel_sweep_with_its_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"kind": "trace", "format": "agent-replay-trace/1"}\n{"kind": "request"\n')
     with pytest.raises(ReplayError, match=r"bad.jsonl:2"):
         sweep_trace(bad, [GiB, 2 * GiB], cfg=QWEN, workers=2)
+
+
+def test_a_dead_sweep_worker_is_one_clear_error(tmp_path: Path) -> None:
+    trace = _write_trace(tmp_path / "t.jsonl")
+
+    def kill_the_worker(done: int, total: int) -> None:
+        if done == 0:  # before the first batch is sent
+            kids = psutil.Process().children()
+            (worker,) = [k for k in kids if "spawn_main" in " ".join(k.cmdline())]  # not the resource tracker
+            worker.kill()
+            deadline = time.monotonic() + 10
+            while worker.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+                time.sleep(0.01)  # dead, and left for the sweep to reap
+
+    with pytest.raises(ReplayError, match=r"sweep worker replay-sweep-1 \(pid \d+\) exited with code -9"):
+        sweep_trace(trace, [GiB, 2 * GiB], cfg=QWEN, workers=2, progress=kill_the_worker)
 
 
 def test_auto_workers_one_per_core_for_big_traces_within_free_memory(tmp_path: Path, monkeypatch) -> None:
@@ -237,8 +256,9 @@ def test_auto_workers_one_per_core_for_big_traces_within_free_memory(tmp_path: P
 
     monkeypatch.setattr(size_parallel.psutil, "virtual_memory", available(100 * free))
     assert auto_workers(small, 20) == 1  # not worth a second process
-    assert auto_workers(big, 20) == 8 and auto_workers(big, 3) == 3  # a core each, at most a budget each
-    monkeypatch.setattr(size_parallel.psutil, "virtual_memory", available(2 * free))
-    assert auto_workers(big, 20) == 2  # as many copies of the trace as memory holds
+    assert auto_workers(big, 20) == 8  # a core each
+    assert auto_workers(big, 3) == 4  # the reading process, and at most one more per budget
+    monkeypatch.setattr(size_parallel.psutil, "virtual_memory", available(free))
+    assert auto_workers(big, 20) == 8  # one copy of the trace, whatever the processes
     monkeypatch.setattr(size_parallel.psutil, "virtual_memory", available(free // 2))
     assert auto_workers(big, 20) == 1

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 
 
 def _start_sweep(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[psutil.Process]]:
-    """A two-process sweep long enough to interrupt, once both workers are running."""
+    """A sweep with two budget workers, long enough to interrupt once both are running."""
     trace = sweep_trace_file(tmp_path / "t.jsonl", 60_000)
     proc = subprocess.Popen(
         [
@@ -30,7 +30,7 @@ def _start_sweep(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[psutil.P
             "--budgets",
             ",".join(f"{4 * i}G" for i in range(1, 21)),  # ten budgets a worker: many seconds left
             "--workers",
-            "2",
+            "3",  # this process reads, two run the budgets
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
