@@ -15,7 +15,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from rich.table import Table
 
@@ -440,7 +440,12 @@ def _sweep_timed(
     return rows
 
 
-Member = tuple[int, int, SimConfig]  # a sequential sweep's variant: its index, budget and config
+class Member(NamedTuple):
+    """One budget of a sequential sweep: where its row goes, the budget asked for, its config."""
+
+    index: int
+    budget: int
+    cfg: SimConfig
 
 
 class _LaneTally:
@@ -469,21 +474,19 @@ class _LaneTally:
 
     def free(self) -> int:
         """Bytes the lane's disk has free under the smallest budget it serves."""
-        disk = self.lane.disk
-        assert disk is not None  # a sweep always has one
-        return disk.budget - disk.total
+        return self.members[0].cfg.budget_bytes - self._used()
 
     def part(self, room: int) -> list[_LaneTally]:
         """Budgets with less than `room` bytes free go on their own, each with its copy of the lane."""
-        total = self.lane.disk.total if self.lane.disk is not None else 0
-        staying = [m for m in self.members if total + room <= m[2].budget_bytes]
+        used = self._used()
+        staying = [m for m in self.members if used + room <= m.cfg.budget_bytes]
         leaving = self.members[: len(self.members) - len(staying)]
         if not leaving:
             return []
         # The lane runs under the smallest budget's config: that budget keeps it.
-        lanes = [self.lane] + [self.lane.copy(m[2]) for m in leaving[1:]]
+        lanes = [self.lane] + [self.lane.copy(m.cfg) for m in leaving[1:]]
         if staying:
-            self.lane = self.lane.copy(staying[0][2])
+            self.lane = self.lane.copy(staying[0].cfg)
         self.members = staying
         parted = []
         for member, lane in zip(leaving, lanes, strict=True):
@@ -491,6 +494,11 @@ class _LaneTally:
             tally.reprocessed, tally.rereads, tally.waits = self.reprocessed, self.rereads[:], self.waits[:]
             parted.append(tally)
         return parted
+
+    def _used(self) -> int:
+        disk = self.lane.disk
+        assert disk is not None  # a sweep always has one
+        return disk.total
 
     def close(
         self, requests: int, switches: int, live_misses: int, live_rereads: int
@@ -517,7 +525,7 @@ def _sweep_sequential(
     cannot differ."""
     members: dict[tuple[int, str], list[Member]] = {}
     for index, (budget, vcfg) in enumerate(variants):
-        members.setdefault((vcfg.slots, vcfg.routing), []).append((index, budget, vcfg))
+        members.setdefault((vcfg.slots, vcfg.routing), []).append(Member(index, budget, vcfg))
     layouts = [_Layout(group, stale) for group in members.values()]
     requests = switches = 0
     seen: set[str | None] = set()
@@ -546,15 +554,15 @@ class _Layout:
     job that touches no disk for all of them."""
 
     def __init__(self, members: list[Member], stale: Sequence[StaleFile]) -> None:
-        cfg = members[0][2]
+        cfg = members[0].cfg
         self.cfg = cfg
         self.live_slots = LiveSlots(cfg)
         # Budgets the stale files fit share a lane; a smaller one trims them its own way.
-        members = sorted(members, key=lambda m: m[1])
+        members = sorted(members, key=lambda m: m.cfg.budget_bytes)
         stale_bytes = sum(cfg.file_bytes(f.tokens) for f in stale)
-        fits = [m for m in members if stale_bytes <= m[1]]
-        groups = [[m] for m in members if stale_bytes > m[1]] + ([fits] if fits else [])
-        self.lanes = [_LaneTally(g, DiskLane(g[0][2], _stale_checkpoints(stale, g[0][2]))) for g in groups]
+        fits = [m for m in members if stale_bytes <= m.cfg.budget_bytes]
+        groups = [[m] for m in members if stale_bytes > m.cfg.budget_bytes] + ([fits] if fits else [])
+        self.lanes = [_LaneTally(g, DiskLane(g[0].cfg, _stale_checkpoints(stale, g[0].cfg))) for g in groups]
         self.shared = [tally for tally in self.lanes if len(tally.members) > 1]
         self.cohorts: list[list[_LaneTally]] = []
         self._regroup()
