@@ -393,6 +393,7 @@ def _sim(results: dict[str, Any]) -> list[str]:
         "",
         "The sweep's trace (`replay/bench/simbench.py`): sessions of 10 short turns one after another, so",
         "every 10th request is a live miss with an evict save and nothing is ever restored; 20 budgets,",
-        "4-80 GiB; the command's default processes (one per core for a trace this big).",
+        "4-80 GiB; the command's default processes (one per core for a trace this big: one reads and",
+        "renders the trace, the others run the budgets).",
     ]
     return lines

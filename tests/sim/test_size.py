@@ -220,6 +220,25 @@ def test_sweep_in_worker_processes_gives_the_rows_of_one_process(tmp_path: Path)
     assert seen[0] == (0, lines) and seen[-1] == (lines, lines)  # progress through the trace's lines
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"history": "recorded"},
+        {"plan": "timed", "speed": 4.0},
+        {"slots": [None, 2], "routings": ["upstream", "reuse-aware"]},
+        {"stale": [StaleFile(81_920)] * 3, "cfg": QWEN.with_(hidden_reasoning=True)},
+    ],
+    ids=["recorded", "timed", "layouts", "stale-hidden"],
+)
+def test_every_sweep_option_crosses_to_the_workers(tmp_path: Path, options: dict[str, Any]) -> None:
+    trace = _write_trace(tmp_path / "t.jsonl")
+    options = {"cfg": QWEN, **options}
+    budgets = [256 * MiB, 12 * GiB, 3 * GiB]
+    one = sweep_trace(trace, budgets, **options)
+    three = sweep_trace(trace, budgets, workers=3, **options)
+    assert three.rows == one.rows
+
+
 def test_a_bad_trace_line_stops_a_parallel_sweep_with_its_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"kind": "trace", "format": "agent-replay-trace/1"}\n{"kind": "request"\n')
