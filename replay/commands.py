@@ -204,7 +204,7 @@ def size_sweep(
     )
     with bar:
         task = bar.add_task(
-            f"sweeping {len(sizes)} budget(s) in {processes} process(es), trace lines", total=None
+            f"sweeping {len(sizes)} budget(s) in {processes} process(es); trace lines read", total=None
         )
         found = size.sweep_trace(
             trace,
@@ -218,7 +218,9 @@ def size_sweep(
             target_reread=parse_tokens(target) if target else None,
             stale=size.stale_files(parse_bytes(stale), cfg) if stale else (),
             workers=processes,
-            progress=lambda done, total: bar.update(task, completed=done, total=total or None),
+            progress=None
+            if as_json
+            else lambda done, total: bar.update(task, completed=done, total=total or None),
         )
     if as_json:
         _print_json(size.sweep_json(found))

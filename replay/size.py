@@ -440,7 +440,7 @@ def _sweep_timed(
     return rows
 
 
-class Member(NamedTuple):
+class _Member(NamedTuple):
     """One budget of a sequential sweep: where its row goes, the budget asked for, its config."""
 
     index: int
@@ -454,7 +454,7 @@ class _LaneTally:
     the lane runs under the smallest budget, and budgets that could start evicting part with a
     copy of it."""
 
-    def __init__(self, members: list[Member], lane: DiskLane) -> None:
+    def __init__(self, members: list[_Member], lane: DiskLane) -> None:
         self.members = members
         self.lane = lane
         self.reprocessed = 0
@@ -523,9 +523,9 @@ def _sweep_sequential(
     """One request at a time: what the live slots do is worked out once per slot layout, and each
     budget only runs its own disk (`replay.sim.sequential`), shared with other budgets while they
     cannot differ."""
-    members: dict[tuple[int, str], list[Member]] = {}
+    members: dict[tuple[int, str], list[_Member]] = {}
     for index, (budget, vcfg) in enumerate(variants):
-        members.setdefault((vcfg.slots, vcfg.routing), []).append(Member(index, budget, vcfg))
+        members.setdefault((vcfg.slots, vcfg.routing), []).append(_Member(index, budget, vcfg))
     layouts = [_Layout(group, stale) for group in members.values()]
     requests = switches = 0
     seen: set[str | None] = set()
@@ -553,7 +553,7 @@ class _Layout:
     all, and lanes whose clocks and last saves are equal form a cohort, whose first lane serves a
     job that touches no disk for all of them."""
 
-    def __init__(self, members: list[Member], stale: Sequence[StaleFile]) -> None:
+    def __init__(self, members: list[_Member], stale: Sequence[StaleFile]) -> None:
         cfg = members[0].cfg
         self.cfg = cfg
         self.live_slots = LiveSlots(cfg)
@@ -673,7 +673,7 @@ def sweep_trace(
     from replay.size_parallel import sweep_in_workers
 
     cfg = cfg or config_for()
-    if workers > 1:
+    if workers > 1 and budgets:
         options = dict(kwargs, cfg=cfg, history=history)
         rows = sweep_in_workers(path, budgets, workers, options, progress)
         target = kwargs.get("target_reread")

@@ -78,7 +78,7 @@ def sweep_in_workers(
         for index, part in enumerate(parts):
             reader, writer = ctx.Pipe(duplex=False)
             args = (index, [budgets[i] for i in part], dict(options, cfg=cfg), reader, results)
-            proc = ctx.Process(target=_worker, args=args, name=f"replay-sweep-{index + 1}")
+            proc = ctx.Process(target=_worker, args=args, name=f"replay-sweep-worker-{index + 1}")
             proc.start()
             reader.close()  # the worker's end: with it closed here, the worker sees our exit
             procs.append(proc)
@@ -111,22 +111,22 @@ def sweep_in_workers(
 
 
 def _send(data: bytes, pipes: list[Any], procs: list[Any], results: Any) -> None:
-    for pipe, proc in zip(pipes, procs, strict=True):
+    for index, (pipe, proc) in enumerate(zip(pipes, procs, strict=True)):
         try:
             pipe.send_bytes(data)
         except OSError:  # its end is gone: the worker stopped, and said why if it could
             proc.join(5.0)
-            try:
-                _, payload = results.get(timeout=1.0)
-            except queue_mod.Empty:
-                payload = None
-            if isinstance(payload, str):
-                raise ReplayError(payload) from None
-            raise ReplayError(_died(proc)) from None
+            while True:
+                try:
+                    _, payload = results.get(timeout=1.0)
+                except queue_mod.Empty:
+                    raise ReplayError(_died(index, proc)) from None
+                if isinstance(payload, str):
+                    raise ReplayError(payload) from None
 
 
-def _died(proc: Any) -> str:
-    return f"sweep worker {proc.name} (pid {proc.pid}) exited with code {proc.exitcode}"
+def _died(index: int, proc: Any) -> str:
+    return f"sweep worker {index + 1} (pid {proc.pid}) exited with code {proc.exitcode}"
 
 
 def _collect(results: Any, procs: list[Any]) -> dict[int, list[dict[str, Any]]]:
@@ -136,9 +136,10 @@ def _collect(results: Any, procs: list[Any]) -> dict[int, list[dict[str, Any]]]:
         try:
             index, payload = results.get(timeout=0.2)
         except queue_mod.Empty:
-            dead = [p for i, p in enumerate(procs) if i not in rows and p.exitcode not in (None, 0)]
+            # A worker's rows are in the queue before it exits: one gone without them failed.
+            dead = [i for i, p in enumerate(procs) if i not in rows and p.exitcode is not None]
             if dead:
-                raise ReplayError(_died(dead[0])) from None
+                raise ReplayError(_died(dead[0], procs[dead[0]])) from None
         else:
             if isinstance(payload, str):
                 raise ReplayError(payload)
@@ -159,8 +160,9 @@ def _raise_on_sigterm() -> Any:
 
 # --- the jobs, across processes ------------------------------------------------------------------
 
-# A job as it crosses: (send time, id, session, blocks kept from the session's previous prompt,
-# blocks added, anchor, has tools, then the reply's fields in `Reply`'s order).
+# A job as it crosses: (send time, id, session, how many blocks of the session's previous prompt
+# it starts with (all of them, or none), the blocks it adds, anchor, has tools, then the reply's
+# fields in `Reply`'s order).
 Sent = tuple[Any, ...]
 
 
@@ -204,7 +206,9 @@ def _received(conn: Any) -> Iterator[tuple[float, Job]]:
     while data := conn.recv_bytes():
         for t, job_id, session, kept, added, anchor, tools, *reply in pickle.loads(data):
             previous = last.pop(session, None)
-            seq = previous.extend(*added) if kept else TokenSeq(added)
+            if kept and (previous is None or len(previous.blocks) != kept):
+                raise ReplayError(f"sweep worker: job {job_id} does not follow its session's last prompt")
+            seq = previous.extend(*added) if previous is not None and kept else TokenSeq(added)
             _keep(last, session, seq)
             yield t, Job(job_id, Prompt(seq, anchor, tools), Reply(*reply), session)
 

@@ -312,8 +312,11 @@ def _request(obj: dict[str, Any], by_id: dict[int, Request], line: int) -> Reque
 def count_lines(path: str | Path, block: int = 16 << 20) -> int:
     """Lines in a file (a last line without a newline counts), without parsing any."""
     lines, last = 0, b"\n"
-    with open(path, "rb") as handle:
-        while chunk := handle.read(block):
-            lines += chunk.count(b"\n")
-            last = chunk[-1:]
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(block):
+                lines += chunk.count(b"\n")
+                last = chunk[-1:]
+    except OSError as exc:
+        raise TraceError(str(path), 0, f"cannot open: {exc.strerror}") from None
     return lines + (last != b"\n")

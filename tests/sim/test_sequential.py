@@ -142,6 +142,35 @@ def test_sequential_path_equals_the_event_loop(data: st.DataObject) -> None:
     assert got == expected
 
 
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_lane_copy_goes_on_exactly_as_the_lane_and_on_its_own(data: st.DataObject) -> None:
+    cfg = data.draw(configs())
+    jobs = data.draw(workloads(cfg))
+    cut = data.draw(st.integers(0, len(jobs)))
+    slots, lane = LiveSlots(cfg), DiskLane(cfg, _stale_checkpoints(_stale(cfg, 2), cfg))
+    lives = [slots.admit(job) for job in jobs]
+    for job, live in zip(jobs[:cut], lives, strict=False):
+        lane.serve(job, live)
+    twin = lane.copy(cfg)
+    assert vars(twin).keys() == vars(lane).keys()  # a field added to DiskLane is copied too
+    rest = list(zip(jobs[cut:], lives[cut:], strict=True))
+    assert [twin.serve(j, live) for j, live in rest] == [lane.serve(j, live) for j, live in rest]
+    assert (twin.now, twin.restores, twin.evictions, twin.stores) == (
+        lane.now,
+        lane.restores,
+        lane.evictions,
+        lane.stores,
+    )
+    if twin.disk is not None and lane.disk is not None:
+        assert not set(map(id, twin.disk.files)) & set(
+            map(id, lane.disk.files)
+        )  # nothing shared that changes
+        assert [(cp.tokens, cp.hits) for cp in twin.disk.files] == [
+            (cp.tokens, cp.hits) for cp in lane.disk.files
+        ]
+
+
 def _event_loop_row(cfg: SimConfig, jobs: list[Job], budget: int, stale: list[StaleFile]) -> SweepRow:
     """A sweep row as one event-loop model, fed one request at a time, gives it."""
     model = CacheModel(

@@ -258,7 +258,7 @@ def test_a_dead_sweep_worker_is_one_clear_error(tmp_path: Path) -> None:
             while worker.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
                 time.sleep(0.01)  # dead, and left for the sweep to reap
 
-    with pytest.raises(ReplayError, match=r"sweep worker replay-sweep-1 \(pid \d+\) exited with code -9"):
+    with pytest.raises(ReplayError, match=r"sweep worker 1 \(pid \d+\) exited with code -9"):
         sweep_trace(trace, [GiB, 2 * GiB], cfg=QWEN, workers=2, progress=kill_the_worker)
 
 
