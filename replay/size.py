@@ -258,17 +258,16 @@ def jobs_from_trace(
     A request that keeps all its parent's messages is rendered as the parent's rendering plus its
     new messages (what `render` would give for the whole list), so a turn costs what it adds.
     """
-    from replay.trace import materialize, recorded_reply
-    from replay.trace.materialize import plain_message
+    from replay.trace import materialize
+    from replay.trace.materialize import plain_message, recorded_message
 
-    seen: dict[int, Request] = {}  # recorded history: the requests so far, for their replies
-    replies: dict[int, Message] = {}
-    reply_for = recorded_reply(seen) if history == "recorded" else replies.__getitem__
+    replies: dict[int, Message] = {}  # the reply each request got, for the requests that resend it
+    reply_for = replies.__getitem__
     rendered: OrderedDict[int, Rendered] = OrderedDict()  # recent requests' renderings, by id
 
     for req in requests:
         if history == "recorded":
-            seen[req.id] = req
+            replies[req.id] = recorded_message(req)
         tools = req.params.get("tools")
         parent = req.parent
         base = None
@@ -301,7 +300,8 @@ def jobs_from_trace(
             )
         except ContextTooLong as exc:
             raise UsageError(f"request {req.id}: {exc}; give a larger context") from None
-        replies[req.id] = job.reply.message()
+        if history == "live":
+            replies[req.id] = job.reply.message()
         yield req.t, job
 
 
@@ -692,17 +692,19 @@ def sweep_trace(
 def read_requests(
     path: str | Path, progress: Callable[[int, int], None] | None = None, every: int = 20_000
 ) -> Iterator[Request]:
-    """A trace's requests as they are read (a sweep starts long before the whole trace is in);
-    `progress(line, lines)` hears how far into the file reading has got, every `every` lines."""
-    from replay.trace import count_lines, iter_requests
+    """A trace's requests as they are read (a sweep starts long before the whole trace is in),
+    each let go once no later line names it; `progress(line, lines)` hears how far into the
+    file reading has got, every `every` lines."""
+    from replay.trace import count_lines, iter_requests, last_references
 
+    requests = iter_requests(path, last_references(path))  # a window of the trace in memory
     if progress is None:
-        yield from iter_requests(path)
+        yield from requests
         return
     total = count_lines(path)
     progress(0, total)
     told = 0
-    for req in iter_requests(path):
+    for req in requests:
         yield req
         if req.line - told >= every:
             told = req.line

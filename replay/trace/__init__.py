@@ -2,7 +2,14 @@
 
 from replay.trace.materialize import materialize, recorded_reply, text_of
 from replay.trace.model import FORMAT, Request, Session, Trace, TraceHeader
-from replay.trace.reader import count_lines, iter_records, iter_requests, read_trace, validate
+from replay.trace.reader import (
+    count_lines,
+    iter_records,
+    iter_requests,
+    last_references,
+    read_trace,
+    validate,
+)
 from replay.trace.synth import synth_text
 from replay.trace.writer import TraceWriter
 
@@ -16,6 +23,7 @@ __all__ = [
     "count_lines",
     "iter_records",
     "iter_requests",
+    "last_references",
     "materialize",
     "read_trace",
     "recorded_reply",

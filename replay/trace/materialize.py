@@ -40,10 +40,15 @@ def recorded_reply(requests: dict[int, Request]) -> ReplyFor:
     """A `ReplyFor` that answers with each request's recorded reply message."""
 
     def reply_for(rid: int) -> Message:
-        reply = requests[rid].reply or {}
-        return reply.get("message") or {"role": "assistant", "content": ""}
+        return recorded_message(requests[rid])
 
     return reply_for
+
+
+def recorded_message(request: Request) -> Message:
+    """The reply message the trace recorded for `request` (an empty one if none)."""
+    reply = request.reply or {}
+    return reply.get("message") or {"role": "assistant", "content": ""}
 
 
 def materialize(request: Request, reply_for: ReplyFor) -> list[Message]:

@@ -279,13 +279,64 @@ def _read_trace(path: str | Path) -> Trace:
     return Trace(path=str(path), header=header, sessions=sessions, requests=requests)
 
 
-def iter_requests(path: str | Path) -> Iterator[Request]:
+def iter_requests(path: str | Path, last_named: dict[int, int] | None = None) -> Iterator[Request]:
     """Each request as soon as its line is read and checked, linked to its parent: for work that
-    can start before the whole trace is read (a sizing sweep)."""
+    can start before the whole trace is read (a sizing sweep).
+
+    With `last_named` (`last_references` of the same file) a request is let go once no later line
+    names it, so a trace of many conversations is never all in memory at once.
+    """
     by_id: dict[int, Request] = {}
+    done_at: dict[int, list[int]] = {}  # line -> the requests last named on it
     for check, obj in iter_records(path):
-        if obj["kind"] == "request":
-            yield _request(obj, by_id, check.line)
+        if obj["kind"] != "request":
+            continue
+        req = _request(obj, by_id, check.line)
+        if last_named is not None:
+            last = last_named.get(req.id, 0)
+            if last > check.line:
+                done_at.setdefault(last, []).append(req.id)
+            else:
+                del by_id[req.id]
+            for rid in done_at.pop(check.line, ()):
+                del by_id[rid]
+        yield req
+
+
+def last_references(path: str | Path) -> dict[int, int]:
+    """For each request that a later line names (as its parent, in a `$reply` or as
+    `after.request`), the line of the last one that does. One quick pass that checks nothing:
+    `iter_records` does, and stops at the first bad line, as ever."""
+    last: dict[int, int] = {}
+    reply_blobs: dict[Any, Any] = {}  # blobs holding a `$reply` message, by id
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed in finally
+    except OSError as exc:
+        raise TraceError(str(path), 0, f"cannot open: {exc.strerror}") from None
+    try:
+        for line, raw in enumerate(_lines(handle), 1):
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if type(obj) is not dict:
+                continue
+            kind = obj.get("kind")
+            if kind == "blob" and type(obj.get("value")) is dict and "$reply" in obj["value"]:
+                reply_blobs[str(obj.get("id"))] = obj["value"]["$reply"]
+            elif kind == "request":
+                after = obj.get("after")
+                named = [obj.get("parent"), after.get("request") if type(after) is dict else None]
+                for msg in obj.get("append") or ():
+                    if type(msg) is dict:
+                        ref = msg.get("$reply")
+                        named.append(ref if ref is not None else reply_blobs.get(str(msg.get("$blob", ""))))
+                for rid in named:
+                    if type(rid) is int:
+                        last[rid] = line
+    finally:
+        handle.close()
+    return last
 
 
 def _request(obj: dict[str, Any], by_id: dict[int, Request], line: int) -> Request:

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import gc
+
 import orjson
 import pytest
 
 from replay.errors import TraceError
-from replay.trace import TraceWriter, materialize, read_trace, recorded_reply, validate
+from replay.trace import (
+    Request,
+    TraceWriter,
+    iter_requests,
+    last_references,
+    materialize,
+    read_trace,
+    recorded_reply,
+    validate,
+)
 from replay.trace.materialize import plain_message
 
 HEADER = {"kind": "trace", "format": "agent-replay-trace/1", "created": "", "source": "test"}
@@ -155,3 +166,45 @@ def test_blobs_resolve_to_one_shared_object(tmp_path):
 def test_sample_trace_is_valid():
     counts = validate("traces/sample.jsonl")
     assert counts["requests"] == 9 and counts["sessions"] == 2
+
+
+def test_last_references_name_the_last_line_that_needs_each_request(tmp_path):
+    path = write_lines(
+        tmp_path / "t.jsonl",
+        [
+            HEADER,  # line 1
+            SESSION,
+            {"kind": "session", "id": "b"},
+            req(1),  # line 4
+            req(2, session="b"),
+            req(3, parent=1, keep=1),  # names 1 as its parent
+            {"kind": "blob", "id": "r2", "value": {"$reply": 2}},
+            req(4, parent=3, keep=1, append=[{"$reply": 3}, {"$blob": "r2"}]),  # line 8: 3 (twice), 2
+            req(5, session="b", after={"request": 4}),  # line 9: 4
+            req(6, session="b"),  # names nothing
+        ],
+    )
+    assert last_references(path) == {1: 6, 3: 8, 2: 8, 4: 9}
+
+
+def test_requests_read_in_a_window_are_the_requests_read_whole(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with TraceWriter(path, source="test") as w:
+        for s in range(30):  # conversations one after another, one coming back at the end
+            w.session(f"s{s}")
+        history = {f"s{s}": [{"role": "user", "content": f"start {s}"}] for s in range(30)}
+        for name in [*(f"s{s}" for s in range(30) for _ in range(3)), "s0", "s0"]:
+            reply = {"message": {"role": "assistant", "content": f"ok {len(history[name])}"}}
+            w.request(name, 0.0, list(history[name]), {}, reply=reply)
+            history[name] = [*history[name], reply["message"], {"role": "user", "content": "more"}]
+    whole = read_trace(path)
+    by_id = whole.by_id()
+    tracked = len([o for o in gc.get_objects() if isinstance(o, Request)])
+    alive = []
+    for got, want in zip(iter_requests(path, last_references(path)), whole.requests, strict=True):
+        assert (got.id, got.line, got.n_messages) == (want.id, want.line, want.n_messages)
+        assert materialize(got, recorded_reply(by_id)) == materialize(want, recorded_reply(by_id))
+        alive.append(len([o for o in gc.get_objects() if isinstance(o, Request)]) - tracked)
+    # Only what a later line names is kept: the conversation in progress and the one that comes
+    # back (s0's last request), not the 92 requests read so far.
+    assert max(alive) <= 6
