@@ -24,8 +24,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from replay.errors import ReplayError, Stopped
 from replay.sim.engine import Job
 from replay.sim.render import Prompt
@@ -37,9 +35,6 @@ Progress = Callable[[int, int], None]
 
 # Below this size a trace sweeps faster in one process than it takes to start a second one.
 PARALLEL_FROM_BYTES = 16 << 20
-# The reading process holds the whole trace: measured at about 8 bytes of memory per byte of trace
-# file (2.5 GB for a 311 MB trace of 1M requests); the margin covers the workers' checkpoints.
-MEMORY_PER_TRACE_BYTE = 10
 # Jobs per pickled batch: big enough that pickling is cheap per job, small enough to stream.
 BATCH = 1000
 # Sessions whose last prompt both sides keep, to send the next one as what it adds.
@@ -47,10 +42,10 @@ SESSIONS_KEPT = 4096
 
 
 def auto_workers(path: str | Path, budgets: int) -> int:
-    """For a big trace that fits in memory, one process per core, at most one per budget besides
-    the reading one; else one."""
-    size = Path(path).stat().st_size
-    if size < PARALLEL_FROM_BYTES or psutil.virtual_memory().available < size * MEMORY_PER_TRACE_BYTE:
+    """For a big trace, one process per core, at most one per budget besides the reading one;
+    else one. (Only the reading process holds any of the trace, so more processes need little
+    more memory.)"""
+    if Path(path).stat().st_size < PARALLEL_FROM_BYTES:
         return 1
     return max(1, min(budgets + 1, os.cpu_count() or 1))
 

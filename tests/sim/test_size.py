@@ -33,7 +33,7 @@ from replay.size import (
     sweep_table,
     sweep_trace,
 )
-from replay.size_parallel import MEMORY_PER_TRACE_BYTE, PARALLEL_FROM_BYTES, auto_workers
+from replay.size_parallel import PARALLEL_FROM_BYTES, auto_workers
 from replay.trace import TraceWriter
 from replay.trace.synth import synth_text
 
@@ -262,22 +262,12 @@ def test_a_dead_sweep_worker_is_one_clear_error(tmp_path: Path) -> None:
         sweep_trace(trace, [GiB, 2 * GiB], cfg=QWEN, workers=2, progress=kill_the_worker)
 
 
-def test_auto_workers_one_per_core_for_big_traces_within_free_memory(tmp_path: Path, monkeypatch) -> None:
+def test_auto_workers_one_per_core_for_big_traces(tmp_path: Path, monkeypatch) -> None:
     small, big = tmp_path / "small.jsonl", tmp_path / "big.jsonl"
     small.write_text("{}\n")
     with open(big, "wb") as f:
         f.truncate(PARALLEL_FROM_BYTES)  # sparse: only its size matters
     monkeypatch.setattr(size_parallel.os, "cpu_count", lambda: 8)
-    free = PARALLEL_FROM_BYTES * MEMORY_PER_TRACE_BYTE
-
-    def available(n: int) -> Any:
-        return lambda: type("Memory", (), {"available": n})()
-
-    monkeypatch.setattr(size_parallel.psutil, "virtual_memory", available(100 * free))
     assert auto_workers(small, 20) == 1  # not worth a second process
     assert auto_workers(big, 20) == 8  # a core each
     assert auto_workers(big, 3) == 4  # the reading process, and at most one more per budget
-    monkeypatch.setattr(size_parallel.psutil, "virtual_memory", available(free))
-    assert auto_workers(big, 20) == 8  # one copy of the trace, whatever the processes
-    monkeypatch.setattr(size_parallel.psutil, "virtual_memory", available(free // 2))
-    assert auto_workers(big, 20) == 1
