@@ -695,13 +695,14 @@ def read_requests(
     """A trace's requests as they are read (a sweep starts long before the whole trace is in),
     each let go once no later line names it; `progress(line, lines)` hears how far into the
     file reading has got, every `every` lines."""
-    from replay.trace import count_lines, iter_requests, last_references
+    from replay.trace import iter_requests, last_references
 
-    requests = iter_requests(path, last_references(path))  # a window of the trace in memory
+    found = last_references(path)
+    requests = iter_requests(path, found.last)  # a window of the trace in memory
     if progress is None:
         yield from requests
         return
-    total = count_lines(path)
+    total = found.lines
     progress(0, total)
     told = 0
     for req in requests:

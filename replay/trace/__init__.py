@@ -3,7 +3,6 @@
 from replay.trace.materialize import materialize, recorded_reply, text_of
 from replay.trace.model import FORMAT, Request, Session, Trace, TraceHeader
 from replay.trace.reader import (
-    count_lines,
     iter_records,
     iter_requests,
     last_references,
@@ -20,7 +19,6 @@ __all__ = [
     "Trace",
     "TraceHeader",
     "TraceWriter",
-    "count_lines",
     "iter_records",
     "iter_requests",
     "last_references",

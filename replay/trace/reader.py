@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import orjson
 
@@ -125,14 +125,19 @@ def _lines(handle: BinaryIO, block: int = 16 << 20) -> Iterator[bytes]:
         yield rest
 
 
+def _open(path: str | Path) -> BinaryIO:
+    """The trace file for reading; a file that cannot be opened is a `TraceError`."""
+    try:
+        return open(path, "rb")  # noqa: SIM115 - the callers close it
+    except OSError as exc:
+        raise TraceError(str(path), 0, f"cannot open: {exc.strerror}") from None
+
+
 def iter_records(path: str | Path) -> Iterator[tuple[_Checker, dict[str, Any]]]:
     """Yield (checker, record) for each valid line; raise TraceError at the first bad one."""
     path = str(path)
     check = _Checker(path)
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed in finally, iteration is lazy
-    except OSError as exc:
-        raise TraceError(path, 0, f"cannot open: {exc.strerror}") from None
+    handle = _open(path)
     try:
         for raw in _lines(handle):
             check.line += 1
@@ -283,7 +288,7 @@ def iter_requests(path: str | Path, last_named: dict[int, int] | None = None) ->
     """Each request as soon as its line is read and checked, linked to its parent: for work that
     can start before the whole trace is read (a sizing sweep).
 
-    With `last_named` (`last_references` of the same file) a request is let go once no later line
+    With `last_named` (`last_references(path).last`) a request is let go once no later line
     names it, so a trace of many conversations is never all in memory at once.
     """
     by_id: dict[int, Request] = {}
@@ -303,17 +308,22 @@ def iter_requests(path: str | Path, last_named: dict[int, int] | None = None) ->
         yield req
 
 
-def last_references(path: str | Path) -> dict[int, int]:
+class References(NamedTuple):
+    """What `last_references` finds: for each request a later line names, the last such line;
+    and how many lines the file has."""
+
+    last: dict[int, int]
+    lines: int
+
+
+def last_references(path: str | Path) -> References:
     """For each request that a later line names (as its parent, in a `$reply` or as
     `after.request`), the line of the last one that does. One quick pass that checks nothing:
     `iter_records` does, and stops at the first bad line, as ever."""
     last: dict[int, int] = {}
     reply_blobs: dict[Any, Any] = {}  # blobs holding a `$reply` message, by id
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed in finally
-    except OSError as exc:
-        raise TraceError(str(path), 0, f"cannot open: {exc.strerror}") from None
-    try:
+    line = 0
+    with _open(path) as handle:
         for line, raw in enumerate(_lines(handle), 1):
             try:
                 obj = orjson.loads(raw)
@@ -334,9 +344,7 @@ def last_references(path: str | Path) -> dict[int, int]:
                 for rid in named:
                     if type(rid) is int:
                         last[rid] = line
-    finally:
-        handle.close()
-    return last
+    return References(last, line)
 
 
 def _request(obj: dict[str, Any], by_id: dict[int, Request], line: int) -> Request:
@@ -358,16 +366,3 @@ def _request(obj: dict[str, Any], by_id: dict[int, Request], line: int) -> Reque
     )
     by_id[req.id] = req
     return req
-
-
-def count_lines(path: str | Path, block: int = 16 << 20) -> int:
-    """Lines in a file (a last line without a newline counts), without parsing any."""
-    lines, last = 0, b"\n"
-    try:
-        with open(path, "rb") as handle:
-            while chunk := handle.read(block):
-                lines += chunk.count(b"\n")
-                last = chunk[-1:]
-    except OSError as exc:
-        raise TraceError(str(path), 0, f"cannot open: {exc.strerror}") from None
-    return lines + (last != b"\n")

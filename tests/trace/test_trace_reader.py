@@ -184,7 +184,7 @@ def test_last_references_name_the_last_line_that_needs_each_request(tmp_path):
             req(6, session="b"),  # names nothing
         ],
     )
-    assert last_references(path) == {1: 6, 3: 8, 2: 8, 4: 9}
+    assert last_references(path) == ({1: 6, 3: 8, 2: 8, 4: 9}, 10)
 
 
 def test_requests_read_in_a_window_are_the_requests_read_whole(tmp_path):
@@ -201,7 +201,7 @@ def test_requests_read_in_a_window_are_the_requests_read_whole(tmp_path):
     by_id = whole.by_id()
     tracked = len([o for o in gc.get_objects() if isinstance(o, Request)])
     alive = []
-    for got, want in zip(iter_requests(path, last_references(path)), whole.requests, strict=True):
+    for got, want in zip(iter_requests(path, last_references(path).last), whole.requests, strict=True):
         assert (got.id, got.line, got.n_messages) == (want.id, want.line, want.n_messages)
         assert materialize(got, recorded_reply(by_id)) == materialize(want, recorded_reply(by_id))
         alive.append(len([o for o in gc.get_objects() if isinstance(o, Request)]) - tracked)
