@@ -13,7 +13,7 @@ import statistics
 from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -504,17 +504,15 @@ class _LaneTally:
         self, requests: int, switches: int, live_misses: int, live_rereads: int
     ) -> list[tuple[int, SweepRow]]:
         """A row per budget, with the index of its variant."""
-        lane = self.lane
-        rows = []
-        for index, budget, cfg in self.members:
-            row = SweepRow(budget, cfg.slots, cfg.routing, requests, switches, lane.restores, live_misses)
-            row.stores = dict(lane.stores)
-            row.evictions, row.evictions_zero_hits = lane.evictions, lane.evictions_zero_hits
-            row.reprocessed_tokens = self.reprocessed + live_rereads
-            row.peak_disk_bytes, row.modelled_s = lane.peak_disk_bytes, lane.now
-            _switch_figures(row, self.rereads, self.waits)
-            rows.append((index, row))
-        return rows
+        lane, first = self.lane, self.members[0].cfg
+        row = SweepRow(0, first.slots, first.routing, requests, switches, lane.restores, live_misses)
+        row.evictions, row.evictions_zero_hits = lane.evictions, lane.evictions_zero_hits
+        row.reprocessed_tokens = self.reprocessed + live_rereads
+        row.peak_disk_bytes, row.modelled_s = lane.peak_disk_bytes, lane.now
+        _switch_figures(row, self.rereads, self.waits)
+        return [
+            (m.index, replace(row, budget_bytes=m.budget, stores=dict(lane.stores))) for m in self.members
+        ]
 
 
 def _sweep_sequential(

@@ -18,6 +18,7 @@ generated traces. It splits the walk in two, so a sweep does the budget-independ
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -160,17 +161,10 @@ class DiskLane:
 
     def copy(self, cfg: SimConfig) -> DiskLane:
         """This lane as it stands, on its own from now on, under `cfg`'s budget."""
-        out = DiskLane.__new__(DiskLane)
-        out.cfg, out.now, out.walk = cfg, self.now, None
+        out = copy.copy(self)  # counts and clock as they are; what changes in place is copied below
+        out.cfg, out.walk = cfg, None
         out.disk = self.disk.copy(cfg) if self.disk is not None else None
         out.last_store, out.stores = self.last_store.copy(), self.stores.copy()
-        out.restores, out.evictions, out.evictions_zero_hits = (
-            self.restores,
-            self.evictions,
-            self.evictions_zero_hits,
-        )
-        out.peak_disk_bytes, out.saves = self.peak_disk_bytes, self.saves
-        out._prefill_s, out._dt = self._prefill_s, self._dt
         return out
 
     def serve(self, job: Job, live: Live) -> ev.Result:
