@@ -671,16 +671,16 @@ def sweep_trace(
     from replay.size_parallel import sweep_in_workers
 
     cfg = cfg or config_for()
-    if workers > 1 and budgets:
-        options = dict(kwargs, cfg=cfg, history=history)
-        rows = sweep_in_workers(path, budgets, workers, options, progress)
-        target = kwargs.get("target_reread")
-        return SweepReport(rows, target, _best_budget(rows, target))
     # The sweep makes no reference cycles, and with millions of objects alive (the trace, every
     # budget's checkpoints) the collector's passes over them would cost a quarter of the time.
     collecting = gc.isenabled()
     gc.disable()
     try:
+        if workers > 1 and budgets:
+            options = dict(kwargs, cfg=cfg, history=history)
+            rows = sweep_in_workers(path, budgets, workers, options, progress)
+            target = kwargs.get("target_reread")
+            return SweepReport(rows, target, _best_budget(rows, target))
         return sweep(jobs_from_trace(read_requests(path, progress), cfg, history), budgets, cfg=cfg, **kwargs)
     finally:
         if collecting:

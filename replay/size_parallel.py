@@ -78,14 +78,8 @@ def sweep_in_workers(
             reader.close()  # the worker's end: with it closed here, the worker sees our exit
             procs.append(proc)
             pipes.append(writer)
-        collecting = gc.isenabled()
-        gc.disable()  # the same reason as in `size.sweep_trace`
-        try:
-            for batch in _batches(jobs_from_trace(read_requests(path, progress), cfg, history)):
-                _send(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL), pipes, procs, results)
-        finally:
-            if collecting:
-                gc.enable()
+        for batch in _batches(jobs_from_trace(read_requests(path, progress), cfg, history)):
+            _send(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL), pipes, procs, results)
         _send(b"", pipes, procs, results)
         rows = _collect(results, procs)
     finally:
@@ -218,7 +212,7 @@ def _keep(last: OrderedDict[Any, Any], session: str | None, value: Any) -> None:
 def _worker(index: int, budgets: list[int], kwargs: dict[str, Any], conn: Any, results: Any) -> None:
     from replay.size import sweep
 
-    gc.disable()  # the same reason as in `size.sweep_trace`
+    gc.disable()  # as `size.sweep_trace` does for the reading process
     try:
         found = sweep(_received(conn), budgets, **kwargs)
     except EOFError:
