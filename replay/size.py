@@ -162,8 +162,7 @@ class SweepRequest:
     tool_name: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StaleFile:
+class StaleFile(NamedTuple):
     """A checkpoint from an earlier day already on disk: unrelated content, `hits` restores, last
     used `age_s` ago (decayed hits still outrank a fresh file's zero)."""
 
@@ -443,7 +442,7 @@ def _sweep_timed(
 class _Member(NamedTuple):
     """One budget of a sequential sweep: where its row goes, the budget asked for, its config."""
 
-    index: int
+    position: int
     budget: int
     cfg: SimConfig
 
@@ -511,7 +510,7 @@ class _LaneTally:
         row.peak_disk_bytes, row.modelled_s = lane.peak_disk_bytes, lane.now
         _switch_figures(row, self.rereads, self.waits)
         return [
-            (m.index, replace(row, budget_bytes=m.budget, stores=dict(lane.stores))) for m in self.members
+            (m.position, replace(row, budget_bytes=m.budget, stores=dict(lane.stores))) for m in self.members
         ]
 
 

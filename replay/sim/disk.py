@@ -7,10 +7,9 @@ nothing, which is why one long prefill's chain of files grows with the square of
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from replay.sim import policy
@@ -103,9 +102,9 @@ class DiskStore:
     def copy(self, cfg: SimConfig) -> DiskStore:
         """An independent store with the same files, ranking and index, under `cfg`'s budget: a
         sweep's budgets share one store while no save could tell them apart, then part."""
-        out = DiskStore.__new__(DiskStore)
-        out.cfg, out.budget, out.total, out._stored = cfg, cfg.budget_bytes, self.total, self._stored
-        new = {cp: copy.copy(cp) for cp in self.files}
+        out = DiskStore(cfg)
+        out.total, out._stored = self.total, self._stored
+        new = {cp: replace(cp) for cp in self.files}
         out.files = dict.fromkeys(new.values())
         out._index = {key: [new[cp] for cp in bucket] for key, bucket in self._index.items()}
         out._order = {new[cp]: n for cp, n in self._order.items()}

@@ -21,17 +21,20 @@ class TokenSeq:
     __slots__ = ("blocks", "ends", "n", "_grid")
 
     def __init__(self, blocks: tuple[Block, ...] = (), n: int | None = None) -> None:
+        self._grid: list[int] | None = None
+        self.blocks: tuple[Block, ...] = ()
+        self.ends: list[int] = []
+        self.n = 0
+        if not blocks:  # cheap, as `_raw` starts from it
+            return
         self.blocks = tuple(b for b in blocks if b)
         self.ends = list(accumulate(map(len, self.blocks)))
         total = self.ends[-1] if self.ends else 0
         self.n = total if n is None else min(n, total)
-        self._grid: list[int] | None = None
 
-    @classmethod
-    def _raw(
-        cls, blocks: tuple[Block, ...], ends: list[int], n: int, grid: list[int] | None = None
-    ) -> TokenSeq:
-        out = cls.__new__(cls)
+    @staticmethod
+    def _raw(blocks: tuple[Block, ...], ends: list[int], n: int, grid: list[int] | None = None) -> TokenSeq:
+        out = TokenSeq()
         out.blocks, out.ends, out.n, out._grid = blocks, ends, n, grid
         return out
 

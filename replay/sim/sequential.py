@@ -18,7 +18,6 @@ generated traces. It splits the walk in two, so a sweep does the budget-independ
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -161,10 +160,15 @@ class DiskLane:
 
     def copy(self, cfg: SimConfig) -> DiskLane:
         """This lane as it stands, on its own from now on, under `cfg`'s budget."""
-        out = copy.copy(self)  # counts and clock as they are; what changes in place is copied below
-        out.cfg, out.walk = cfg, None
+        out = DiskLane(cfg, now=self.now)
         out.disk = self.disk.copy(cfg) if self.disk is not None else None
         out.last_store, out.stores = self.last_store.copy(), self.stores.copy()
+        out.restores, out.evictions, out.evictions_zero_hits = (
+            self.restores,
+            self.evictions,
+            self.evictions_zero_hits,
+        )
+        out.peak_disk_bytes, out.saves = self.peak_disk_bytes, self.saves
         return out
 
     def serve(self, job: Job, live: Live) -> ev.Result:

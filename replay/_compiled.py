@@ -1,0 +1,101 @@
+"""The modules setup.py compiles with mypyc, and the check that runs them only while they match
+their source.
+
+The compiled copies sit beside the source (an editable install builds them in the work tree), so a
+source file edited after the build would otherwise keep running as it was. At build time setup.py
+writes each source's hash to `_compiled.json`; at import, if a compiled module is missing or any
+source differs from its hash, or `REPLAY_PURE=1` is set, every one of them runs from its source
+(they call each other compiled, so it is all or none). Nothing here imports the rest of replay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+# The sweep's per-request path: reading, rendering, replies, the sequential cache model.
+MODULES: tuple[str, ...] = (
+    "replay.trace.model",
+    "replay.trace.reader",
+    "replay.trace.materialize",
+    "replay.trace.synth",
+    "replay.sim.tokenizer",
+    "replay.sim.seq",
+    "replay.sim.render",
+    "replay.sim.reply",
+    "replay.sim.policy",
+    "replay.sim.disk",
+    "replay.sim.sequential",
+    "replay.size",
+    "replay.size_parallel",
+)
+
+HASHES = "_compiled.json"  # beside this file, written by setup.py's build
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def source_hashes(root: Path = ROOT) -> dict[str, str]:
+    """sha256 of each compiled module's source."""
+    return {name: hashlib.sha256(_source(root, name).read_bytes()).hexdigest() for name in MODULES}
+
+
+def _source(root: Path, name: str) -> Path:
+    return root / (name.replace(".", "/") + ".py")
+
+
+def _compiled(root: Path, name: str) -> bool:
+    base = root / name.replace(".", "/")
+    return any(
+        base.with_name(base.name + suffix).exists() for suffix in importlib.machinery.EXTENSION_SUFFIXES
+    )
+
+
+class _SourceFirst(importlib.abc.MetaPathFinder):
+    """Finds the compiled modules' source files ahead of their compiled copies."""
+
+    def __init__(self, root: Path) -> None:
+        self.sources = {name: _source(root, name) for name in MODULES}
+
+    def find_spec(self, fullname: str, path: Any = None, target: ModuleType | None = None) -> Any:
+        source = self.sources.get(fullname)
+        return importlib.util.spec_from_file_location(fullname, source) if source is not None else None
+
+
+def check(root: Path = ROOT) -> str:
+    """Decide once, before any of them is imported: "compiled", "pure" (nothing was compiled),
+    or "source" (compiled but not used; a warning says why unless REPLAY_PURE=1 asked for it)."""
+    if not any(_compiled(root, name) for name in MODULES):
+        return "pure"
+    why = None
+    if os.environ.get("REPLAY_PURE") != "1":
+        try:
+            built = json.loads((root / "replay" / HASHES).read_text())
+        except (OSError, ValueError):
+            built = {}
+        missing = [name for name in MODULES if not _compiled(root, name)]
+        changed = [name for name, digest in source_hashes(root).items() if built.get(name) != digest]
+        if not missing and not changed:
+            return "compiled"
+        why = (
+            f"{missing[0]} is not compiled"
+            if missing
+            else f"{_source(root, changed[0]).relative_to(root)} changed after it was compiled"
+        )
+    if not any(isinstance(f, _SourceFirst) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceFirst(root))
+    if why is not None:
+        warnings.warn(
+            f"replay: {why}, so its compiled modules run from source (rebuild: pip install -e .)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return "source"
