@@ -6,6 +6,10 @@ source file edited after the build would otherwise keep running as it was. At bu
 writes each source's hash to `_compiled.json`; at import, if a compiled module is missing or any
 source differs from its hash, or `REPLAY_PURE=1` is set, every one of them runs from its source
 (they call each other compiled, so it is all or none). Nothing here imports the rest of replay.
+
+Their dataclasses that a sweep makes per request write their `__init__` out (`init=False`):
+mypyc compiles a written one, not the one `dataclass` generates (ten times slower to call). They
+are values all the same: nothing changes them once made.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ MODULES: tuple[str, ...] = (
     "replay.sim.seq",
     "replay.sim.render",
     "replay.sim.reply",
+    "replay.sim.job",
     "replay.sim.policy",
     "replay.sim.disk",
     "replay.sim.sequential",
@@ -90,8 +95,7 @@ def check(root: Path = ROOT) -> str:
             if missing
             else f"{_source(root, changed[0]).relative_to(root)} changed after it was compiled"
         )
-    if not any(isinstance(f, _SourceFirst) for f in sys.meta_path):
-        sys.meta_path.insert(0, _SourceFirst(root))
+    sys.meta_path[:] = [_SourceFirst(root), *(f for f in sys.meta_path if not isinstance(f, _SourceFirst))]
     if why is not None:
         warnings.warn(
             f"replay: {why}, so its compiled modules run from source (rebuild: pip install -e .)",

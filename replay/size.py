@@ -25,7 +25,8 @@ from replay.sim import policy
 from replay.sim.api import thinking_requested
 from replay.sim.config import DEFAULT_PRESET, PRESETS, MiB, SimConfig, config_for
 from replay.sim.disk import Checkpoint
-from replay.sim.engine import CacheModel, ContextTooLong, Job, build_job, plan_job
+from replay.sim.engine import CacheModel
+from replay.sim.job import ContextTooLong, Job, build_job, plan_job
 from replay.sim.options import parse_bytes, parse_tokens
 from replay.sim.render import Rendered
 from replay.sim.seq import TokenSeq

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.errors import ReplayError, Stopped
-from replay.sim.engine import Job
+from replay.sim.job import Job
 from replay.sim.render import Prompt
 from replay.sim.reply import Reply
 from replay.sim.seq import TokenSeq

@@ -9,8 +9,9 @@ load the web stack.
 from __future__ import annotations
 
 from replay.sim.config import PRESETS, SimConfig, config_for
-from replay.sim.engine import CacheModel, ContextTooLong, Job, build_job
+from replay.sim.engine import CacheModel
 from replay.sim.events import Result
+from replay.sim.job import ContextTooLong, Job, build_job
 
 
 def serve(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ from replay.sim.api import (
     parse_anthropic,
     parse_openai,
 )
-from replay.sim.engine import ContextTooLong, build_job
+from replay.sim.job import ContextTooLong, build_job
 from replay.sim.reply import Reply
 from replay.sim.runtime import JobHandle, SimRuntime
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from replay.sim import policy
@@ -36,7 +36,7 @@ def text_sha1(seq: TokenSeq) -> str:
     return h.hexdigest()
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, init=False, slots=True)
 class Checkpoint:
     """One `<sha1>.kv` file: the tokens it restores and ds4's header fields."""
 
@@ -46,10 +46,37 @@ class Checkpoint:
     size: int
     created: float
     last_used: float
-    hits: int = 0
-    trimmed: int = 0
-    _name: str | None = field(default=None, repr=False)
-    _key: tuple[int, int] | None = field(default=None, repr=False)  # its disk-index bucket
+    hits: int
+    trimmed: int
+    _name: str | None = field(init=False, repr=False)
+    _key: tuple[int, int] | None = field(init=False, repr=False)  # its disk-index bucket
+
+    def __init__(
+        self,
+        seq: TokenSeq,
+        reason: str,
+        key: str,
+        size: int,
+        created: float,
+        last_used: float,
+        hits: int = 0,
+        trimmed: int = 0,
+    ) -> None:
+        self.seq = seq
+        self.reason = reason
+        self.key = key
+        self.size = size
+        self.created = created
+        self.last_used = last_used
+        self.hits = hits
+        self.trimmed = trimmed
+        self._name = None
+        self._key = None
+
+    def copy(self) -> Checkpoint:
+        out = Checkpoint(self.seq, self.reason, self.key, self.size, self.created, self.last_used, self.hits)
+        out.trimmed, out._name, out._key = self.trimmed, self._name, self._key
+        return out
 
     @property
     def tokens(self) -> int:
@@ -66,15 +93,29 @@ class Checkpoint:
         return len(self.seq.text().encode())
 
 
-@dataclass(slots=True)
+@dataclass(init=False, slots=True)
 class StoreOutcome:
     """What one store did: the file (None if skipped or already present) and the files it evicted."""
 
     stored: Checkpoint | None
     evicted_before: list[Checkpoint]
     evicted_after: list[Checkpoint]
-    duplicate: bool = False
-    skipped: str | None = None
+    duplicate: bool
+    skipped: str | None
+
+    def __init__(
+        self,
+        stored: Checkpoint | None,
+        evicted_before: list[Checkpoint],
+        evicted_after: list[Checkpoint],
+        duplicate: bool = False,
+        skipped: str | None = None,
+    ) -> None:
+        self.stored = stored
+        self.evicted_before = evicted_before
+        self.evicted_after = evicted_after
+        self.duplicate = duplicate
+        self.skipped = skipped
 
 
 class DiskStore:
@@ -104,7 +145,7 @@ class DiskStore:
         sweep's budgets share one store while no save could tell them apart, then part."""
         out = DiskStore(cfg)
         out.total, out._stored = self.total, self._stored
-        new = {cp: replace(cp) for cp in self.files}
+        new = {cp: cp.copy() for cp in self.files}
         out.files = dict.fromkeys(new.values())
         out._index = {key: [new[cp] for cp in bucket] for key, bucket in self._index.items()}
         out._order = {new[cp]: n for cp, n in self._order.items()}

@@ -42,13 +42,18 @@ def header(role: str) -> Block:
     return special(IM_START, role, "\n")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Prompt:
     """A rendered prompt: its tokens, the chat anchor (None when there is none) and whether it has tools."""
 
     seq: TokenSeq
     anchor: int | None
     has_tools: bool
+
+    def __init__(self, seq: TokenSeq, anchor: int | None, has_tools: bool) -> None:
+        self.seq = seq
+        self.anchor = anchor
+        self.has_tools = has_tools
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -108,7 +113,7 @@ def tools_block(tools: list[dict[str, Any]] | None) -> Block:
     return _tools_block(orjson.dumps(tools))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Rendered:
     """A conversation rendered up to some message, before the generation prompt.
 
@@ -118,13 +123,31 @@ class Rendered:
     gives exactly what `render` gives for the whole list at once.
     """
 
-    tools: list[dict[str, Any]] | None = None
-    seq: TokenSeq = TokenSeq()
-    started: bool = False
-    tools_pending: bool = False
-    seen_assistant: bool = False
-    last_user: int | None = None
-    anchor: int | None = None
+    tools: list[dict[str, Any]] | None
+    seq: TokenSeq
+    started: bool
+    tools_pending: bool
+    seen_assistant: bool
+    last_user: int | None
+    anchor: int | None
+
+    def __init__(
+        self,
+        tools: list[dict[str, Any]] | None = None,
+        seq: TokenSeq | None = None,
+        started: bool = False,
+        tools_pending: bool = False,
+        seen_assistant: bool = False,
+        last_user: int | None = None,
+        anchor: int | None = None,
+    ) -> None:
+        self.tools = tools
+        self.seq = seq if seq is not None else TokenSeq()
+        self.started = started
+        self.tools_pending = tools_pending
+        self.seen_assistant = seen_assistant
+        self.last_user = last_user
+        self.anchor = anchor
 
     def add(self, messages: Iterable[Message]) -> Rendered:
         blocks: list[Block] = []

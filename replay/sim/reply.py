@@ -12,6 +12,7 @@ import sys
 import zlib
 from array import array
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import chain
 from typing import Any
 
@@ -24,7 +25,7 @@ from replay.trace.synth import WORDS, synth_text
 REASONING_OVERHEAD = 5  # <think>\n ... \n</think>\n\n
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Reply:
     content: str
     reasoning: str
@@ -36,10 +37,23 @@ class Reply:
     hidden_tokens: int = field(init=False, compare=False)
     tokens: int = field(init=False, compare=False)
 
-    def __post_init__(self) -> None:
-        hidden = sum(map(len, self.hidden_blocks))
-        object.__setattr__(self, "hidden_tokens", hidden)
-        object.__setattr__(self, "tokens", hidden + sum(map(len, self.visible_blocks)))
+    def __init__(
+        self,
+        content: str,
+        reasoning: str,
+        tool_calls: tuple[dict[str, Any], ...],
+        finish: str,
+        hidden_blocks: tuple[Block, ...],
+        visible_blocks: tuple[Block, ...],
+    ) -> None:
+        self.content = content
+        self.reasoning = reasoning
+        self.tool_calls = tool_calls
+        self.finish = finish
+        self.hidden_blocks = hidden_blocks
+        self.visible_blocks = visible_blocks
+        self.hidden_tokens = sum(map(len, hidden_blocks))
+        self.tokens = self.hidden_tokens + sum(map(len, visible_blocks))
 
     @property
     def blocks(self) -> tuple[Block, ...]:
@@ -136,20 +150,32 @@ def make_reply(
 
 _WORDS = tuple(sys.intern(w) for w in WORDS)
 _SPACED = tuple(sys.intern(" " + w) for w in WORDS)
+TABLE_WORDS = 1 << 18  # the run of words replies are cut from
+
+
+@cache
+def _word_table() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The words replies are cut from, made once per process from one hash stream (the same on
+    every machine): each position's word alone, and with its leading space."""
+    picks = array("H", hashlib.shake_128(b"replay reply words").digest(2 * TABLE_WORDS))
+    if sys.byteorder == "big":
+        picks.byteswap()
+    n = len(_WORDS)
+    return tuple(_WORDS[i % n] for i in picks), tuple(_SPACED[i % n] for i in picks)
 
 
 def reply_text(tokens: int, seed: int) -> str:
     """`tokens` words for a text reply, a pure function of the seed, with its tokens put in the
     tokenizer's cache: a reply is generated once per request and tokenized again in every later
-    turn that resends it, so both must be cheap (one hash stream, no regex)."""
+    turn that resends it, so both must be cheap (a slice of a word table, no regex)."""
     if tokens <= 0:
         return ""
-    stream = hashlib.shake_128(seed.to_bytes(8, "little", signed=True)).digest(2 * tokens)
-    pairs = array("H", stream)
-    if sys.byteorder == "big":
-        pairs.byteswap()  # the same words on every machine
-    n = len(_WORDS)
-    block = (_WORDS[pairs[0] % n], *[_SPACED[i % n] for i in pairs[1:]])
+    bare, spaced = _word_table()
+    start = seed % TABLE_WORDS
+    words = spaced[start + 1 : start + tokens]
+    while len(words) < tokens - 1:  # past the table's end: on from its start
+        words += spaced[: tokens - 1 - len(words)]
+    block = (bare[start], *words)
     text = "".join(block)
     remember(text, block)
     return text

@@ -17,8 +17,9 @@ from typing import TextIO
 from replay.sim import events as ev
 from replay.sim import log as simlog
 from replay.sim.config import SimConfig
-from replay.sim.engine import CacheModel, Job
+from replay.sim.engine import CacheModel
 from replay.sim.files import CheckpointFiles
+from replay.sim.job import Job
 
 STREAM_POLL_S = 0.02
 

@@ -23,17 +23,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import reduce
 from operator import add
-from typing import NamedTuple
 
 from replay.sim import events as ev
 from replay.sim import policy
 from replay.sim.config import SimConfig
 from replay.sim.disk import Checkpoint, DiskStore
-from replay.sim.engine import Job
+from replay.sim.job import Job
 from replay.sim.seq import TokenSeq, is_prefix
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Walk:
     """The clock steps of a job's prompt and reply when they asked for no save: its prefill quanta,
     then its decode runs. Another budget that starts the prompt from the same cached position,
@@ -43,21 +42,36 @@ class Walk:
     prefill: tuple[float, ...]
     decode: tuple[float, ...]
 
+    def __init__(self, prefill: tuple[float, ...], decode: tuple[float, ...]) -> None:
+        self.prefill = prefill
+        self.decode = decode
+
     def replay(self, t0: float) -> tuple[float, float]:
         """(decode start, end) from `t0`, adding step by step as the walk did (same rounding)."""
         t_decode = reduce(add, self.prefill, t0)
         return t_decode, reduce(add, self.decode, t_decode)
 
 
-class Start(NamedTuple):
+@dataclass(init=False, slots=True)
+class Start:
     """Where one budget begins a job's prompt: after its evict save and restore, if any."""
 
     t0: float  # dispatch
     t: float  # prompt processing starts
     cached: int
     source: str
-    evict_s: float = 0.0
-    restore_s: float = 0.0
+    evict_s: float
+    restore_s: float
+
+    def __init__(
+        self, t0: float, t: float, cached: int, source: str, evict_s: float = 0.0, restore_s: float = 0.0
+    ) -> None:
+        self.t0 = t0
+        self.t = t
+        self.cached = cached
+        self.source = source
+        self.evict_s = evict_s
+        self.restore_s = restore_s
 
 
 @dataclass(slots=True)
@@ -67,7 +81,7 @@ class _Slot:
     visible: TokenSeq | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, slots=True)
 class Live:
     """What the live slots make of one job (the same at every budget).
 
@@ -78,8 +92,22 @@ class Live:
     slot: int
     cached: int
     source: str | None
-    miss: bool = False
-    evict: tuple[TokenSeq, str] | None = None
+    miss: bool
+    evict: tuple[TokenSeq, str] | None
+
+    def __init__(
+        self,
+        slot: int,
+        cached: int,
+        source: str | None,
+        miss: bool = False,
+        evict: tuple[TokenSeq, str] | None = None,
+    ) -> None:
+        self.slot = slot
+        self.cached = cached
+        self.source = source
+        self.miss = miss
+        self.evict = evict
 
 
 class LiveSlots:

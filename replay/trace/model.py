@@ -34,7 +34,7 @@ class Session:
     labels: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Request:
     """One request as sent. `append` may hold `{"$reply": id}`: the reply to request `id` goes there."""
 
@@ -45,15 +45,41 @@ class Request:
     keep: int
     append: tuple[Message, ...]
     params: dict[str, Any]
-    reply: dict[str, Any] | None = None
-    usage: dict[str, Any] | None = None
-    after: dict[str, Any] | None = None
-    tag: str = "turn"
-    line: int = 0
-    n_messages: int = 0
+    reply: dict[str, Any] | None
+    usage: dict[str, Any] | None
+    after: dict[str, Any] | None
+    tag: str
+    line: int
+    n_messages: int = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.n_messages = self.keep + len(self.append)
+    def __init__(
+        self,
+        id: int,  # noqa: A002 - the trace's field
+        session: str,
+        t: float,
+        parent: Request | None,
+        keep: int,
+        append: tuple[Message, ...],
+        params: dict[str, Any],
+        reply: dict[str, Any] | None = None,
+        usage: dict[str, Any] | None = None,
+        after: dict[str, Any] | None = None,
+        tag: str = "turn",
+        line: int = 0,
+    ) -> None:
+        self.id = id
+        self.session = session
+        self.t = t
+        self.parent = parent
+        self.keep = keep
+        self.append = append
+        self.params = params
+        self.reply = reply
+        self.usage = usage
+        self.after = after
+        self.tag = tag
+        self.line = line
+        self.n_messages = keep + len(append)
 
     def messages(self) -> list[Message]:
         """The full message list (unresolved: `$reply` markers and synth content left as they are)."""

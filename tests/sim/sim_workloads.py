@@ -11,7 +11,8 @@ from typing import Any
 
 from replay.sim import events as ev
 from replay.sim.config import SimConfig
-from replay.sim.engine import CacheModel, Job, build_job
+from replay.sim.engine import CacheModel
+from replay.sim.job import Job, build_job
 from replay.sim.render import render
 from replay.sim.reply import Reply
 from replay.size import SweepRequest

@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from replay.sim import events as ev
 from replay.sim.config import MiB, SimConfig, config_for
-from replay.sim.engine import CacheModel, Job, build_job
+from replay.sim.engine import CacheModel
+from replay.sim.job import Job, build_job
 from replay.sim.render import Rendered, render
-from replay.sim.reply import reply_text
+from replay.sim.reply import TABLE_WORDS, reply_text
 from replay.sim.sequential import DiskLane, LiveSlots
 from replay.sim.tokenizer import _TOKEN, tokenize
 from replay.size import StaleFile, SweepRow, _stale_checkpoints, _Tally, jobs_from_trace, sweep
@@ -307,6 +308,8 @@ def test_sweep_jobs_from_a_trace_equal_jobs_rendered_whole(tmp_path) -> None:
 
 
 @given(tokens=st.integers(0, 400), seed=st.integers(0, 2**40))
+@example(tokens=300, seed=TABLE_WORDS - 7)  # runs past the word table's end
+@example(tokens=1, seed=TABLE_WORDS - 1)
 def test_reply_text_puts_exactly_its_tokens_in_the_cache(tokens: int, seed: int) -> None:
     """Generated replies skip the tokenizer's regex: what they remember must be what it finds."""
     text = reply_text(tokens, seed)

@@ -11,7 +11,8 @@ from replay.sim import events as ev
 from replay.sim.api import thinking_requested
 from replay.sim.config import config_for
 from replay.sim.disk import Checkpoint, DiskStore
-from replay.sim.engine import CacheModel, ContextTooLong, build_job
+from replay.sim.engine import CacheModel
+from replay.sim.job import ContextTooLong, build_job
 from replay.sim.seq import TokenSeq
 from replay.trace.synth import synth_text
 

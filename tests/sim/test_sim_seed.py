@@ -11,7 +11,8 @@ from sim_workloads import Convo, of, run_turn, system_message
 from replay.sim import events as ev
 from replay.sim.config import GiB, config_for
 from replay.sim.disk import Checkpoint
-from replay.sim.engine import CacheModel, build_job
+from replay.sim.engine import CacheModel
+from replay.sim.job import build_job
 from replay.sim.policy import fallback_cut
 from replay.sim.seq import TokenSeq
 from replay.size import budget_rule, chain, jobs_from_requests, sweep
