@@ -37,6 +37,8 @@ Progress = Callable[[int, int], None]
 PARALLEL_FROM_BYTES = 16 << 20
 # Jobs per pickled batch: big enough that pickling is cheap per job, small enough to stream.
 BATCH = 1000
+# What a pipe to a worker may hold: two or three batches.
+PIPE_BYTES = 1 << 20
 # Sessions whose last prompt both sides keep, to send the next one as what it adds.
 SESSIONS_KEPT = 4096
 
@@ -72,6 +74,7 @@ def sweep_in_workers(
     try:
         for index, part in enumerate(parts):
             reader, writer = ctx.Pipe(duplex=False)
+            _widen(writer)
             args = (index, [budgets[i] for i in part], dict(options, cfg=cfg), reader, results)
             proc = ctx.Process(target=_worker, args=args, name=f"replay-sweep-worker-{index + 1}")
             proc.start()
@@ -97,6 +100,17 @@ def sweep_in_workers(
         for k, position in enumerate(part):
             ordered[position] = rows[index][k * per_budget : (k + 1) * per_budget]
     return [SweepRow(**row) for chunk in ordered for row in chunk]
+
+
+def _widen(pipe: Any) -> None:
+    """Let a pipe hold a few batches (Linux: up to 1 MiB unprivileged), so this process reads on
+    while a worker is busy with the batch before; elsewhere it keeps its size."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):
+        pass
 
 
 def _send(data: bytes, pipes: list[Any], procs: list[Any], results: Any) -> None:

@@ -97,6 +97,7 @@ def sweep(work: Path, requests: int, budgets: int, timeout_s: float) -> dict[str
     out.setdefault(
         "detail",
         f"{requests:,} requests x {budgets} budgets in {out.get('workers', '?')} process(es), "
+        f"modules {out.get('modules', '?')} (replay/_compiled.py), "
         f"peak RSS {out.get('peak_rss_mib', '?')} MiB per process; trace generated in {gen_s} s",
     )
     path.unlink(missing_ok=True)
@@ -126,6 +127,7 @@ def _sweep_main(path: str, budgets: int) -> None:
     """What `replay size sweep TRACE --budgets 4G,8G,...` does, with the same default processes."""
     import resource
 
+    import replay
     from replay.size import sweep_trace
     from replay.size_parallel import auto_workers
 
@@ -136,7 +138,16 @@ def _sweep_main(path: str, budgets: int) -> None:
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
     )
-    print(json.dumps({"rows": len(report.rows), "workers": workers, "peak_rss_mib": round(peak_kib / 1024)}))
+    print(
+        json.dumps(
+            {
+                "rows": len(report.rows),
+                "workers": workers,
+                "modules": replay.COMPILED,
+                "peak_rss_mib": round(peak_kib / 1024),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
