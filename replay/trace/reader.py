@@ -118,7 +118,8 @@ def _lines(handle: BinaryIO, block: int = 16 << 20) -> Iterator[bytes]:
     """The file's lines, read in large blocks (measurably faster than line-by-line reads)."""
     rest = b""
     while chunk := handle.read(block):
-        lines = (rest + chunk).split(b"\n")
+        lines = chunk.split(b"\n")
+        lines[0] = rest + lines[0]  # the line the last block cut, whole (the block is not copied)
         rest = lines.pop()
         yield from lines
     if rest:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import gc
+import io
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from replay.errors import TraceError
 from replay.trace import (
@@ -19,6 +22,7 @@ from replay.trace import (
     validate,
 )
 from replay.trace.materialize import plain_message
+from replay.trace.reader import _lines
 
 HEADER = {"kind": "trace", "format": "agent-replay-trace/1", "created": "", "source": "test"}
 SESSION = {"kind": "session", "id": "a"}
@@ -208,3 +212,17 @@ def test_requests_read_in_a_window_are_the_requests_read_whole(tmp_path):
     # Only what a later line names is kept: the conversation in progress and the one that comes
     # back (s0's last request), not the 92 requests read so far.
     assert max(alive) <= 6
+
+
+@given(
+    lines=st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")), max_size=12),
+    end=st.booleans(),
+    block=st.integers(1, 16),
+)
+def test_lines_read_in_blocks_are_the_file_s_lines(lines: list[bytes], end: bool, block: int) -> None:
+    """However the blocks cut the file, each line comes out whole, once, in order."""
+    data = b"\n".join(lines) + (b"\n" if end and lines else b"")
+    expected = data.split(b"\n")
+    if expected[-1] == b"":
+        expected.pop()
+    assert list(_lines(io.BytesIO(data), block)) == expected
