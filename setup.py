@@ -2,7 +2,7 @@
 
 They stay plain Python (the source is what runs where no compiler is, with `REPLAY_PURE=1`, or
 when a source file changed after it was compiled: see `replay/_compiled.py`); compiled, a sweep of
-a big trace runs about twice as fast. A machine without a C compiler gets a warning and the pure
+a big trace runs nearly twice as fast. A machine without a C compiler gets a warning and the pure
 package. The metadata is in pyproject.toml.
 """
 
