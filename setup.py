@@ -26,7 +26,8 @@ _spec.loader.exec_module(compiled)
 
 
 class OptionalBuildExt(build_ext):
-    """A failed compile leaves the pure-Python package, with a warning instead of an error."""
+    """A failed compile leaves the pure-Python package, with a warning instead of an error. Only a
+    build that compiled every module records their hashes, so a part-built one is never used."""
 
     def run(self) -> None:
         try:
@@ -39,12 +40,6 @@ class OptionalBuildExt(build_ext):
         # What was compiled, so that an edited source is never shadowed by its old compiled copy.
         root = HERE if self.inplace else Path(self.build_lib)
         (root / "replay" / compiled.HASHES).write_text(json.dumps(compiled.source_hashes(HERE), indent=1))
-
-    def build_extension(self, ext) -> None:  # type: ignore[no-untyped-def]
-        try:
-            super().build_extension(ext)
-        except Exception as exc:
-            print(f"warning: {ext.name} was not compiled ({exc}); using the pure Python", file=sys.stderr)
 
 
 def ext_modules() -> list:  # type: ignore[type-arg]

@@ -84,17 +84,18 @@ def check(root: Path = ROOT) -> str:
     if os.environ.get("REPLAY_PURE") != "1":
         try:
             built = json.loads((root / "replay" / HASHES).read_text())
-        except (OSError, ValueError):
-            built = {}
+        except (OSError, ValueError):  # a build that failed part way writes none
+            built = None
         missing = [name for name in MODULES if not _compiled(root, name)]
-        changed = [name for name, digest in source_hashes(root).items() if built.get(name) != digest]
-        if not missing and not changed:
+        changed = [name for name, digest in source_hashes(root).items() if (built or {}).get(name) != digest]
+        if built is not None and not missing and not changed:
             return "compiled"
-        why = (
-            f"{missing[0]} is not compiled"
-            if missing
-            else f"{_source(root, changed[0]).relative_to(root)} changed after it was compiled"
-        )
+        if built is None:
+            why = "the build left no record of what it compiled"
+        elif missing:
+            why = f"{missing[0]} is not compiled"
+        else:
+            why = f"{_source(root, changed[0]).relative_to(root)} changed after it was compiled"
     sys.meta_path[:] = [_SourceFirst(root), *(f for f in sys.meta_path if not isinstance(f, _SourceFirst))]
     if why is not None:
         warnings.warn(

@@ -86,7 +86,7 @@ def test_a_build_without_hashes_is_not_trusted(
 ) -> None:
     monkeypatch.delenv("REPLAY_PURE", raising=False)
     _fake_build(tmp_path, hashed=False)
-    with pytest.warns(RuntimeWarning, match="changed after it was compiled"):
+    with pytest.warns(RuntimeWarning, match="the build left no record of what it compiled"):
         assert _compiled.check(tmp_path) == "source"
 
 
@@ -115,3 +115,13 @@ def test_compiled_and_source_sweeps_agree(tmp_path: Path) -> None:
         [sys.executable, "-c", code, str(trace)], env=env, capture_output=True, text=True, check=True
     )
     assert json.loads(out.stdout) == json.loads(json.dumps(here))
+
+
+def test_a_module_left_uncompiled_runs_every_one_from_source(
+    tmp_path: Path, finders: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("REPLAY_PURE", raising=False)
+    _fake_build(tmp_path)
+    (tmp_path / "replay" / "sim" / ("seq" + SUFFIX)).unlink()
+    with pytest.warns(RuntimeWarning, match=r"replay\.sim\.seq is not compiled"):
+        assert _compiled.check(tmp_path) == "source"
