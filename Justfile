@@ -19,4 +19,4 @@ lint:
 
 # Benchmarks: the client's own overhead, rate, memory, accuracy.
 bench:
-    python -m replay.bench
+    python -m bench

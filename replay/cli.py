@@ -166,7 +166,7 @@ def ab(
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """A/B two server builds on the same trace, A B B A, leading with within-run ratios."""
-    from replay.ab import ab as run_ab
+    from replay.runs.ab import ab as run_ab
 
     code = run_ab(
         trace=trace,
@@ -296,7 +296,7 @@ def demo(
     ),
 ) -> None:
     """Replay two agents switching on the simulator at a 4 GB and a 64 GB disk budget, and compare."""
-    from replay.demo import run_demo
+    from replay.commands.demo import run_demo
 
     code = run_demo(console, out)
     raise typer.Exit(code)
@@ -314,7 +314,7 @@ Params = Annotated[
 @scenario_app.command("list")
 def scenario_list() -> None:
     """The built-in scenarios, one line each."""
-    from replay.scenario.actions import list_command
+    from replay.commands.scenario import list_command
 
     raise typer.Exit(list_command(console))
 
@@ -324,7 +324,7 @@ def scenario_show(
     name: Annotated[str, typer.Argument(help="Scenario name or spec file.")], param: Params = None
 ) -> None:
     """What a scenario reproduces, what to look for, the expected outcome, the flags it is about."""
-    from replay.scenario.actions import show_command
+    from replay.commands.scenario import show_command
 
     raise typer.Exit(show_command(name, console, param or []))
 
@@ -338,7 +338,7 @@ def scenario_generate(
     param: Params = None,
 ) -> None:
     """Write the scenario's trace (deterministic: same spec, same bytes)."""
-    from replay.scenario.actions import generate_command
+    from replay.commands.scenario import generate_command
 
     raise typer.Exit(generate_command(name, out, param or [], console))
 
@@ -354,7 +354,7 @@ def scenario_run(
     time_scale: Annotated[float | None, typer.Option(help="Simulator speed-up over modelled time.")] = None,
 ) -> None:
     """Run every arm of a scenario on the simulator, compare them, write the report."""
-    from replay.scenario.actions import run_command
+    from replay.commands.scenario import run_command
 
     raise typer.Exit(run_command(name, out, param or [], console, arms=arm, time_scale=time_scale))
 
@@ -376,7 +376,7 @@ def probe(
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """E1-E5 cache probe on a real server: what it re-reads after small changes, and after a restart."""
-    from replay.probe import probe_command
+    from replay.runs.probe import probe_command
 
     raise typer.Exit(
         probe_command(
@@ -467,7 +467,7 @@ def llama_make_model(
     slow: Annotated[bool, typer.Option(help="8 layers x 512 dims: a cache miss costs seconds.")] = False,
 ) -> None:
     """Write a random-weight GGUF whose output is printable and always runs to max_tokens."""
-    from replay.llama_model import SLOW, make_model
+    from replay.testing.gguf_model import SLOW, make_model
 
     size = {**{"layers": layers, "dim": dim}, **(SLOW if slow else {})}
     written = make_model(path, arch=arch, swa=swa, ctx=ctx, seed=seed, **size)

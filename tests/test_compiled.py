@@ -15,8 +15,8 @@ import pytest
 
 import replay
 from replay import _compiled
-from replay.bench.simbench import sweep_trace_file
-from replay.size import sweep_json, sweep_trace
+from bench.simbench import sweep_trace_file
+from replay.sizing.sweep import sweep_json, sweep_trace
 
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
@@ -71,8 +71,8 @@ def test_an_edited_source_runs_every_module_from_source(
 ) -> None:
     monkeypatch.delenv("REPLAY_PURE", raising=False)
     _fake_build(tmp_path)
-    (tmp_path / "replay" / "sim" / "disk.py").write_text("NAME = 'edited'\n")
-    with pytest.warns(RuntimeWarning, match=r"replay/sim/disk\.py changed after it was compiled"):
+    (tmp_path / "replay" / "sim" / "model" / "disk.py").write_text("NAME = 'edited'\n")
+    with pytest.warns(RuntimeWarning, match=r"replay/sim/model/disk\.py changed after it was compiled"):
         assert _compiled.check(tmp_path) == "source"
     finder = sys.meta_path[0]
     for name in _compiled.MODULES:  # all of them: compiled modules call each other compiled
@@ -106,7 +106,7 @@ def test_compiled_and_source_sweeps_agree(tmp_path: Path) -> None:
     budgets = [2 << 30, 5 << 30, 40 << 30]
     here = sweep_json(sweep_trace(trace, budgets, target_reread=400))
     code = (
-        "import sys, orjson, replay; from replay.size import sweep_json, sweep_trace;"
+        "import sys, orjson, replay; from replay.sizing.sweep import sweep_json, sweep_trace;"
         "assert replay.COMPILED != 'compiled';"
         f"sys.stdout.write(orjson.dumps(sweep_json(sweep_trace(sys.argv[1], {budgets!r}, target_reread=400))).decode())"
     )
@@ -122,6 +122,6 @@ def test_a_module_left_uncompiled_runs_every_one_from_source(
 ) -> None:
     monkeypatch.delenv("REPLAY_PURE", raising=False)
     _fake_build(tmp_path)
-    (tmp_path / "replay" / "sim" / ("seq" + SUFFIX)).unlink()
-    with pytest.warns(RuntimeWarning, match=r"replay\.sim\.seq is not compiled"):
+    (tmp_path / "replay" / "sim" / "model" / ("seq" + SUFFIX)).unlink()
+    with pytest.warns(RuntimeWarning, match=r"replay\.sim\.model\.seq is not compiled"):
         assert _compiled.check(tmp_path) == "source"

@@ -2,7 +2,7 @@
 
 Anonymisation replaces text with synthetic text "of the same token count", and the Mooncake
 importer and exporter cut prompts into 512-token blocks. Both count with the simulator's
-word-piece tokenizer (`replay.sim.tokenizer`), so an anonymised or imported trace has, on the
+word-piece tokenizer (`replay.sim.model.tokenizer`), so an anonymised or imported trace has, on the
 simulator, the prompt lengths and shared prefixes the original had; it is lossless (tokens join
 back to the text) and gives exactly one token per `replay.trace.synth` word.
 
@@ -12,7 +12,7 @@ words is a token of its own: `PART_SEPARATOR_TOKENS` is what each join costs.
 
 from __future__ import annotations
 
-from replay.sim.tokenizer import tokenize
+from replay.sim.model.tokenizer import tokenize
 
 PART_SEPARATOR_TOKENS = 1
 

@@ -21,7 +21,7 @@ from replay.metrics.hist import Summary
 from replay.metrics.results import RunResults, read_results
 from replay.report import plots
 from replay.report.table import summary_rows
-from replay.serverlog import DS4_FORMAT_KINDS, server_records
+from replay.runs.serverlog import DS4_FORMAT_KINDS, server_records
 
 TABLE_COLUMNS = (
     ("count", "n"),

@@ -7,7 +7,7 @@ from rich.markdown import Markdown
 from rich.table import Table
 
 from replay.scenario.build import plan_requests
-from replay.scenario.run import run_command
+from replay.runs.scenario import run_command
 from replay.scenario.spec import Scenario, Step
 
 

@@ -8,15 +8,15 @@ load the web stack.
 
 from __future__ import annotations
 
-from replay.sim.config import PRESETS, SimConfig, config_for
-from replay.sim.engine import CacheModel
-from replay.sim.events import Result
-from replay.sim.job import ContextTooLong, Job, build_job
+from replay.sim.model.config import PRESETS, SimConfig, config_for
+from replay.sim.model.engine import CacheModel
+from replay.sim.model.events import Result
+from replay.sim.model.job import ContextTooLong, Job, build_job
 
 
 def serve(argv: list[str] | None = None) -> int:
     """Run the simulated server with ds4-style flags; returns the process exit code."""
-    from replay.sim.server import serve as _serve
+    from replay.sim.server.process import serve as _serve
 
     return _serve(argv)
 

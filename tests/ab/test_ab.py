@@ -23,7 +23,7 @@ from rich.console import Console
 
 from drivers.ports import free_port
 from drivers.target import target_from_dict
-from replay.ab import RunOptions, ab, arm_order, cache_target, plan_runs, run_ab
+from replay.runs.ab import RunOptions, ab, arm_order, cache_target, plan_runs, run_ab
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.metrics.results import RunResults, read_results

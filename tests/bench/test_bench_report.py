@@ -6,11 +6,11 @@ from pathlib import Path
 
 import orjson
 
-from replay.bench import main as bench_main
-from replay.bench.peers import TreeCpu, points_from
-from replay.bench.report import checks, markdown
-from replay.bench.stats import percentile, ttft_errors
-from replay.bench.wrk import parse_wrk
+from bench import main as bench_main
+from bench.peers import TreeCpu, points_from
+from bench.report import checks, markdown
+from bench.stats import percentile, ttft_errors
+from bench.wrk import parse_wrk
 
 MS = 1_000_000
 

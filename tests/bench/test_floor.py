@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from replay.bench.floor import floor_point
-from replay.bench.refserver import Pacing, serve_in_thread
-from replay.bench.server import RunningServer
+from bench.floor import floor_point
+from bench.refserver import Pacing, serve_in_thread
+from bench.server import RunningServer
 
 
 def test_floor_point_streams_every_request_and_matches_truth():

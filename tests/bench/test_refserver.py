@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from replay.bench.refserver import TRUTH_COLUMNS, Pacing, serve_in_thread
+from bench.refserver import TRUTH_COLUMNS, Pacing, serve_in_thread
 
 COL = {name: i for i, name in enumerate(TRUTH_COLUMNS)}
 

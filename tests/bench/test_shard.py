@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.bench.refserver import Pacing, serve_in_thread
+from bench.refserver import Pacing, serve_in_thread
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
 from replay.errors import UsageError
 from replay.metrics.hist import Summary
 from replay.metrics.results import ResultsWriter, read_results
-from replay.shard import merge_results, parse_shard, run_workers, select_shard, shard_of
+from replay.runs.workers import merge_results, parse_shard, run_workers, select_shard, shard_of
 from replay.trace import TraceWriter, read_trace
 
 
@@ -33,7 +33,7 @@ def test_shard_of_is_stable_and_covers_every_shard():
     # Pinned values: hosts running `--shard i/N` must agree without talking to each other.
     assert [shard_of(f"session-{i}", 7) for i in range(4)] == [5, 2, 2, 2]
     # Python's str hash() is salted per process; the shard must not be.
-    code = "from replay.shard import shard_of; print([shard_of(f's{i}', 5) for i in range(50)])"
+    code = "from replay.runs.workers import shard_of; print([shard_of(f's{i}', 5) for i in range(50)])"
     for seed in ("1", "2"):
         out = subprocess.run(
             [sys.executable, "-c", code],

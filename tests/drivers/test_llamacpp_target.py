@@ -21,7 +21,7 @@ pytestmark = [
 
 
 def test_llamacpp_target_on_xllamacpp(tmp_path: Path) -> None:
-    from replay.llama_model import make_model
+    from replay.testing.gguf_model import make_model
 
     model = make_model(tmp_path / "tiny.gguf")
     toml = tmp_path / "x.toml"

@@ -16,7 +16,7 @@ from scripted_server import Script
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
 from replay.metrics.results import read_results
-from replay.runner import TraceRun, run_trace, run_traces
+from replay.runs.pipeline import TraceRun, run_trace, run_traces
 from replay.trace import TraceWriter, read_trace
 
 SAMPLE = Path("traces/sample.jsonl")
@@ -261,7 +261,7 @@ def test_validate_and_report_cli(scripted_server, tmp_path):
 
 
 def test_requested_cache_settings_are_checked_against_the_startup_log():
-    from replay.serverlog import requested_settings, setting_warnings
+    from replay.runs.serverlog import requested_settings, setting_warnings
 
     argv = ["ds4-server", "--kv-disk-space-mb", "65536", "--kv-cache-cold-max-tokens=0", "-c", "32768"]
     assert requested_settings("ds4", argv) == {

@@ -25,7 +25,7 @@ import httpx
 import orjson
 from llamakit import Server, launched
 
-from replay.llama_model import make_model
+from replay.testing.gguf_model import make_model
 from replay.trace.synth import synth_text
 
 Step = Callable[[Server], dict[str, Any]]

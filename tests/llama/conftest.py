@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from replay.llama_model import make_model
+from replay.testing.gguf_model import make_model
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """The cache-probe scenario (E1-E5) end to end against the real llama.cpp server, restart included.
 
-`replay.probe.run_cache_probe` generates the scenario's trace, replays it with the engine against a
+`replay.runs.probe.run_cache_probe` generates the scenario's trace, replays it with the engine against a
 server the drivers start, and before E5 saves the slot, stops the server by its PID, starts a new
 one and restores the slot into it. The shapes asserted are the real server's (`timings.prompt_n`):
 
@@ -29,7 +29,7 @@ from rich.console import Console
 
 from drivers.target import Target
 from replay.metrics.results import read_results
-from replay.probe import ProbeReport, probe_table, run_cache_probe
+from replay.runs.probe import ProbeReport, probe_table, run_cache_probe
 
 pytestmark = pytest.mark.llama
 

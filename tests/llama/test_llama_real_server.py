@@ -19,7 +19,7 @@ import pytest
 from llamakit import READY, Server, launched, printable, require_xllamacpp
 
 from drivers.servers.xllamacpp_launch import STOP_DEADLINE_S
-from replay.llama_model import SLOW, make_model
+from replay.testing.gguf_model import SLOW, make_model
 from replay.trace.synth import synth_text
 
 pytestmark = pytest.mark.llama

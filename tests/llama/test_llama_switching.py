@@ -16,7 +16,7 @@ slot is never used: `-np 2` behaves like `-np 1`. Raising the threshold (`-sps 0
 session keep a slot of its own.
 
 The run glue is the one `replay run --server` uses: drivers start the server by PID, the engine
-replays, and `/metrics` counters are compared with the records' usage (`replay.servermetrics`).
+replays, and `/metrics` counters are compared with the records' usage (`replay.runs.servermetrics`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from drivers.launch import start_target
 from drivers.logs import llamacpp as L
 from drivers.target import Target
 from replay.engine.plans import make_plan
-from replay.runner import RunOptions, replay_on
+from replay.runs.pipeline import RunOptions, replay_on
 from replay.scenario import find_scenario, generate
-from replay.serverlog import effective_settings
+from replay.runs.serverlog import effective_settings
 from replay.trace.reader import read_trace
 
 pytestmark = pytest.mark.llama

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-import replay.servermetrics as mc
+import replay.runs.servermetrics as mc
 from drivers.launch import Served
 from drivers.scrape import parse_exposition
 from drivers.target import Target
 from replay.errors import UsageError
-from replay.probe import probe_command, run_cache_probe, segments, skip_probes
+from replay.runs.probe import probe_command, run_cache_probe, segments, skip_probes
 from replay.scenario import find_scenario, generate
 from replay.trace.reader import read_trace
 from replay.trace.writer import TraceWriter

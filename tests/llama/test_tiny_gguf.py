@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from replay.errors import UsageError
-from replay.llama_model import SLOW, SPACE, build_vocab, make_model
+from replay.testing.gguf_model import SLOW, SPACE, build_vocab, make_model
 from replay.trace.synth import WORDS
 
 

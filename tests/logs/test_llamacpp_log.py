@@ -34,7 +34,7 @@ from llama_logtext import (
 )
 
 from drivers.logs import llamacpp as L
-from drivers.logs.summary import summarize_llamacpp
+from replay.report.logs import summarize_llamacpp
 
 
 def events(lines: list[str]) -> L.LlamaLog:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ds4_logtext import Ds4LogWriter
 
 from drivers.logs import ds4
-from drivers.logs.correlate import correlate, match_requests
+from replay.runs.correlate import correlate, match_requests
 from drivers.logs.ds4_requests import assemble
 
 

@@ -13,7 +13,7 @@ from ds4_logtext import Ds4LogWriter
 from rich.console import Console
 
 from drivers.logs import ds4
-from drivers.logs.summary import Ds4Window, Summary, detect_kind, render, summarize, summarize_ds4
+from replay.report.logs import Ds4Window, Summary, detect_kind, render, summarize, summarize_ds4
 from replay.errors import UsageError
 
 DECODE = {  # request -> (depth B, decode tok/s)

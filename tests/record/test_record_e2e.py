@@ -17,7 +17,7 @@ from replay.engine.apis import make_client
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
 from replay.record.wire import parse_request
-from replay.runner import run_trace
+from replay.runs.pipeline import run_trace
 from replay.trace import materialize, read_trace, recorded_reply, validate
 
 CALL_A = {"id": "call-a1", "name": "read_file", "arguments": '{"path": "a.txt"}'}

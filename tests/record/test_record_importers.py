@@ -16,7 +16,7 @@ from replay.record.importers import run_export, run_import
 from replay.record.mooncake import BLOCK, export_mooncake, import_mooncake
 from replay.record.sharegpt import import_sharegpt
 from replay.record.tokens import tokens
-from replay.runner import run_trace
+from replay.runs.pipeline import run_trace
 from replay.trace import materialize, read_trace, recorded_reply, validate
 from replay.trace.materialize import text_of
 

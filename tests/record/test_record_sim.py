@@ -24,8 +24,8 @@ from replay.metrics.results import read_results
 from replay.record.anonymize import anonymize_trace
 from replay.record.serve import RecordingServer
 from replay.record.sessions import SessionInference
-from replay.runner import run_trace
-from replay.targets import open_target, resolve_target
+from replay.runs.pipeline import run_trace
+from replay.runs.targets import open_target, resolve_target
 from replay.trace import TraceWriter, materialize, read_trace, recorded_reply, validate
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from replay.demo import run_demo
+from replay.commands.demo import run_demo
 from replay.metrics.results import read_results
 
 pytestmark = pytest.mark.e2e

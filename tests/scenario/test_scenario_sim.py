@@ -15,7 +15,7 @@ import pytest
 
 from replay.metrics.results import RunResults, read_results
 from replay.scenario import find_scenario
-from replay.scenario.run import run_arm, run_arms, run_shared
+from replay.runs.scenario import run_arm, run_arms, run_shared
 
 pytestmark = pytest.mark.e2e
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from replay.sim import events as ev
-from replay.sim.config import SimConfig
-from replay.sim.engine import CacheModel
-from replay.sim.job import Job, build_job
-from replay.sim.render import render
-from replay.sim.reply import Reply
-from replay.size import SweepRequest
+from replay.sim.model import events as ev
+from replay.sim.model.config import SimConfig
+from replay.sim.model.engine import CacheModel
+from replay.sim.model.job import Job, build_job
+from replay.sim.model.render import render
+from replay.sim.model.reply import Reply
+from replay.sizing.sweep import SweepRequest
 from replay.trace.synth import synth_text
 
 TOOLS: list[dict[str, Any]] = [

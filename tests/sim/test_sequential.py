@@ -1,6 +1,6 @@
 """The sequential path gives `CacheModel`'s results to the last bit, on generated workloads.
 
-`replay.sim.sequential` re-walks a job's life without the event loop; these tests run both on the
+`replay.sim.model.sequential` re-walks a job's life without the event loop; these tests run both on the
 same jobs, one request at a time, across the settings that change the walk (interval and its
 trigger, chunk, cold max, eviction build, consumed hits, hidden reasoning and its key, slots and
 routing, tiny and roomy budgets, stale files) and require equal results, request by request.
@@ -14,15 +14,15 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from replay.sim import events as ev
-from replay.sim.config import MiB, SimConfig, config_for
-from replay.sim.engine import CacheModel
-from replay.sim.job import Job, build_job
-from replay.sim.render import Rendered, render
-from replay.sim.reply import TABLE_WORDS, reply_text
-from replay.sim.sequential import DiskLane, LiveSlots
-from replay.sim.tokenizer import _TOKEN, tokenize
-from replay.size import StaleFile, SweepRow, _stale_checkpoints, _Tally, jobs_from_trace, sweep
+from replay.sim.model import events as ev
+from replay.sim.model.config import MiB, SimConfig, config_for
+from replay.sim.model.engine import CacheModel
+from replay.sim.model.job import Job, build_job
+from replay.sim.model.render import Rendered, render
+from replay.sim.model.reply import TABLE_WORDS, reply_text
+from replay.sim.model.sequential import DiskLane, LiveSlots
+from replay.sim.model.tokenizer import _TOKEN, tokenize
+from replay.sizing.sweep import StaleFile, SweepRow, _stale_checkpoints, _Tally, jobs_from_trace, sweep
 from replay.trace import TraceWriter, materialize, read_trace, recorded_reply
 from replay.trace.synth import synth_text
 

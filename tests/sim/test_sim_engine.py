@@ -7,13 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_workloads import TOOLS, Convo, of, run_turn, system_message
 
-from replay.sim import events as ev
-from replay.sim.api import thinking_requested
-from replay.sim.config import config_for
-from replay.sim.disk import Checkpoint, DiskStore
-from replay.sim.engine import CacheModel
-from replay.sim.job import ContextTooLong, build_job
-from replay.sim.seq import TokenSeq
+from replay.sim.model import events as ev
+from replay.sim.server.api import thinking_requested
+from replay.sim.model.config import config_for
+from replay.sim.model.disk import Checkpoint, DiskStore
+from replay.sim.model.engine import CacheModel
+from replay.sim.model.job import ContextTooLong, build_job
+from replay.sim.model.seq import TokenSeq
 from replay.trace.synth import synth_text
 
 QWEN = config_for("qwen38-q2")

@@ -21,8 +21,8 @@ import httpx
 import orjson
 import pytest
 
-from replay.sim.config import config_for
-from replay.size import SweepRequest, jobs_from_requests, sweep
+from replay.sim.model.config import config_for
+from replay.sizing.sweep import SweepRequest, jobs_from_requests, sweep
 from replay.trace.synth import synth_text
 
 pytestmark = pytest.mark.e2e

@@ -1,21 +1,21 @@
 """The field figures the simulator must reproduce (seed-figures.md), from the policy rules alone.
 
 Each test sets up the workload the report describes and lets the cache model run; nothing in the
-model knows about these scenarios. A change to a ds4 rule in `replay/sim/policy.py` breaks them.
+model knows about these scenarios. A change to a ds4 rule in `replay/sim/model/policy.py` breaks them.
 """
 
 from __future__ import annotations
 
 from sim_workloads import Convo, of, run_turn, system_message
 
-from replay.sim import events as ev
-from replay.sim.config import GiB, config_for
-from replay.sim.disk import Checkpoint
-from replay.sim.engine import CacheModel
-from replay.sim.job import build_job
-from replay.sim.policy import fallback_cut
-from replay.sim.seq import TokenSeq
-from replay.size import budget_rule, chain, jobs_from_requests, sweep
+from replay.sim.model import events as ev
+from replay.sim.model.config import GiB, config_for
+from replay.sim.model.disk import Checkpoint
+from replay.sim.model.engine import CacheModel
+from replay.sim.model.job import build_job
+from replay.sim.model.policy import fallback_cut
+from replay.sim.model.seq import TokenSeq
+from replay.sizing.sweep import budget_rule, chain, jobs_from_requests, sweep
 from replay.trace.synth import synth_text
 
 QWEN = config_for("qwen38-q2")

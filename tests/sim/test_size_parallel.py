@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from replay.bench.simbench import sweep_trace_file
+from bench.simbench import sweep_trace_file
 
 pytestmark = pytest.mark.e2e
 

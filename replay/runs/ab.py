@@ -1,0 +1,286 @@
+"""`replay ab`: the same trace against two builds, A B, B A, A B, ..., each run on a fresh cache.
+
+Each arm run starts its own server from the arm's target TOML in a work directory of its own, so
+a disk KV cache (ds4 and the simulator: ``kv_disk_dir = "auto"``, an explicit path, or a
+``--kv-disk-dir`` flag, all redirected into that directory) starts empty and one run's
+checkpoints can never serve the next run. ``--reuse-cache`` gives each arm one work directory
+for all its runs instead (and leaves explicit paths alone): the warm-cache comparison.
+
+Runs alternate in both orders because the page cache warms run after run (seed figures section
+3); the report (``replay.report.ab``) therefore leads with ratios. A fresh cache directory is
+removed after its run unless ``keep_cache``: ds4 checkpoints run to GiBs and every arm run has
+its own.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import uuid
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+from rich.console import Console
+
+from drivers.guard import Guard, load_guard_config
+from drivers.launch import plan_target, start_target
+from drivers.process import ChildProcess
+from drivers.target import Target, load_target
+from replay.engine.plans import make_plan
+from replay.errors import UsageError
+from replay.metrics.results import append_records, read_results
+from replay.report.ab import ArmRun, analyze, render
+from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, RunOptions, replay_on
+from replay.runs.serverlog import server_records
+from replay.trace.model import Trace
+from replay.trace.reader import read_trace
+
+SUMMARY_FILE = "ab.json"
+_KV_FLAG = "--kv-disk-dir"
+
+
+def arm_order(repeat: int) -> list[str]:
+    """Each arm `repeat` times as adjacent pairs A B, B A, A B, ...: drift hits both arms alike."""
+    if repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    order: list[str] = []
+    for i in range(repeat):
+        order += ["A", "B"] if i % 2 == 0 else ["B", "A"]
+    return order
+
+
+@dataclass(frozen=True, slots=True)
+class ArmPlan:
+    index: int  # 1-based position in the run order
+    arm: str
+    results: Path
+    workdir: Path
+    fresh: bool  # its own work directory (and so its own cache), removed-able after the run
+
+    @property
+    def name(self) -> str:
+        return self.results.stem
+
+
+def plan_runs(out_dir: Path, repeat: int, reuse_cache: bool) -> list[ArmPlan]:
+    """Results file and work directory of every arm run, in run order."""
+    plans = []
+    for i, arm in enumerate(arm_order(repeat), 1):
+        name = f"ab-{i:02d}-{arm}"
+        workdir = out_dir / "work" / (f"arm-{arm}" if reuse_cache else name)
+        plans.append(ArmPlan(i, arm, out_dir / f"{name}.jsonl", workdir, fresh=not reuse_cache))
+    return plans
+
+
+def cache_target(target: Target, workdir: Path, fresh: bool) -> Target:
+    """The target with its disk KV directory inside `workdir` when the run must start cold.
+
+    ``kv_disk_dir = "auto"`` is already per work directory; an explicit path or a ``--kv-disk-dir``
+    flag would let every run share one cache, so a fresh run gets ``workdir/kv`` instead.
+    """
+    if not fresh or target.kv_disk_dir == "auto":
+        return target
+    if target.kv_disk_dir is not None:
+        return replace(target, kv_disk_dir=str(workdir / "kv"))
+    found = _kv_flag(target.flags)
+    if found is None:
+        return target
+    flags = list(target.flags)
+    i, joined = found
+    if joined:
+        flags[i] = f"{_KV_FLAG}={workdir / 'kv'}"
+    else:
+        flags[i + 1] = str(workdir / "kv")
+    return replace(target, flags=tuple(flags))
+
+
+def _kv_flag(flags: tuple[str, ...]) -> tuple[int, bool] | None:
+    """Index of a ``--kv-disk-dir`` flag with a value, and whether it is ``--kv-disk-dir=DIR``."""
+    for i, flag in enumerate(flags):
+        if flag == _KV_FLAG and i + 1 < len(flags):
+            return i, False
+        if flag.startswith(_KV_FLAG + "="):
+            return i, True
+    return None
+
+
+def _kv_dir(target: Target, workdir: Path) -> Path | None:
+    """Where the target will keep its disk KV (as the launcher will compute it), if anywhere."""
+    if target.kind == "external":
+        return None
+    kv = plan_target(target, workdir).launch.notes.get("kv_disk_dir")
+    found = _kv_flag(target.flags)
+    if kv is None and found is not None:
+        i, joined = found
+        kv = target.flags[i].split("=", 1)[1] if joined else target.flags[i + 1]
+    return None if kv is None else Path(kv)
+
+
+def _dir_usage(path: Path | None) -> tuple[int, int]:
+    if path is None or not path.is_dir():
+        return 0, 0
+    files = [p for p in path.rglob("*") if p.is_file()]
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+def run_arm(
+    loaded: Trace,
+    target: Target,
+    plan: ArmPlan,
+    options: RunOptions,
+    total: int,
+    adopt: Callable[[ChildProcess], None] | None = None,
+    keep_cache: bool = False,
+    say: Callable[[str], None] = print,
+) -> ArmRun:
+    """Start the arm's server, replay the trace into the arm run's results file, stop the server."""
+    plan.workdir.mkdir(parents=True, exist_ok=not plan.fresh)
+    target = cache_target(target, plan.workdir, plan.fresh)
+    kv = _kv_dir(target, plan.workdir)
+    fresh = kv is not None and (not kv.exists() or not any(kv.iterdir()))
+    header = {"ab": {"arm": plan.arm, "run": plan.index, "of": total, "cache_fresh": fresh}}
+    with start_target(target, plan.workdir, adopt=adopt) as served:
+        done = replay_on(served, target.kind, loaded, options, plan.results, header=header, say=say)
+    append_records(plan.results, [done.metrics, *server_records(target.kind, served.log_path, done.records)])
+    files, size = _dir_usage(kv)
+    removed = False
+    if kv is not None and plan.fresh and not keep_cache and kv.is_dir() and kv.is_relative_to(plan.workdir):
+        shutil.rmtree(kv)
+        removed = True
+    cache = {
+        "dir": None if kv is None else str(kv),
+        "fresh": fresh,
+        "files": files,
+        "bytes": size,
+        "removed": removed,
+    }
+    return ArmRun(plan.index, plan.arm, read_results(plan.results), done.exit_code, cache)
+
+
+@dataclass(slots=True)
+class AbOutcome:
+    doc: dict[str, Any]
+    summary_path: Path
+    exit_code: int
+
+
+def run_ab(
+    trace: Path,
+    a: Path,
+    b: Path,
+    repeat: int = 2,
+    out_dir: Path | None = None,
+    options: RunOptions | None = None,
+    reuse_cache: bool = False,
+    keep_cache: bool = False,
+    service: Path | None = None,
+    say: Callable[[str], None] | None = None,
+) -> AbOutcome:
+    """Run every arm run in order and write `ab.json`; stops early (and says so) on Ctrl-C/SIGTERM."""
+    say = say or (lambda _msg: None)
+    targets = {"A": load_target(a), "B": load_target(b)}
+    out_dir = out_dir or Path(f"ab-{uuid.uuid4().hex[:8]}")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise UsageError(f"{out_dir} is not empty; give a new --out-dir for each A/B")
+    plans = plan_runs(out_dir, repeat, reuse_cache)
+    loaded = read_trace(trace)  # validated fully before any server starts
+    options = options or RunOptions(plan=make_plan("alternate"))
+    temp0 = {r.id for r in loaded.requests if not r.params.get("temperature")}
+    header = {
+        "trace": str(trace),
+        "targets": {
+            arm: {"name": t.name, "file": str(t.path), "kind": t.kind, "flags": list(t.flags)}
+            for arm, t in targets.items()
+        },
+        "repeat": repeat,
+        "reuse_cache": reuse_cache,
+        "plan": options.plan.describe(),
+        "history": options.history,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary_path = out_dir / SUMMARY_FILE
+    runs: list[ArmRun] = []
+    code = EXIT_OK
+    try:
+        with ExitStack() as stack:
+            adopt = None
+            if service is not None:
+                adopt = stack.enter_context(Guard(load_guard_config(service), say=say)).adopt
+            for plan in plans:
+                t = targets[plan.arm]
+                say(f"{plan.name}: {t.name} ({t.kind}), run {plan.index} of {len(plans)}")
+                run = run_arm(
+                    loaded, t, plan, options, len(plans), adopt=adopt, keep_cache=keep_cache, say=say
+                )
+                runs.append(run)
+                summary = run.results.summary_line or {}
+                say(
+                    f"{plan.name}: {summary.get('requests', 0)} requests, {summary.get('errors', 0)} failed, "
+                    f"outcome {summary.get('outcome', 'cut short')}"
+                )
+                if run.exit_code in EXIT_SIGNAL.values():
+                    code = run.exit_code
+                    break
+                if run.exit_code != EXIT_OK:
+                    code = EXIT_FAILED
+    finally:
+        doc = analyze(runs, temp0, {**header, "complete": len(runs) == len(plans), "out_dir": str(out_dir)})
+        summary_path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    return AbOutcome(doc, summary_path, code)
+
+
+def ab(
+    trace: Path,
+    a: Path,
+    b: Path,
+    repeat: int = 2,
+    out_dir: Path | None = None,
+    plan: str = "alternate",
+    concurrency: int | None = None,
+    speed: float = 1.0,
+    round_robin: bool = False,
+    api: str | None = None,
+    model: str | None = None,
+    history: str = "live",
+    think: str = "off",
+    timeout: float = 1800.0,
+    max_duration: float | None = None,
+    reuse_cache: bool = False,
+    keep_cache: bool = False,
+    service: Path | None = None,
+    as_json: bool = False,
+    console: Console | None = None,
+) -> int:
+    """`replay ab`: run, then print the report (or its JSON); returns the exit code."""
+    options = RunOptions(
+        plan=make_plan(plan, concurrency=concurrency, speed=speed, round_robin=round_robin),
+        api=api,
+        model=model,
+        history=history,
+        think=think,
+        timeout=timeout,
+        max_duration=max_duration,
+    )
+    progress = Console(stderr=True)
+    outcome = run_ab(
+        trace,
+        a,
+        b,
+        repeat=repeat,
+        out_dir=out_dir,
+        options=options,
+        reuse_cache=reuse_cache,
+        keep_cache=keep_cache,
+        service=service,
+        say=lambda msg: progress.print(msg, highlight=False),
+    )
+    if as_json:
+        sys.stdout.write(orjson.dumps(outcome.doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        render(outcome.doc, console or Console())
+        (console or Console()).print(f"summary in {outcome.summary_path}", highlight=False)
+    return outcome.exit_code

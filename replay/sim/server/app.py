@@ -1,0 +1,211 @@
+"""The simulator's HTTP app: ds4-server's API surface over the cache model (starlette).
+
+Every response carries `Connection: close` (ds4 serves one request per connection); streams send
+their headers only with their first bytes (ds4 sends them at the first prefill progress event);
+errors are ds4-style JSON and never crash the server.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from replay.sim.model import events as ev
+from replay.sim.server.api import (
+    PREFILL_COMMENT,
+    AnthropicStream,
+    BadRequest,
+    ChatRequest,
+    OpenAIStream,
+    anthropic_body,
+    error_body,
+    openai_body,
+    parse_anthropic,
+    parse_openai,
+)
+from replay.sim.model.job import ContextTooLong, build_job
+from replay.sim.model.reply import Reply
+from replay.sim.server.runtime import JobHandle, SimRuntime
+
+PREFILL_COMMENT_EVERY_S = 5.0
+FINISH_HEADER = "x-replay-finish"
+TOOL_HEADER = "x-replay-tool"
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def error_response(message: str, status: int = 400, kind: str = "invalid_request_error") -> Response:
+    return json_response(error_body(message, kind), status)
+
+
+class LazyStreamingResponse(StreamingResponse):
+    """Sends the status line and headers together with the first body bytes, not before."""
+
+    async def stream_response(self, send: Send) -> None:
+        started = False
+        async for chunk in self.body_iterator:
+            data = chunk if isinstance(chunk, bytes) else str(chunk).encode()
+            if not data:
+                continue
+            if not started:
+                await send(
+                    {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+                )
+                started = True
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        if not started:
+            await send(
+                {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+            )
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class ConnectionClose:
+    """ASGI middleware adding `Connection: close` to every response, as ds4 does."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_close(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+                headers.append((b"connection", b"close"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_close)
+
+
+def create_app(runtime: SimRuntime) -> ASGIApp:
+    cfg = runtime.cfg
+    started = time.perf_counter()
+
+    def model_object(model_id: str) -> dict[str, Any]:
+        return {
+            "id": model_id,
+            "object": "model",
+            "created": 0,
+            "owned_by": "agent-replay-sim",
+            "context_length": cfg.ctx,
+            "top_provider": {"context_length": cfg.ctx, "max_completion_tokens": cfg.ctx},
+        }
+
+    async def models(request: Request) -> Response:
+        return json_response({"object": "list", "data": [model_object(cfg.model_id)]})
+
+    async def model(request: Request) -> Response:
+        model_id = request.path_params["model_id"]
+        if model_id != cfg.model_id:
+            return error_response("unknown endpoint", 404)
+        return json_response(model_object(model_id))
+
+    async def health(request: Request) -> Response:
+        return json_response(
+            {"status": "ok", "model": cfg.model_id, "uptime_s": int(time.perf_counter() - started)}
+        )
+
+    async def stats(request: Request) -> Response:
+        return json_response(runtime.stats_json())
+
+    async def chat_completions(request: Request) -> Response:
+        return await _chat(request, "openai")
+
+    async def messages(request: Request) -> Response:
+        return await _chat(request, "anthropic")
+
+    async def _chat(request: Request, api: str) -> Response:
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return error_response("invalid JSON in request body")
+        if not isinstance(body, dict):
+            return error_response("request body must be a JSON object")
+        try:
+            creq = parse_openai(body) if api == "openai" else parse_anthropic(body)
+        except BadRequest as exc:
+            return error_response(str(exc), exc.status)
+        if runtime.stopping:
+            return error_response("server is shutting down", 503, "server_error")
+        finish = request.headers.get(FINISH_HEADER, "stop").strip().lower()
+        try:
+            job = build_job(
+                runtime.next_id(),
+                creq.messages,
+                creq.tools,
+                creq.max_tokens,
+                cfg,
+                finish=finish,
+                tool_name=request.headers.get(TOOL_HEADER),
+                thinking=creq.thinking,
+            )
+        except ContextTooLong as exc:
+            return error_response(f"{exc} (context_length_exceeded)")
+        reply = job.reply
+        handle = runtime.submit(job)
+        if creq.stream:
+            return LazyStreamingResponse(
+                _stream(handle, creq, reply),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        async for _ in handle.events():
+            pass
+        result = handle.result
+        assert result is not None
+        if result.error:
+            return error_response(result.error, 503, "server_error")
+        build = openai_body if api == "openai" else anthropic_body
+        return json_response(build(creq, reply, result))
+
+    async def _stream(handle: JobHandle, creq: ChatRequest, reply: Reply) -> AsyncIterator[bytes]:
+        stream = OpenAIStream(creq, reply) if creq.api == "openai" else AnthropicStream(creq, reply)
+        last_comment: float | None = None
+        async for event in handle.events():
+            match event:
+                case ev.PromptStart():
+                    yield stream.prompt_start(event.cached, event.prompt)
+                case ev.PrefillChunk():
+                    if last_comment is None or event.t - last_comment >= PREFILL_COMMENT_EVERY_S:
+                        last_comment = event.t
+                        yield PREFILL_COMMENT
+                case ev.PromptDone():
+                    yield stream.role()
+                case ev.Decoded():
+                    yield stream.progress(event.gen)
+                case ev.Finished():
+                    yield stream.finish(event.result)
+
+    async def not_found(request: Request) -> Response:
+        return error_response("unknown endpoint", 404)
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        return error_response(f"internal error: {type(exc).__name__}: {exc}", 500, "server_error")
+
+    routes = [
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", model, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/health", health, methods=["GET"]),
+        Route("/stats", stats, methods=["GET"]),
+        Route("/v1/stats", stats, methods=["GET"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/{path:path}", not_found, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found, Exception: on_error})
+    return ConnectionClose(app)

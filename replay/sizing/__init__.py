@@ -1,0 +1,1 @@
+"""Disk-budget arithmetic over a trace: chains of checkpoints and what-if sweeps (walks replay.sim.model)."""
