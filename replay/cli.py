@@ -491,6 +491,59 @@ def logs_summary(
     commands.logs_summary(logs, kind=kind, year=year, as_json=json, console=console)
 
 
+k8s_app = typer.Typer(no_args_is_help=True, help="More than one client host: a Kubernetes Indexed Job.")
+app.add_typer(k8s_app, name="k8s")
+
+
+@k8s_app.command("render")
+def k8s_render(
+    trace: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file the shards replay.")],
+    shards: Annotated[int, typer.Option(metavar="N", help="Client pods; each replays shard i/N.")],
+    target: Annotated[str, typer.Option(metavar="URL", help="The inference server as the pods reach it.")],
+    name: Annotated[str, typer.Option(help="Job name; also names its ConfigMap, claim and collector.")] = (
+        "agent-replay"
+    ),
+    image: Annotated[str | None, typer.Option(help="The agent-replay image (see Containerfile).")] = None,
+    workers: Annotated[int, typer.Option(metavar="M", help="Processes per pod; sizes its CPU request.")] = 1,
+    namespace: Annotated[str | None, typer.Option(help="Namespace of every object.")] = None,
+    start_at: Annotated[
+        str | None, typer.Option(metavar="TIME", help="ISO 8601 instant all shards start at.")
+    ] = None,
+    start_in: Annotated[
+        float, typer.Option(metavar="S", help="Without --start-at: start this many seconds from now.")
+    ] = 120.0,
+    trace_claim: Annotated[
+        str | None, typer.Option(metavar="PVC", help="A claim holding the trace (over 1 MB).")
+    ] = None,
+    results_claim: Annotated[
+        str | None, typer.Option(metavar="PVC", help="A ReadWriteMany claim for results (default: made).")
+    ] = None,
+    run_arg: Annotated[
+        list[str] | None, typer.Option(metavar="ARG", help="More `replay run` arguments, one per option.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(metavar="FILE", help="Write here instead of stdout.")] = None,
+) -> None:
+    """Manifests for a run sharded over N pods (an Indexed Job), for `kubectl apply -f -`."""
+    from replay.commands.k8s import RenderOptions, render
+
+    options = RenderOptions(
+        trace=trace,
+        shards=shards,
+        target=target,
+        name=name,
+        workers=workers,
+        namespace=namespace,
+        start_at=start_at,
+        start_in=start_in,
+        trace_claim=trace_claim,
+        results_claim=results_claim,
+        run_args=tuple(run_arg or ()),
+        out=out,
+        **({"image": image} if image else {}),
+    )
+    raise typer.Exit(render(options, err))
+
+
 def main() -> None:
     """Run the CLI; a ReplayError from any command is one line on stderr and its exit code."""
     try:
