@@ -12,17 +12,14 @@ from rich.console import Console
 
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
-from replay.metrics.results import append_records, merged_summary, read_results
-from replay.runs.probe import skip_probes
+from replay.metrics.results import merged_summary, read_results
 from replay.report.table import class_table, summary_rows
-from replay.runs.pipeline import RunOptions, replay_on
-from replay.runs.serverlog import server_records
-from replay.runs.servermetrics import server_memory
-from replay.runs.workers import parse_shard, select_shard
+from replay.runs.pipeline import Replay, RunOptions, finish, replay
 from replay.runs.targets import dry_run as dry_run_target
 from replay.runs.targets import open_target, resolve_target
 from replay.trace.reader import read_trace
 from replay.trace.reader import validate as validate_trace
+from replay.trace.select import parse_shard, select_shard, skip_probes
 
 
 def validate(path: Path) -> str:
@@ -62,8 +59,9 @@ def run(
     if workers < 1:
         raise UsageError("--workers must be at least 1")
     loaded = read_trace(trace)  # validates fully before anything is sent
+    part = parse_shard(shard) if shard is not None else (1, 1)
     if shard is not None:
-        loaded = select_shard(loaded, *parse_shard(shard))
+        loaded = select_shard(loaded, *part)
     say = (console or Console(stderr=True)).print
     with tempfile.TemporaryDirectory(prefix="replay-scratch-") as scratch:
         tgt = resolve_target(target, server, shlex.split(sim_args), Path(scratch))
@@ -75,20 +73,19 @@ def run(
             say(notice)
         # The server's log must outlive the server: its records are read after it stops.
         work = workdir or Path(scratch) / "work"
-        with open_target(tgt, work, service, say=say) as served, server_memory(served, work) as memory:
-            done = replay_on(
-                served,
-                tgt.kind,
-                loaded,
-                options,
-                out,
-                header={"shard": shard} if shard else None,
-                say=say,
-                console=console,
+        with open_target(tgt, work, service, say=say) as served:
+            job = Replay(
+                served=served,
+                trace=loaded,
+                options=options,
+                out=out,
+                workdir=work,
+                header={"shard": shard} if shard else {},
                 workers=workers,
-                trace_path=trace,
+                shard=part,
             )
-        append_records(out, [done.metrics, *memory, *server_records(tgt.kind, served.log_path, done.records)])
+            (done,) = replay([job], say=say, console=console)
+        finish(done, served.log_path)
     if console is not None:
         report([out], as_json=False, console=console)
         console.print(f"{done.requests} requests, {done.errors} failed; results in {out}", highlight=False)
@@ -152,8 +149,8 @@ def size_chain(
     as_json: bool,
     console: Console,
 ) -> None:
-    from replay.sizing import sweep as size
     from replay.sim.server.options import parse_tokens
+    from replay.sizing import sweep as size
 
     cfg = size.size_config(preset, per_token=per_token, fixed=fixed, interval=interval, chunk=chunk)
     found = size.chain(parse_tokens(tokens), start=parse_tokens(start), cfg=cfg, anchor=anchor)
@@ -182,8 +179,8 @@ def size_sweep(
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from replay.sizing import sweep as size
     from replay.sim.server.options import parse_bytes, parse_tokens
+    from replay.sizing import sweep as size
     from replay.sizing.parallel import auto_workers
 
     cfg = size.size_config(preset, hidden_reasoning=hidden_reasoning or None)

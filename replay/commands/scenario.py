@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.table import Table
 
 from replay.report.html import DIGEST_ROWS, Written, digest, write_report
+from replay.runs.scenario import ArmResult, run_arms
 from replay.scenario.build import generate
 from replay.scenario.catalog import find_scenario, list_scenarios
-from replay.runs.scenario import ArmRun, run_arms
 from replay.scenario.show import describe, list_table
 from replay.scenario.spec import Scenario, parse_params
 
@@ -58,7 +58,7 @@ def run_and_report(
     console: Console,
     arms: list[str] | None = None,
     time_scale: float | None = None,
-) -> tuple[int, list[ArmRun], Written | None]:
+) -> tuple[int, list[ArmResult], Written | None]:
     """Each arm on its own simulator (all at once), then the HTML report of all of them in
     `out_dir/report`."""
     chosen = arms or [a.name for a in spec.arms]

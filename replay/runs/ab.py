@@ -32,10 +32,9 @@ from drivers.process import ChildProcess
 from drivers.target import Target, load_target
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
-from replay.metrics.results import append_records, read_results
+from replay.metrics.results import read_results
 from replay.report.ab import ArmRun, analyze, render
-from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, RunOptions, replay_on
-from replay.runs.serverlog import server_records
+from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, Replay, RunOptions, finish, replay
 from replay.trace.model import Trace
 from replay.trace.reader import read_trace
 
@@ -144,8 +143,16 @@ def run_arm(
     fresh = kv is not None and (not kv.exists() or not any(kv.iterdir()))
     header = {"ab": {"arm": plan.arm, "run": plan.index, "of": total, "cache_fresh": fresh}}
     with start_target(target, plan.workdir, adopt=adopt) as served:
-        done = replay_on(served, target.kind, loaded, options, plan.results, header=header, say=say)
-    append_records(plan.results, [done.metrics, *server_records(target.kind, served.log_path, done.records)])
+        job = Replay(
+            served=served,
+            trace=loaded,
+            options=options,
+            out=plan.results,
+            workdir=plan.workdir,
+            header=header,
+        )
+        (done,) = replay([job], say=say)
+    finish(done, served.log_path)
     files, size = _dir_usage(kv)
     removed = False
     if kv is not None and plan.fresh and not keep_cache and kv.is_dir() and kv.is_relative_to(plan.workdir):

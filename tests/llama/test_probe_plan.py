@@ -16,9 +16,10 @@ from drivers.launch import Served
 from drivers.scrape import parse_exposition
 from drivers.target import Target
 from replay.errors import UsageError
-from replay.runs.probe import probe_command, run_cache_probe, segments, skip_probes
+from replay.runs.probe import probe_command, run_cache_probe, segments
 from replay.scenario import find_scenario, generate
 from replay.trace.reader import read_trace
+from replay.trace.select import skip_probes
 from replay.trace.writer import TraceWriter
 
 

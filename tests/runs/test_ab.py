@@ -23,11 +23,11 @@ from rich.console import Console
 
 from drivers.ports import free_port
 from drivers.target import target_from_dict
-from replay.runs.ab import RunOptions, ab, arm_order, cache_target, plan_runs, run_ab
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.metrics.results import RunResults, read_results
 from replay.report.ab import ArmRun, compare_outputs, pairs, render, winner, within_ratios
+from replay.runs.ab import RunOptions, ab, arm_order, cache_target, plan_runs, run_ab
 from replay.trace.writer import TraceWriter
 
 SIM_FLAGS = ["--batched-session", "2", "--time-scale", "500", "--hidden-reasoning"]
