@@ -21,8 +21,6 @@ llama-server).
 from __future__ import annotations
 
 import dataclasses
-import shlex
-import sys
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -30,8 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
-from rich.console import Console
 from rich.table import Table
 
 from drivers.launch import Served, start_target
@@ -43,10 +39,8 @@ from replay.errors import DriverError, TargetError, UsageError
 from replay.runs.pipeline import Hooks, Replay, RunOptions, finish, replay
 from replay.runs.pipeline import segments as cut
 from replay.runs.serverlog import effective_settings
-from replay.runs.targets import resolve_target
 from replay.scenario.build import generate, plan_requests
 from replay.scenario.catalog import find_scenario
-from replay.scenario.spec import parse_params
 from replay.trace.model import Request, Trace
 from replay.trace.reader import read_trace
 from replay.trace.select import PROBE_TAG
@@ -355,42 +349,3 @@ def probe_table(report: ProbeReport) -> Table:
 
 def _n(v: int | None) -> str:
     return "-" if v is None else f"{v:,}"
-
-
-def probe_command(
-    server: Path | None,
-    out: Path,
-    console: Console,
-    *,
-    target: str | None = None,
-    sim_args: str = "",
-    scenario: str = "cache-probe",
-    params: list[str] | None = None,
-    slot: int = 0,
-    timeout_s: float = 1800.0,
-    as_json: bool = False,
-) -> int:
-    """`replay probe --server FILE` (or `--target sim`): run, print the per-step table (or JSON);
-    1 if a step failed. The simulator's disk-KV directory lives under `out`, so it outlives the
-    restart like a real server's would."""
-    resolved = resolve_target(target, server, shlex.split(sim_args), Path(out) / "sim")
-    report = run_cache_probe(
-        resolved,
-        out,
-        scenario=scenario,
-        params=parse_params(params or []),
-        slot=slot,
-        timeout_s=timeout_s,
-        say=lambda m: console.print(m, highlight=False),
-    )
-    if as_json:
-        sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        console.print(probe_table(report))
-        for m in report.metrics:
-            for problem in m.get("disagreements") or ():
-                console.print(f"[yellow]metrics:[/yellow] {problem}", highlight=False)
-        console.print(
-            f"results in {report.results}; server logs {', '.join(map(str, report.logs))}", highlight=False
-        )
-    return 0 if all(s.status == "ok" for s in report.steps) else 1
