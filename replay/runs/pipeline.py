@@ -31,13 +31,11 @@ from replay.runs.recording import (
     EXIT_SIGNAL,
     Recording,
     RunOutcome,
-    TraceRun,
     close_all,
     file_sha256,
     run_engines,
     run_recordings,
     run_trace,
-    run_traces,
 )
 from replay.runs.serverlog import effective_settings, server_records, setting_warnings
 from replay.runs.servermetrics import server_memory, watch_counters
@@ -56,13 +54,11 @@ __all__ = [
     "Replayed",
     "RunOptions",
     "RunOutcome",
-    "TraceRun",
     "check_reachable",
     "file_sha256",
     "finish",
     "replay",
     "run_trace",
-    "run_traces",
     "segments",
 ]
 

@@ -160,17 +160,6 @@ class Recording:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class TraceRun:
-    """What `run_traces` needs for one of the traces it replays side by side."""
-
-    trace: Trace
-    plan: Plan
-    config: EngineConfig
-    out: str | Path
-    target: dict[str, Any]
-
-
 def run_trace(
     trace: Trace,
     plan: Plan,
@@ -184,13 +173,6 @@ def run_trace(
     """Replay `trace` and write `out`; returns what happened (never raises for request failures)."""
     recording = Recording(trace, plan, config, out, target, keep_records)
     return run_recordings([recording], max_duration_s, console)[0]
-
-
-def run_traces(runs: list[TraceRun], keep_records: bool = False) -> list[RunOutcome]:
-    """Replay several traces at once, each against its own target into its own file, on one event
-    loop: independent runs (a scenario's arms) take as long as the longest, not the sum."""
-    recordings = [Recording(r.trace, r.plan, r.config, r.out, r.target, keep_records) for r in runs]
-    return run_recordings(recordings, None, None)
 
 
 def run_recordings(
