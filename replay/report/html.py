@@ -22,6 +22,7 @@ from typing import Any
 from replay.metrics.hist import Summary
 from replay.metrics.results import RunResults, read_results, time_scale
 from replay.report import plots
+from replay.report.glossary import GLOSSARY, TERMS
 from replay.report.table import summary_rows
 from replay.report.verdict import verdict
 from replay.runs.serverlog import DS4_FORMAT_KINDS, server_records
@@ -37,47 +38,6 @@ TABLE_COLUMNS = (
     ("mean_cached", "cached (mean)"),
 )
 
-# The words a report uses, defined once: the page's glossary and its tooltips read from here.
-GLOSSARY = (
-    (
-        "switch",
-        "A request whose conversation is not the one the server handled just before it: the server "
-        "must resume that conversation from live KV, restore it from a disk checkpoint, or re-read it.",
-    ),
-    ("continue", "A request that extends the conversation the server handled just before it."),
-    ("cold", "The first request of a conversation: nothing of it can be cached but a shared prefix."),
-    (
-        "compaction",
-        "A request that keeps only part of its conversation's earlier messages (the agent "
-        "summarised them): its prompt changes in the middle, so it is re-read from there.",
-    ),
-    ("concurrent", "A request sent while another of the run was still in flight."),
-    (
-        "live miss",
-        "The server's log says the request's conversation was not the one in its live KV slot. "
-        "Every switch on a one-slot server is a live miss; a continue can be one too, when the server's "
-        "reply does not match what the client sends back, which is why live misses can outnumber switches.",
-    ),
-    ("restore", "A disk checkpoint loaded instead of re-reading those tokens."),
-    (
-        "store reasons",
-        "Why the server wrote a checkpoint: cold (the first prompt of a conversation), "
-        "continued (every N tokens of a long prefill), evict (the live conversation, saved before another "
-        "takes its slot), shutdown.",
-    ),
-    (
-        "eviction",
-        "A checkpoint deleted to stay within the disk budget; 0 hits means it had never been restored.",
-    ),
-    ("re-processed", "Prompt tokens the server had to compute (prefill) for this request."),
-    ("cached", "Prompt tokens the server took from live KV or a disk checkpoint instead."),
-    (
-        "modelled",
-        "Seconds the real server would take, as the simulator models them (it runs faster than that).",
-    ),
-    ("measured", "Wall-clock seconds measured on this machine by the client."),
-)
-_TERMS = dict(GLOSSARY)
 COLUMN_TIPS = {
     "n": "requests in this class",
     "err": "requests that did not end ok",
@@ -85,8 +45,8 @@ COLUMN_TIPS = {
     "p90": "90th percentile",
     "max": "the slowest",
     "latency p50 s": "send to last token, median",
-    "re-processed (mean)": _TERMS["re-processed"],
-    "cached (mean)": _TERMS["cached"],
+    "re-processed (mean)": TERMS["re-processed"],
+    "cached (mean)": TERMS["cached"],
     "class": "the switch class (see the glossary)",
 }
 
@@ -513,12 +473,12 @@ def default_title(runs: Sequence[RunView]) -> str:
 
 
 DIGEST_TIPS = {
-    "switches": _TERMS["switch"],
-    "re-processed tokens per switch, mean / max": _TERMS["re-processed"],
+    "switches": TERMS["switch"],
+    "re-processed tokens per switch, mean / max": TERMS["re-processed"],
     "wait per switch (to first token), mean / max": "queue + disk work + prefill of each switch",
-    "disk restores / live misses": _TERMS["restore"] + " " + _TERMS["live miss"],
-    "evictions (with zero hits)": _TERMS["eviction"],
-    "stores by reason": _TERMS["store reasons"],
+    "disk restores / live misses": TERMS["restore"] + " " + TERMS["live miss"],
+    "evictions (with zero hits)": TERMS["eviction"],
+    "stores by reason": TERMS["store reasons"],
 }
 
 

@@ -6,6 +6,7 @@ per phase and per arm so two reports put side by side read the same way.
 
 from __future__ import annotations
 
+import html
 import io
 import re
 from collections.abc import Sequence
@@ -20,6 +21,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+from replay.report.glossary import LEGEND  # noqa: E402
 
 if TYPE_CHECKING:
     from replay.report.html import RunView
@@ -45,7 +48,14 @@ def to_svg(fig: Figure) -> str:
     plt.close(fig)
     text = buf.getvalue()
     text = text[text.index("<svg") :]
+    text = _LEGEND_TEXT.sub(
+        lambda m: f"{m.group(1)}<title>{html.escape(LEGEND[m.group(2)])}</title>{m.group(2)}<", text
+    )
     return re.sub(r'(<svg[^>]*?) width="[^"]*" height="[^"]*"', r"\1", text, count=1)
+
+
+# A legend label as matplotlib writes it (svg.fonttype none: the text itself), to add its tooltip.
+_LEGEND_TEXT = re.compile(r"(<text [^>]*>)(" + "|".join(re.escape(k) for k in LEGEND) + r")<")
 
 
 def arm_colour(index: int) -> str:

@@ -66,5 +66,10 @@ def test_the_verdict_leads_the_page_and_the_summary_and_uses_the_trace_clock(tmp
     page = render_page([run])
     assert page.index('id="verdict"') < page.index('id="digest"')
     assert "time of day" in page
+    assert (
+        "<title>waiting for the server: another request held the slot</title>queued<" in page
+    )  # legend tooltip
+    assert '<th title="time to first token, median">TTFT p50 s (modelled)</th>' in page
+    assert "<dt>live miss</dt>" in page
     md = summary_markdown([run])
     assert md.splitlines()[2] == said
