@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from replay.commands import print_json
-from replay.metrics.results import merged_summary, read_results
+from replay.metrics.results import merged_summary, read_results, time_scale
 from replay.report.table import class_table, summary_rows
 
 
@@ -32,7 +32,8 @@ def report(args: ReportArgs, console: Console) -> int:
         print_json({"files": [str(p) for p in paths], "classes": summary_rows(summary)})
         return 0
     title = "Requests by switch class" + (f" ({len(paths)} files merged)" if len(paths) > 1 else "")
-    console.print(class_table(summary, title=title))
+    scales = {time_scale(res.run) for res in results}
+    console.print(class_table(summary, title=title, time_scale=scales.pop() if len(scales) == 1 else None))
     for res in results:
         line = next((r for r in [res.summary_line] if r), None)
         if line and line.get("lag_p99_s") is not None:

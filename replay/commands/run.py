@@ -86,4 +86,8 @@ def run(args: RunArgs, console: Console) -> int:
     if shown is not None:
         report(ReportArgs(results=[args.out]), shown)
         shown.print(f"{done.requests} requests, {done.errors} failed; results in {args.out}", highlight=False)
+        shown.print(
+            f"HTML report and summary: replay report {args.out} --html {Path(args.out).with_suffix('')}-report",
+            highlight=False,
+        )
     return done.exit_code

@@ -71,7 +71,12 @@ def run_header(
     """The `run` line of every results file (`kind` and `format` are added by the writer)."""
     return {
         "tool": {"name": "agent-replay", "version": __version__},
-        "trace": {"path": trace.path, "sha256": file_sha256(trace.path), "source": trace.header.source},
+        "trace": {
+            "path": trace.path,
+            "sha256": file_sha256(trace.path),
+            "source": trace.header.source,
+            **({"start": trace.header.start} if trace.header.start else {}),
+        },
         "target": target,
         "plan": plan,
         "history": config.history,

@@ -13,6 +13,7 @@ Across hosts: host k runs `replay run TRACE --shard k/N --out part-k.jsonl` (sha
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import queue as queue_mod
 import resource
@@ -39,7 +40,7 @@ def part_path(out: Path, index: int, count: int) -> Path:
     return out.with_name(f"{out.stem}.part{index}of{count}{out.suffix or '.jsonl'}")
 
 
-Packed = tuple[str, tuple[str, str, str, str], list[tuple[Any, ...]], list[tuple[Any, ...]]]
+Packed = tuple[str, tuple[Any, ...], list[tuple[Any, ...]], list[tuple[Any, ...]]]
 # A request's fields as `Request(...)` takes them, the parent (by id) apart.
 _FIELDS = ("id", "session", "t", "keep", "append", "params", "reply", "usage", "after", "tag", "line")
 
@@ -61,9 +62,13 @@ def pack(trace: Trace) -> Packed:
         for r in reversed(chain):  # parents first
             parent = None if r.parent is None else r.parent.id
             rows.append((parent, id(r) in listed, *(getattr(r, f) for f in _FIELDS)))
-    h = trace.header
-    sessions = [(s.id, s.role, s.api, s.model, s.labels) for s in trace.sessions.values()]
-    return trace.path, (h.format, h.created, h.source, h.notes), sessions, rows
+    sessions = [_values(s) for s in trace.sessions.values()]
+    return trace.path, _values(trace.header), sessions, rows
+
+
+def _values(obj: Any) -> tuple[Any, ...]:
+    """A dataclass's fields in order: what its constructor takes back."""
+    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
 
 
 def unpack(packed: Packed) -> Trace:

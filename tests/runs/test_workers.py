@@ -77,10 +77,11 @@ def test_a_ten_thousand_turn_session_travels_to_a_worker():
         req = Request(i + 1, "s", float(i), parent, keep, ({"role": "user", "content": f"t{i}"},), {})
         requests.append(req)
         parent = req
-    trace = Trace("t.jsonl", TraceHeader(source="test"), {"s": Session("s")}, requests)
+    trace = Trace("t.jsonl", TraceHeader(source="test", start="06:45"), {"s": Session("s")}, requests)
     back = unpack(pickle.loads(pickle.dumps(pack(trace))))
     assert len(back.requests[-1].messages()) == 10_000
     assert back.requests[-1].messages() == trace.requests[-1].messages()
+    assert back.header == trace.header
 
 
 _RECORD = st.fixed_dictionaries(
