@@ -85,7 +85,7 @@ def run(
 ) -> None:
     """Replay a trace against a server and write per-request results."""
     from replay.commands.run import RunArgs
-    from replay.commands.run import run as run_trace
+    from replay.commands.run import run as replay_run
 
     args = RunArgs(
         trace=trace,
@@ -110,7 +110,7 @@ def run(
         shard=shard,
         quiet=quiet,
     )
-    raise typer.Exit(run_trace(args, console))
+    raise typer.Exit(replay_run(args, console))
 
 
 @app.command()
@@ -124,9 +124,9 @@ def report(
 ) -> None:
     """Per-switch-class table (TTFT percentiles, re-processed and cached tokens, errors)."""
     from replay.commands.report import ReportArgs
-    from replay.commands.report import report as show_report
+    from replay.commands.report import report as replay_report
 
-    raise typer.Exit(show_report(ReportArgs(results=results, as_json=json, html=html), console))
+    raise typer.Exit(replay_report(ReportArgs(results=results, as_json=json, html=html), console))
 
 
 @app.command()
@@ -138,9 +138,9 @@ def restore(
 ) -> None:
     """Finish giving the daily service back after a run that crashed (e.g. kill -9)."""
     from replay.commands.restore import RestoreArgs
-    from replay.commands.restore import restore as finish_restore
+    from replay.commands.restore import restore as replay_restore
 
-    raise typer.Exit(finish_restore(RestoreArgs(journal=journal, dry_run=dry_run), console))
+    raise typer.Exit(replay_restore(RestoreArgs(journal=journal, dry_run=dry_run), console))
 
 
 @app.command()
@@ -171,7 +171,7 @@ def ab(
 ) -> None:
     """A/B two server builds on the same trace, A B B A, leading with within-run ratios."""
     from replay.commands.ab import AbArgs
-    from replay.commands.ab import ab as run_ab
+    from replay.commands.ab import ab as replay_ab
 
     args = AbArgs(
         trace=trace,
@@ -194,7 +194,7 @@ def ab(
         service=service,
         as_json=json,
     )
-    raise typer.Exit(run_ab(args, console))
+    raise typer.Exit(replay_ab(args, console))
 
 
 sim_app = typer.Typer(no_args_is_help=True, help="The embedded simulator of ds4-server's cache policy.")
@@ -311,9 +311,9 @@ def demo(
 ) -> None:
     """Replay two agents switching on the simulator at a 4 GB and a 64 GB disk budget, and compare."""
     from replay.commands.demo import DemoArgs
-    from replay.commands.demo import demo as run_demo
+    from replay.commands.demo import demo as replay_demo
 
-    raise typer.Exit(run_demo(DemoArgs(out=out), console))
+    raise typer.Exit(replay_demo(DemoArgs(out=out), console))
 
 
 scenario_app = typer.Typer(
@@ -369,10 +369,10 @@ def scenario_run(
 ) -> None:
     """Run every arm of a scenario on the simulator, compare them, write the report."""
     from replay.commands.scenario import ScenarioRunArgs
-    from replay.commands.scenario import run as run_scenario
+    from replay.commands.scenario import run as replay_scenario
 
     args = ScenarioRunArgs(name=name, out=out, params=param or [], arms=arm, time_scale=time_scale)
-    raise typer.Exit(run_scenario(args, console))
+    raise typer.Exit(replay_scenario(args, console))
 
 
 @app.command()
@@ -393,7 +393,7 @@ def probe(
 ) -> None:
     """E1-E5 cache probe on a real server: what it re-reads after small changes, and after a restart."""
     from replay.commands.probe import ProbeArgs
-    from replay.commands.probe import probe as run_probe
+    from replay.commands.probe import probe as replay_probe
 
     args = ProbeArgs(
         server=server,
@@ -406,7 +406,7 @@ def probe(
         timeout=timeout,
         as_json=json,
     )
-    raise typer.Exit(run_probe(args, console))
+    raise typer.Exit(replay_probe(args, console))
 
 
 @app.command()
@@ -423,10 +423,10 @@ def record(
 ) -> None:
     """Pass an agent's traffic through to the server unchanged, and write it as a trace."""
     from replay.commands.record import RecordArgs
-    from replay.commands.record import record as run_record
+    from replay.commands.record import record as replay_record
 
     args = RecordArgs(upstream=upstream, out=out, listen=listen, anonymize=anonymize, key=key)
-    raise typer.Exit(run_record(args, console))
+    raise typer.Exit(replay_record(args, console))
 
 
 @app.command()
@@ -437,9 +437,9 @@ def anonymize(
 ) -> None:
     """Replace every text with synthetic text of the same token count, keeping structure and timing."""
     from replay.commands.trace import AnonymizeArgs
-    from replay.commands.trace import anonymize as run_anonymize
+    from replay.commands.trace import anonymize as replay_anonymize
 
-    raise typer.Exit(run_anonymize(AnonymizeArgs(src=src, dst=dst, key=key), console))
+    raise typer.Exit(replay_anonymize(AnonymizeArgs(src=src, dst=dst, key=key), console))
 
 
 @app.command("import")

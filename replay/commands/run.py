@@ -12,7 +12,7 @@ from rich.console import Console
 from replay.commands.report import ReportArgs, report
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
-from replay.runs.pipeline import Replay, RunOptions, finish, replay
+from replay.runs.pipeline import ReplayJob, RunOptions, finish, replay
 from replay.runs.targets import dry_run as dry_run_target
 from replay.runs.targets import open_target, resolve_target
 from replay.trace.reader import read_trace
@@ -71,7 +71,7 @@ def run(args: RunArgs, console: Console) -> int:
         # The server's log must outlive the server: its records are read after it stops.
         work = args.workdir or Path(scratch) / "work"
         with open_target(tgt, work, args.service, say=say) as served:
-            job = Replay(
+            job = ReplayJob(
                 served=served,
                 trace=loaded,
                 options=options,

@@ -32,7 +32,7 @@ from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.metrics.results import read_results
 from replay.report.ab import ArmRun, analyze
-from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, Replay, RunOptions, finish, replay
+from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, ReplayJob, RunOptions, finish, replay
 from replay.trace.model import Trace
 from replay.trace.reader import read_trace
 
@@ -141,7 +141,7 @@ def run_arm(
     fresh = kv is not None and (not kv.exists() or not any(kv.iterdir()))
     header = {"ab": {"arm": plan.arm, "run": plan.index, "of": total, "cache_fresh": fresh}}
     with start_target(target, plan.workdir, adopt=adopt) as served:
-        job = Replay(
+        job = ReplayJob(
             served=served,
             trace=loaded,
             options=options,

@@ -50,7 +50,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_SIGNAL",
     "Hooks",
-    "Replay",
+    "ReplayJob",
     "Replayed",
     "RunOptions",
     "RunOutcome",
@@ -101,7 +101,7 @@ class RunOptions:
 
 
 @dataclass(slots=True, kw_only=True)
-class Replay:
+class ReplayJob:
     """One trace against one ready server into one results file."""
 
     served: Served
@@ -160,7 +160,7 @@ class Replayed:
         return self.outcome.errors
 
 
-def target_header(job: Replay, say: Say) -> dict[str, Any]:
+def target_header(job: ReplayJob, say: Say) -> dict[str, Any]:
     """The run header's `target`: what answered, the settings its log shows in force, and a
     warning (printed too) for every requested cache setting it does not show."""
     served, kind = job.served, job.kind
@@ -180,7 +180,7 @@ def target_header(job: Replay, say: Say) -> dict[str, Any]:
 
 
 def replay(
-    jobs: Sequence[Replay],
+    jobs: Sequence[ReplayJob],
     *,
     hooks: Hooks | None = None,
     say: Say = print,
@@ -188,7 +188,8 @@ def replay(
 ) -> list[Replayed]:
     """Replay every job at once (one event loop), each against its own ready server.
 
-    Several jobs run side by side (a scenario's arms); workers and restarts apply to a run of one.
+    Several jobs run side by side (a scenario's arms, under the first job's `max_duration`);
+    workers and restarts apply to a run of one.
     The server's log is read for `server` records only after it stops (its shutdown lines come
     last): call `finish()` for each result once its server is gone.
     """
@@ -241,7 +242,7 @@ def _warn_disagreements(metrics: dict[str, Any], say: Say) -> None:
         say(f"[yellow]warning:[/yellow] server counters disagree with usage: {line}")
 
 
-def _spread(job: Replay, target: dict[str, Any]) -> RunOutcome:
+def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
     """The job's sessions over `job.workers` processes (their parts merge exactly)."""
     config = job.options.engine_config(job.served.url)
     spread = run_workers(
@@ -273,7 +274,7 @@ def segments(requests: list[Request], cut_before: Callable[[Request], bool]) -> 
     return out
 
 
-def _segmented(job: Replay, target: dict[str, Any], hooks: Hooks, say: Say) -> Replayed:
+def _segmented(job: ReplayJob, target: dict[str, Any], hooks: Hooks, say: Say) -> Replayed:
     """One trace in segments, the server restarted between them by `hooks.restart`; one results
     file, one sequence over every server process, one `metrics` and `memory` line per process."""
     assert hooks.restart is not None and hooks.restart_before is not None

@@ -36,7 +36,7 @@ from drivers.servers.base import has_flag
 from drivers.target import Target, load_target
 from replay.engine.plans import Alternate
 from replay.errors import DriverError, TargetError, UsageError
-from replay.runs.pipeline import Hooks, Replay, RunOptions, finish, replay
+from replay.runs.pipeline import Hooks, ReplayJob, RunOptions, finish, replay
 from replay.runs.pipeline import segments as cut
 from replay.runs.serverlog import effective_settings
 from replay.scenario.build import generate, plan_requests
@@ -210,7 +210,7 @@ def _run(
             restarts.append(done)
             return new, done.to_json()
 
-        job = Replay(
+        job = ReplayJob(
             served=served,
             trace=trace,
             options=RunOptions(Alternate(), timeout=timeout_s),

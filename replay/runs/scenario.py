@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from replay.engine.plans import make_plan
-from replay.runs.pipeline import Replay, Replayed, RunOptions, RunOutcome, finish, replay
+from replay.runs.pipeline import Replayed, ReplayJob, RunOptions, RunOutcome, finish, replay
 from replay.runs.targets import Target, open_target, resolve_target
 from replay.scenario.build import GenerateResult, generate
 from replay.scenario.show import arm_sim_flags
@@ -56,13 +56,13 @@ def _job(
     trace_path: Path,
     timeout_s: float,
     workdir: Path,
-) -> Replay:
+) -> ReplayJob:
     """What replaying one arm against a server that is already up takes."""
     speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
     plan = make_plan(
         spec.run.plan, concurrency=spec.run.concurrency, speed=speed, round_robin=spec.run.round_robin
     )
-    return Replay(
+    return ReplayJob(
         served=served,
         trace=read_trace(trace_path),
         options=RunOptions(plan, think=spec.run.think, timeout=timeout_s),

@@ -33,7 +33,7 @@ from drivers.logs import llamacpp as L
 from drivers.target import Target
 from replay.engine.plans import make_plan
 from replay.runs import pipeline
-from replay.runs.pipeline import Replay, RunOptions
+from replay.runs.pipeline import ReplayJob, RunOptions
 from replay.runs.serverlog import effective_settings
 from replay.scenario import find_scenario, generate
 from replay.trace.reader import read_trace
@@ -73,7 +73,9 @@ def replay(model: Path, trace: Path, work: Path, *flags: str) -> Run:
     loaded = read_trace(trace)
     options = RunOptions(make_plan("alternate"), timeout=120.0)
     with start_target(target, work) as served:
-        job = Replay(served=served, trace=loaded, options=options, out=work / "results.jsonl", workdir=work)
+        job = ReplayJob(
+            served=served, trace=loaded, options=options, out=work / "results.jsonl", workdir=work
+        )
         (done,) = pipeline.replay([job], say=lambda _line: None)
     assert done.exit_code == 0 and done.requests == 6
     (metrics,) = done.metrics
