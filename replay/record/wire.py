@@ -21,10 +21,11 @@ from typing import Any
 import orjson
 
 from replay.engine.anthropic import AnthropicReader
-from replay.engine.exchange import ApiResult, BadPayload, error_text
+from replay.engine.exchange import BadPayload, error_text
 from replay.engine.openai import OpenAIReader
 from replay.engine.sse import SseParser
 from replay.engine.usage import Usage
+from replay.metrics.record import RequestRecord
 from replay.trace.model import Message
 
 APIS = ("openai", "anthropic")
@@ -372,7 +373,7 @@ class ReplyTap:
         `status`: ok, http_error, malformed (bytes that are not the protocol's JSON), server_error
         (an error event inside the stream) or stream_broken (ended without its terminal event).
         """
-        res = ApiResult()
+        res = RequestRecord()
         out = TapResult(http_status=self.status, t_first_token=self.t_first_token, n_events=self.n_events)
         if self.status is not None and self.status >= 400:
             out.status, out.error = "http_error", f"HTTP {self.status}: {error_text(bytes(self.body))}"

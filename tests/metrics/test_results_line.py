@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from replay.metrics.record import RequestRecord
+from replay.metrics.record import RequestRecord, Usage
 from replay.metrics.results import ResultsWriter
 
 # The three lines as `agent-replay-results/1` wrote them before the request record became one type.
@@ -20,12 +20,12 @@ OK_LINE = (
     b'"latency_s":3.85,"ttft_sched_s":2.750401,"latency_sched_s":4.1,"prompt_tokens":12000,'
     b'"cached_tokens":10240,"cache_write_tokens":1760,"reprocessed_tokens":1760,'
     b'"reprocessed_source":"server","output_tokens":64,"expected_output_tokens":64,"decode_tps":50.416,'
-    b'"finish":"stop","output_sha1":"abc","status":"ok","http_status":200,"error":null,'
+    b'"finish":"stop","output_sha1":"ff23f95da93f37be14decc4150c5ee038b7ab8c3","status":"ok","http_status":200,"error":null,'
     b'"modelled":{"prefill_s":1.5},"label":"x","server_process":0}'
 )
 ERROR_LINE = (
     b'{"kind":"request","seq":4,"id":8,"session":"cron","tag":"cron","switch":["cold"],"from_session":null,'
-    b'"scheduled_s":2.0,"sent_s":2.000001,"lag_s":1e-6,"ttft_s":null,"latency_s":0.0009,'
+    b'"scheduled_s":2.0,"sent_s":2.000001,"lag_s":1e-6,"ttft_s":null,"latency_s":0.000899,'
     b'"ttft_sched_s":null,"latency_sched_s":0.0009,"prompt_tokens":null,"cached_tokens":null,'
     b'"cache_write_tokens":null,"reprocessed_tokens":null,"reprocessed_source":null,"output_tokens":null,'
     b'"expected_output_tokens":16,"decode_tps":null,"finish":null,"output_sha1":null,'
@@ -51,7 +51,8 @@ SUMMARY_ALL = {
     },
 }
 # Fields added to request lines since; anything else new would be a silent format change.
-ADDED: set[str] = set()
+ADDED = {"connect_s", "headers_s", "first_byte_s"}
+ORIGIN = 1_000_000_000_000  # the run started at this monotonic time
 
 
 def _ok() -> RequestRecord:
@@ -62,23 +63,30 @@ def _ok() -> RequestRecord:
         tag="turn",
         switch=("switch", "concurrent"),
         from_session="cron",
-        t_scheduled=1_000_000_000,
-        t_sent=1_250_000_123,
-        t_first_token=3_750_400_999,
-        t_last_token=5_000_000_000,
-        t_done=5_100_000_001,
+        t_origin=ORIGIN,
+        t_scheduled=ORIGIN + 1_000_000_000,
+        t_start=ORIGIN + 1_249_000_000,
+        t_connected=ORIGIN + 1_250_000_000,
+        t_sent=ORIGIN + 1_250_000_123,
+        t_headers=ORIGIN + 1_300_000_000,
+        t_first_byte=ORIGIN + 1_300_000_000,
+        t_first_token=ORIGIN + 3_750_400_999,
+        t_last_token=ORIGIN + 5_000_000_000,
+        t_end=ORIGIN + 5_100_000_001,
         status="ok",
         http_status=200,
         finish="stop",
-        prompt_tokens=12000,
-        cached_tokens=10240,
-        cache_write_tokens=1760,
-        reprocessed_tokens=1760,
-        reprocessed_source="server",
-        output_tokens=64,
+        usage=Usage(
+            prompt_tokens=12000,
+            cached_tokens=10240,
+            cache_write_tokens=1760,
+            reprocessed_tokens=1760,
+            reprocessed_source="server",
+            output_tokens=64,
+        ),
         expected_output_tokens=64,
-        output_sha1="abc",
-        modelled={"prefill_s": 1.5},
+        message={"role": "assistant", "content": "hello"},
+        x_sim={"prefill_s": 1.5},
         extra={"label": "x", "server_process": 0},
     )
 
@@ -91,9 +99,10 @@ def _error() -> RequestRecord:
         tag="cron",
         switch=("cold",),
         from_session=None,
-        t_scheduled=2_000_000_000,
-        t_sent=2_000_000_500,
-        t_done=2_000_900_000,
+        t_origin=ORIGIN,
+        t_scheduled=ORIGIN + 2_000_000_000,
+        t_sent=ORIGIN + 2_000_000_501,
+        t_end=ORIGIN + 2_000_900_000,
         status="http_error",
         http_status=500,
         error="request run-8 POST /v1/chat/completions: HTTP 500: boom",
@@ -109,7 +118,8 @@ def _cancelled() -> RequestRecord:
         tag="cron",
         switch=("continue",),
         from_session="cron",
-        t_scheduled=3_000_000_000,
+        t_origin=ORIGIN,
+        t_scheduled=ORIGIN + 3_000_000_000,
         expected_output_tokens=16,
         status="cancelled",
         error="request 9 (cron) cancelled in flight",
@@ -118,9 +128,9 @@ def _cancelled() -> RequestRecord:
 
 def _write(path: Path) -> list[bytes]:
     writer = ResultsWriter(path, {"target": {}})
-    writer.request(_ok().to_json())
-    writer.request(_error().to_json())
-    writer.write(_cancelled().to_json())
+    writer.request(_ok())
+    writer.request(_error())
+    writer.request(_cancelled(), summarise=False)
     writer.close()
     return path.read_bytes().splitlines()
 
@@ -140,6 +150,7 @@ def test_request_lines_keep_every_field_and_value(tmp_path: Path) -> None:
     _assert_keeps(ok, OK_LINE)
     _assert_keeps(error, ERROR_LINE)
     _assert_keeps(cancelled, CANCELLED_LINE)
+    assert orjson.loads(ok)["connect_s"] == 0.001 and orjson.loads(ok)["headers_s"] == 0.05
     classes = orjson.loads(summary)["classes"]
     assert list(classes) == ["all", "switch", "concurrent", "cold"]
     assert classes["all"] == SUMMARY_ALL
