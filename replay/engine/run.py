@@ -193,7 +193,7 @@ class Engine:
             progress.sessions[req.session] = s
 
         try:
-            await api(client, call, on_state, rec)
+            await api.send(client, call, on_state, rec)
         except anyio.get_cancelled_exc_class():
             rec.status = "cancelled"
             rec.error = f"request {req.id} ({req.session}) cancelled in flight"

@@ -63,7 +63,7 @@ def make_call(server: ScriptedServer | str, rid: str, **kw: Any) -> ApiCall:
 
 
 async def send(client: Any, api: str, call: ApiCall, states: list[str] | None = None) -> RequestRecord:
-    return await APIS[api](client, call, states.append if states is not None else None)
+    return await APIS[api].send(client, call, states.append if states is not None else None)
 
 
 # --- timing ---------------------------------------------------------------------------

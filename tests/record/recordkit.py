@@ -77,7 +77,7 @@ class Agent:
             stream=self.stream,
             headers={"X-Request-ID": rid, **self.headers},
         )
-        res = await APIS[self.api](self.client, call, None)
+        res = await APIS[self.api].send(self.client, call, None)
         assert res.ok, res.error
         if history is None:
             self.messages = [*msgs, res.message]
