@@ -24,6 +24,7 @@ from rich.console import Console
 from replay.engine.plans import Plan
 from replay.engine.run import Engine, EngineConfig, check_options
 from replay.errors import TargetError, UsageError
+from replay.metrics.record import RequestRecord
 from replay.metrics.results import append_records, read_results
 from replay.runs.recording import (
     EXIT_FAILED,
@@ -132,7 +133,7 @@ class Hooks:
 
     restart_before: Callable[[Request], bool] | None = None
     restart: Restart | None = None
-    annotate: Callable[[dict[str, Any]], None] | None = None  # fields added to each request line
+    annotate: Callable[[RequestRecord], None] | None = None  # e.g. fields in `extra` for its line
     plan: dict[str, Any] = field(default_factory=dict)  # added to the header's plan
 
 
@@ -286,14 +287,16 @@ def _segmented(job: ReplayJob, target: dict[str, Any], hooks: Hooks, say: Say) -
     memory: list[dict[str, Any]] = []
     restarts = 0
     index = 0
-    records: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []  # every line written, over every server process
+    sent = 0
 
-    def annotate(rec: dict[str, Any]) -> None:
-        rec["seq"] = len(records) + 1  # one sequence over every server process
+    def annotate(rec: RequestRecord) -> None:
+        nonlocal sent
+        sent += 1
+        rec.seq = sent  # one sequence over every server process
         if hooks.annotate is not None:
             hooks.annotate(rec)
-        rec["server_process"] = index
-        records.append(rec)
+        rec.extra["server_process"] = index
 
     config = job.options.engine_config(served.url)
     recording = Recording(
@@ -305,6 +308,7 @@ def _segmented(job: ReplayJob, target: dict[str, Any], hooks: Hooks, say: Say) -
         keep_records=False,
         plan_header=hooks.plan,
         annotate=annotate,
+        observe=records.append,
     )
     outcome = "done"
     sessions: dict[str, Any] | None = None

@@ -36,6 +36,7 @@ from drivers.servers.base import has_flag
 from drivers.target import Target, load_target
 from replay.engine.plans import Alternate
 from replay.errors import DriverError, TargetError, UsageError
+from replay.metrics.record import RequestRecord
 from replay.runs.pipeline import Hooks, ReplayJob, RunOptions, finish, replay
 from replay.runs.pipeline import segments as cut
 from replay.runs.serverlog import effective_settings
@@ -192,10 +193,10 @@ def _run(
     workdir = out / "work"
     restarts: list[Restart] = []
     logs: list[Path | None] = []
-    measured: list[dict[str, Any]] = []  # this server process's records, for the progress line
+    measured: list[RequestRecord] = []  # this server process's records, for the progress line
 
-    def annotate(rec: dict[str, Any]) -> None:
-        rec["label"] = labels.get(rec["id"], "")
+    def annotate(rec: RequestRecord) -> None:
+        rec.extra["label"] = labels.get(rec.request_id, "")
         measured.append(rec)
 
     with ExitStack() as server:  # closed and refilled at every restart
@@ -313,8 +314,8 @@ def _log_events(kind: str, log_path: Path | None) -> dict[str, int]:
     return dict(sorted(llama_log.parse_files([log_path]).stats.by_kind.items()))
 
 
-def _progress_line(records: list[dict[str, Any]]) -> str:
-    shown = ", ".join(f"#{r['id']} {r.get('reprocessed_tokens')}" for r in records)
+def _progress_line(records: list[RequestRecord]) -> str:
+    shown = ", ".join(f"#{r.request_id} {r.usage.reprocessed_tokens}" for r in records)
     return f"re-processed tokens per request: {shown}"
 
 

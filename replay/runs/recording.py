@@ -26,6 +26,7 @@ from rich.console import Console
 from replay import __version__
 from replay.engine.plans import Plan
 from replay.engine.run import Engine, EngineConfig
+from replay.metrics.record import RequestRecord
 from replay.metrics.results import ResultsWriter
 from replay.trace.model import Trace
 
@@ -90,9 +91,9 @@ def run_header(
 class Recording:
     """One trace being replayed into one results file: the engine, its sink and the file.
 
-    `annotate` adds fields to each request line before it is written (a probe's step label);
-    `engine` may be replaced between segments of a run that restarts its server (the sink and
-    the file stay).
+    `annotate` adds to each record before its line is written (a probe's step label), `observe`
+    sees every line written (cancelled ones too); `engine` may be replaced between segments of a
+    run that restarts its server (the sink and the file stay).
     """
 
     def __init__(
@@ -104,34 +105,38 @@ class Recording:
         target: dict[str, Any],
         keep_records: bool,
         plan_header: dict[str, Any] | None = None,
-        annotate: Callable[[dict[str, Any]], None] | None = None,
+        annotate: Callable[[RequestRecord], None] | None = None,
+        observe: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         header = run_header(trace, {**plan.describe(), **(plan_header or {})}, config, target)
         self.out = str(out)
         self.writer = ResultsWriter(out, header)
         self.keep_records = keep_records
         self.annotate = annotate
+        self.observe = observe
         self.lags: list[float] = []
         self.kept: list[dict[str, Any]] = []
         self.counts = {"requests": 0, "errors": 0, "cancelled": 0}
         self.engine = Engine(trace, plan, config, self.sink)
         self.started: float | None = None  # monotonic, set when the first engine starts
 
-    def sink(self, rec: dict[str, Any]) -> None:
+    def sink(self, rec: RequestRecord) -> None:
         if self.annotate is not None:
             self.annotate(rec)
-        if rec["status"] == "cancelled":
+        if rec.status == "cancelled":
             self.counts["cancelled"] += 1
-            self.writer.write(rec)
-            return
-        self.counts["requests"] += 1
-        if rec["status"] != "ok":
-            self.counts["errors"] += 1
-        if rec["lag_s"] is not None:
-            self.lags.append(rec["lag_s"])
-        if self.keep_records:
-            self.kept.append(rec)
-        self.writer.request(rec)
+            line = self.writer.request(rec, summarise=False)
+        else:
+            self.counts["requests"] += 1
+            if rec.status != "ok":
+                self.counts["errors"] += 1
+            line = self.writer.request(rec)
+            if line["lag_s"] is not None:
+                self.lags.append(line["lag_s"])
+            if self.keep_records:
+                self.kept.append(line)
+        if self.observe is not None:
+            self.observe(line)
 
     def close(self, outcome: str, duration: float, extra: dict[str, Any] | None = None) -> RunOutcome:
         """Write the `summary` line and say how the run ended."""
