@@ -41,27 +41,21 @@ def part_path(out: Path, index: int, count: int) -> Path:
 
 
 Packed = tuple[str, tuple[Any, ...], list[tuple[Any, ...]], list[tuple[Any, ...]]]
-# A request's fields as `Request(...)` takes them, the parent (by id) apart.
-_FIELDS = ("id", "session", "t", "keep", "append", "params", "reply", "usage", "after", "tag", "line")
 
 
 def pack(trace: Trace) -> Packed:
     """A trace as flat rows for another process: parents by id, so a 10,000-turn session is not a
     10,000-deep chain for pickle to recurse through. A parent that is not among the requests (a
-    probe left out) travels too, marked, because its children rebuild their history from it."""
+    probe left out) travels too, marked, because its children rebuild their history from it.
+    Requests come after their parents, as the reader reads them."""
     rows: list[tuple[Any, ...]] = []
     seen: set[int] = set()
-    listed = {id(r) for r in trace.requests}
     for req in trace.requests:
-        chain = []
-        node: Request | None = req
-        while node is not None and node.id not in seen:
-            chain.append(node)
-            seen.add(node.id)
-            node = node.parent
-        for r in reversed(chain):  # parents first
-            parent = None if r.parent is None else r.parent.id
-            rows.append((parent, id(r) in listed, *(getattr(r, f) for f in _FIELDS)))
+        parent = req.parent
+        if parent is not None and parent.id not in seen:  # a parent left out of the list
+            _pack_unlisted(parent, seen, rows)
+        seen.add(req.id)
+        rows.append(_row(req, True))
     sessions = [_values(s) for s in trace.sessions.values()]
     return trace.path, _values(trace.header), sessions, rows
 
@@ -69,6 +63,36 @@ def pack(trace: Trace) -> Packed:
 def _values(obj: Any) -> tuple[Any, ...]:
     """A dataclass's fields in order: what its constructor takes back."""
     return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
+
+
+def _row(r: Request, listed: bool) -> tuple[Any, ...]:
+    parent = None if r.parent is None else r.parent.id
+    return (
+        parent,
+        listed,
+        r.id,
+        r.session,
+        r.t,
+        r.keep,
+        r.append,
+        r.params,
+        r.reply,
+        r.usage,
+        r.after,
+        r.tag,
+        r.line,
+    )
+
+
+def _pack_unlisted(node: Request, seen: set[int], rows: list[tuple[Any, ...]]) -> None:
+    """A parent chain not yet sent, oldest first, marked as not among the trace's requests."""
+    chain = []
+    cur: Request | None = node
+    while cur is not None and cur.id not in seen:
+        chain.append(cur)
+        seen.add(cur.id)
+        cur = cur.parent
+    rows.extend(_row(r, False) for r in reversed(chain))
 
 
 def unpack(packed: Packed) -> Trace:
