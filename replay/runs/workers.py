@@ -219,7 +219,7 @@ def run_workers(
     """
     if workers < 1:
         raise UsageError("--workers must be at least 1")
-    parts = split_workers(trace, workers, shard)
+    parts = split_workers(trace, workers)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")  # no fork: the parent may hold threads and an event loop
