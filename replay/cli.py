@@ -79,7 +79,16 @@ def run(
     ] = 1,
     shard: Annotated[
         str | None,
-        typer.Option(help="Replay only shard i/N of the sessions (one host of N); merge with report."),
+        typer.Option(
+            help="Replay only shard i/N of the sessions (one host of N; auto/N: the Kubernetes "
+            "completion index); merge with report."
+        ),
+    ] = None,
+    start_at: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TIME", help="Begin the schedule at this ISO 8601 instant (all shards at once)."
+        ),
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
 ) -> None:
@@ -108,6 +117,7 @@ def run(
         sim_args=sim_args,
         workers=workers,
         shard=shard,
+        start_at=start_at,
         quiet=quiet,
     )
     raise typer.Exit(replay_run(args, console))

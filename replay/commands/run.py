@@ -12,6 +12,7 @@ from rich.console import Console
 from replay.commands.report import ReportArgs, report
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
+from replay.runs.barrier import parse_instant
 from replay.runs.pipeline import ReplayJob, RunOptions, finish, replay
 from replay.runs.targets import dry_run as dry_run_target
 from replay.runs.targets import open_target, resolve_target
@@ -41,6 +42,7 @@ class RunArgs:
     sim_args: str = ""
     workers: int = 1
     shard: str | None = None
+    start_at: str | None = None  # ISO 8601 instant: every shard's schedule begins then
     quiet: bool = False  # no progress display and no report
 
 
@@ -51,7 +53,14 @@ def run(args: RunArgs, console: Console) -> int:
         args.plan, concurrency=args.concurrency, speed=args.speed, round_robin=args.round_robin
     )
     options = RunOptions(
-        the_plan, args.api, args.model, args.history, args.think, args.timeout, args.max_duration
+        the_plan,
+        args.api,
+        args.model,
+        args.history,
+        args.think,
+        args.timeout,
+        args.max_duration,
+        start_at=parse_instant(args.start_at) if args.start_at is not None else None,
     )
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")

@@ -13,7 +13,6 @@ a small collector pod mounts it, so `kubectl cp` can fetch the files after the J
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import orjson
 
 from replay.errors import UsageError
+from replay.runs.barrier import parse_instant
 
 CONFIGMAP_LIMIT = 1_000_000  # bytes of trace a ConfigMap may carry (the object limit is 1 MiB)
 TRACE_DIR = "/trace"
@@ -98,26 +98,10 @@ def _check(run: ShardedRun) -> None:
         raise UsageError(f"{run.trace}: no such trace file")
     if not run.target.startswith(("http://", "https://")):
         raise UsageError(f"--target must be the server's URL as the pods reach it, not {run.target!r}")
-    parse_instant(run.start_at, "--start-at")
+    parse_instant(run.start_at)
     for claim in (run.trace_claim, run.results_claim):
         if claim is not None and not _DNS_LABEL.match(claim):
             raise UsageError(f"volume claim {claim!r} is not a valid Kubernetes name")
-
-
-def parse_instant(text: str, what: str) -> dt.datetime:
-    """An ISO 8601 instant with its offset (`2026-12-01T16:30:00Z`): shards on different hosts must
-    agree on it, so a local time without an offset is refused."""
-    try:
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(
-            f"{what} must be an ISO 8601 time such as 2026-12-01T16:30:00Z, not {text!r}"
-        ) from None
-    if moment.tzinfo is None:
-        raise UsageError(
-            f"{what} {text!r} has no UTC offset: add Z or +HH:MM so every host reads one instant"
-        )
-    return moment
 
 
 def _meta(run: ShardedRun, name: str) -> dict[str, Any]:
