@@ -359,6 +359,18 @@ def scenario_run(
     raise typer.Exit(run_command(name, out, param or [], console, arms=arm, time_scale=time_scale))
 
 
+@scenario_app.command("check")
+def scenario_check(
+    names: Annotated[list[str] | None, typer.Argument(help="Scenarios to check (default: all with expectations).")] = None,
+    json: Annotated[bool, typer.Option("--json", help="The verdicts as JSON.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Keep the arms' results here.")] = None,
+) -> None:
+    """Run the scenarios' arms and compare each field figure with the modelled one (exit 1 if any fails)."""
+    from replay.commands.scenario import check_command
+
+    raise typer.Exit(check_command(names or [], console, as_json=json, out_dir=out))
+
+
 @app.command()
 def probe(
     server: Annotated[

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from datetime import datetime, timedelta
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from replay.engine.plans import make_plan
+from replay.errors import UsageError
+from replay.runs.leftovers import write_leftovers
 from replay.engine.run import EngineConfig
 from replay.metrics.results import append_records
 from replay.runs.pipeline import RunOutcome, TraceRun, check_reachable, run_trace, run_traces
@@ -43,17 +46,29 @@ class ArmRun:
     generated: GenerateResult
 
 
-def sim_flags(arm: Arm, time_scale: float) -> list[str]:
-    """The arm's simulator flags with the time scale (an arm's own `--time-scale` wins)."""
+def sim_flags(arm: Arm, time_scale: float, clock: str | None = None) -> list[str]:
+    """The arm's simulator flags with the time scale (an arm's own `--time-scale` wins) and the
+    report's clock, so the simulator's log reads in the report's own hours."""
     flags = list(arm.sim)
     if "--time-scale" not in flags:
         flags += ["--time-scale", f"{time_scale:g}"]
+    if clock is not None and "--clock" not in flags:
+        flags += ["--clock", clock]
     return flags
+
+
+def first_request_clock(spec: Scenario, trace_path: Path) -> str | None:
+    """The report's clock at the trace's first request (`--clock`), for a spec that has one."""
+    if spec.clock is None:
+        return None
+    first = next(iter(read_trace(trace_path).requests), None)
+    when = datetime.fromisoformat(spec.clock) + timedelta(seconds=first.t if first is not None else 0.0)
+    return when.isoformat()
 
 
 def run_command(spec: Scenario, arm: Arm, trace: str = "TRACE.jsonl") -> str:
     """The `replay run` command line that replays one arm by hand (shown by `scenario show`)."""
-    flags = sim_flags(arm, spec.run.time_scale)
+    flags = sim_flags(arm, spec.run.time_scale, spec.clock)
     parts = ["replay run", trace, "--target sim", f"--plan {spec.run.plan}"]
     if spec.run.concurrency:
         parts.append(f"--concurrency {spec.run.concurrency}")
@@ -174,6 +189,8 @@ def run_shared(
     done: list[ArmRun] = []
     with tempfile.TemporaryDirectory(prefix="replay-scenario-") as scratch:
         scaled = flags if "--time-scale" in flags else [*flags, "--time-scale", f"{time_scale:g}"]
+        if any(spec.leftovers for spec, _ in runs):
+            raise UsageError("scenarios with [[leftovers]] need a simulator of their own (run_arms)")
         target = resolve_target("sim", None, scaled, Path(scratch))
         with open_target(target, Path(scratch) / "work") as served:
             check_reachable(served.url)
@@ -216,9 +233,11 @@ def run_arms(
             for _ in prepared
         ]
         targets = [
-            resolve_target("sim", None, sim_flags(arm, scale), d)
-            for (_, arm, _, _), d in zip(prepared, scratch, strict=True)
+            resolve_target("sim", None, sim_flags(arm, scale, first_request_clock(armed, trace_path)), d)
+            for (armed, arm, trace_path, _), d in zip(prepared, scratch, strict=True)
         ]
+        for (armed, arm, trace_path, _), d in zip(prepared, scratch, strict=True):
+            write_leftovers(armed, trace_path, d / "kv", list(arm.sim), first_request_clock(armed, trace_path))
         with _serve_all(targets, scratch) as served:
             jobs = []
             for (armed, arm, trace_path, _), srv, target in zip(prepared, served, targets, strict=True):
