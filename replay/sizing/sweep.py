@@ -364,7 +364,7 @@ class _Tally:
                         self.waits.append(r.total_s - r.decode_s)
         disk = self.model.disk
         if disk is not None:
-            row.peak_disk_bytes = max(row.peak_disk_bytes, disk.total)
+            row.peak_disk_bytes = max(row.peak_disk_bytes, disk.peak)
 
     def close(self) -> SweepRow:
         row = self.row
@@ -758,12 +758,21 @@ def sweep_table(report: SweepReport) -> Table:
             f"{r.wait_max_s:.1f}s",
             human_bytes(r.peak_disk_bytes),
         )
+    notes = [PEAK_NOTE]
     if report.target_reread is not None:
-        table.caption = (
+        notes.insert(
+            0,
             f"smallest budget where no switch re-reads more than {report.target_reread:,} tokens: "
-            + (f"{report.best_budget / 2**30:.1f} GiB (*)" if report.best_budget else "none of these")
+            + (f"{report.best_budget / 2**30:.1f} GiB (*)" if report.best_budget else "none of these"),
         )
+    table.caption = "\n".join(notes)
     return table
+
+
+PEAK_NOTE = (
+    "peak disk: the most the directory held; ds4's May build (--eviction base) writes a checkpoint "
+    "and then evicts, so it can hold one file over the budget for a moment"
+)
 
 
 # --- option helpers for the CLI ------------------------------------------------------------------
