@@ -361,7 +361,9 @@ def scenario_run(
 
 @scenario_app.command("check")
 def scenario_check(
-    names: Annotated[list[str] | None, typer.Argument(help="Scenarios to check (default: all with expectations).")] = None,
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Scenarios to check (default: all with expectations).")
+    ] = None,
     json: Annotated[bool, typer.Option("--json", help="The verdicts as JSON.")] = False,
     out: Annotated[Path | None, typer.Option(help="Keep the arms' results here.")] = None,
 ) -> None:

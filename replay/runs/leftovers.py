@@ -34,7 +34,9 @@ def system_prefix(spec: Scenario, trace_path: Path, cfg: SimConfig) -> TokenSeq:
     from replay.sizing.sweep import jobs_from_trace
 
     shared = {sid for sid, s in spec.sessions.items() if s.system == "shared"}
-    first = next((r for r in read_trace(trace_path).requests if r.session in shared and r.parent is None), None)
+    first = next(
+        (r for r in read_trace(trace_path).requests if r.session in shared and r.parent is None), None
+    )
     if first is None:
         raise ValueError(f"{spec.path}: a system-prefix leftover needs a session with system = 'shared'")
     _, job = next(jobs_from_trace([first], cfg))

@@ -237,7 +237,9 @@ def run_arms(
             for (armed, arm, trace_path, _), d in zip(prepared, scratch, strict=True)
         ]
         for (armed, arm, trace_path, _), d in zip(prepared, scratch, strict=True):
-            write_leftovers(armed, trace_path, d / "kv", list(arm.sim), first_request_clock(armed, trace_path))
+            write_leftovers(
+                armed, trace_path, d / "kv", list(arm.sim), first_request_clock(armed, trace_path)
+            )
         with _serve_all(targets, scratch) as served:
             jobs = []
             for (armed, arm, trace_path, _), srv, target in zip(prepared, served, targets, strict=True):

@@ -73,7 +73,9 @@ def system_overhead(tools: tuple[str, ...]) -> int:
     """Tokens the simulator's chat template and these tools' definitions add to a system turn."""
     from replay.sim.model.render import render
 
-    probe = render([{"role": "system", "content": ""}, {"role": "user", "content": ""}], tool_definitions(tools))
+    probe = render(
+        [{"role": "system", "content": ""}, {"role": "user", "content": ""}], tool_definitions(tools)
+    )
     return probe.anchor or 0
 
 

@@ -87,7 +87,10 @@ class Expect:
 
     @property
     def selection(self) -> str:
-        parts = [f"{self.window_text}" if self.window_text else "", f"step {self.step!r}" if self.step else ""]
+        parts = [
+            f"{self.window_text}" if self.window_text else "",
+            f"step {self.step!r}" if self.step else "",
+        ]
         parts += [f"session {self.session}" if self.session else "", f"tag {self.tag}" if self.tag else ""]
         parts += [f"{self.switch}es" if self.switch else "", f"last {self.last}" if self.last else ""]
         return ", ".join(p for p in parts if p) or "all requests"

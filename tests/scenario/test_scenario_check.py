@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 from pathlib import Path
@@ -130,9 +131,13 @@ def test_request_metrics_are_summed_up_as_the_row_says() -> None:
     assert not bad.holds and bad.failed and "1 of 2 outside" in bad.modelled
     median = evaluate("t", Expect(arm="x", metric="call_s", lo=37, hi=38, stat="median"), view)
     assert median.holds and median.value == 37.5
-    beyond = evaluate("t", Expect(arm="x", metric="reread_beyond_growth", lo=0, hi=0, session="b", slack=300), view)
+    beyond = evaluate(
+        "t", Expect(arm="x", metric="reread_beyond_growth", lo=0, hi=0, session="b", slack=300), view
+    )
     assert not beyond.holds and beyond.value == 16_000  # B lost its 30K state: re-read 17K for 1K of growth
-    a = evaluate("t", Expect(arm="x", metric="reread_beyond_growth", lo=0, hi=0, session="a", slack=300), view)
+    a = evaluate(
+        "t", Expect(arm="x", metric="reread_beyond_growth", lo=0, hi=0, session="a", slack=300), view
+    )
     assert a.holds
 
 
@@ -159,8 +164,6 @@ def test_check_runs_the_arms_and_states_each_figure(tmp_path: Path) -> None:
     text = out.getvalue()
     assert code == 0, text
     assert "seed-figures 3" in text and "0.187" in text and "known gap" in text
-    import contextlib
-
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert check_command(["batched-routing"], console, as_json=True, out_dir=tmp_path / "j") == 0

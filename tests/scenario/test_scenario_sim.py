@@ -104,7 +104,9 @@ def _window(arm: Arm, sessions: tuple[str, ...], after_compaction: bool) -> list
     return [
         r
         for r in arm.requests
-        if r["session"] in sessions and (r["seq"] > compaction["seq"]) == after_compaction and r is not compaction
+        if r["session"] in sessions
+        and (r["seq"] > compaction["seq"]) == after_compaction
+        and r is not compaction
     ]
 
 
