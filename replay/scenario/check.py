@@ -113,6 +113,14 @@ class ArmView:
                     return None
                 growth = rec["prompt_tokens"] - prev["prompt_tokens"]
                 return float(rec["reprocessed_tokens"] - growth)
+            case "prefill_tps":
+                prefill = float(m.get("prefill_s") or 0.0)
+                done = rec.get("reprocessed_tokens") or 0
+                return done / prefill if prefill > 0 and done > 0 else None
+            case "decode_tps":
+                decode = float(m.get("decode_s") or 0.0)
+                out = rec.get("output_tokens") or 0
+                return out / decode if decode > 0 and out > 1 else None
             case "live_miss_common":
                 misses = [s for s in self.events("live_miss") if s.get("request_seq") == rec["seq"]]
                 return float(misses[0]["common"]) if misses else None

@@ -26,6 +26,8 @@ REQUEST_METRICS: tuple[str, ...] = (
     # previous state (prompt + reply) came back whole, from live KV or from disk
     "reread_beyond_growth",
     "live_miss_common",  # `common=` of the request's live-miss line
+    "prefill_tps",  # re-processed tokens / modelled prefill seconds
+    "decode_tps",  # output tokens / modelled decode seconds
 )
 # Counts from the server's own log: the whole run, or the selected requests' events when the row
 # selects requests (files_at_end and slots_used are always whole-run).
