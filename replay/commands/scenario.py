@@ -6,18 +6,17 @@ import tempfile
 from pathlib import Path
 
 import orjson
-
 from rich.console import Console
 from rich.table import Table
 
+from replay.errors import ReplayError
 from replay.report.html import DIGEST_ROWS, Written, digest, write_report
+from replay.runs.scenario import ArmRun, run_arms
 from replay.scenario.build import generate, plan_requests
 from replay.scenario.catalog import find_scenario, list_scenarios
-from replay.runs.scenario import ArmRun, run_arms
-from replay.scenario.show import describe, list_table
-from replay.errors import ReplayError
 from replay.scenario.check import ArmView, Verdict, evaluate
 from replay.scenario.expect import REQUEST_METRICS
+from replay.scenario.show import describe, list_table
 from replay.scenario.spec import Scenario, parse_params
 
 

@@ -9,27 +9,27 @@ from __future__ import annotations
 
 import tempfile
 import time
-from datetime import datetime, timedelta
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from replay.engine.plans import make_plan
-from replay.errors import UsageError
-from replay.runs.leftovers import write_leftovers
 from replay.engine.run import EngineConfig
+from replay.errors import UsageError
 from replay.metrics.results import append_records
+from replay.runs.leftovers import write_leftovers
 from replay.runs.pipeline import RunOutcome, TraceRun, check_reachable, run_trace, run_traces
-from replay.scenario.build import GenerateResult, generate
-from replay.scenario.spec import Arm, Scenario
 from replay.runs.serverlog import effective_settings, server_records
 from replay.runs.targets import Target, open_target, resolve_target
+from replay.scenario.build import GenerateResult, generate
+from replay.scenario.spec import Arm, Scenario
 from replay.trace.reader import read_trace
 
 if TYPE_CHECKING:
