@@ -510,7 +510,9 @@ def generate(spec: Scenario, out: str | Path) -> GenerateResult:
     labels = [f"request {p.rid} ({p.session}): {p.label}" for p in planned if p.label]
     notes = spec.title + (". " + "; ".join(labels) if labels else "")
     probes = [p.rid for p in planned if p.tag == PROBE_TAG]
-    with TraceWriter(out, source=f"scenario:{spec.name}", notes=notes, created=spec.created) as writer:
+    with TraceWriter(
+        out, source=f"scenario:{spec.name}", notes=notes, created=spec.created, start=spec.clock
+    ) as writer:
         for sid, s in spec.sessions.items():
             if sid in used:
                 labels_out = dict(s.labels)
