@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from replay.commands.scenario import generate_command, list_command, show_command
 from replay.errors import TraceError, UsageError
 from replay.scenario import find_scenario, generate, list_scenarios, load_spec, parse_params, plan_requests
-from replay.commands.scenario import generate_command, list_command, show_command
 from replay.scenario.build import PROBE_TAG, system_overhead
 from replay.trace import read_trace, validate
 
