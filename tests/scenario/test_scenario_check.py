@@ -12,7 +12,7 @@ import orjson
 import pytest
 from rich.console import Console
 
-from replay.commands.scenario import check_command
+from replay.commands.scenario import CheckArgs, check
 from replay.errors import TraceError
 from replay.metrics.results import RunResults
 from replay.scenario import find_scenario, list_scenarios, load_spec
@@ -160,13 +160,13 @@ def test_a_known_gap_is_shown_and_never_fails() -> None:
 def test_check_runs_the_arms_and_states_each_figure(tmp_path: Path) -> None:
     out = io.StringIO()
     console = Console(file=out, width=250)
-    code = check_command(["cold-ab"], console, as_json=False, out_dir=tmp_path)
+    code = check(CheckArgs(names=["cold-ab"], out=tmp_path), console)
     text = out.getvalue()
     assert code == 0, text
     assert "seed-figures 3" in text and "0.187" in text and "known gap" in text
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        assert check_command(["batched-routing"], console, as_json=True, out_dir=tmp_path / "j") == 0
+        assert check(CheckArgs(names=["batched-routing"], json=True, out=tmp_path / "j"), console) == 0
     rows = orjson.loads(buf.getvalue())
     assert {r["status"] for r in rows} == {"ok"} and {r["arm"] for r in rows} == {"upstream", "reuse-aware"}
 
@@ -178,5 +178,5 @@ def test_check_fails_when_a_figure_does_not_hold(tmp_path: Path) -> None:
     path = tmp_path / "batched-routing.toml"
     path.write_text(text)
     out = io.StringIO()
-    assert check_command([str(path)], Console(file=out, width=250), out_dir=tmp_path / "r") == 1
+    assert check(CheckArgs(names=[str(path)], out=tmp_path / "r"), Console(file=out, width=250)) == 1
     assert "FAIL" in out.getvalue()
