@@ -405,11 +405,14 @@ def record(
         bool, typer.Option(help="Write synthetic text of the same token counts (needs --key).")
     ] = False,
     key: Annotated[str | None, typer.Option(help="Secret for --anonymize: equal text stays equal.")] = None,
+    log: Annotated[
+        Path | None, typer.Option(help="Append a line per call: method, path, status, bytes, recorded.")
+    ] = None,
 ) -> None:
     """Pass an agent's traffic through to the server unchanged, and write it as a trace."""
     from replay.record.serve import record as run_record
 
-    code = run_record(upstream, listen, out, anonymize=anonymize, key=key, console=console)
+    code = run_record(upstream, listen, out, anonymize=anonymize, key=key, console=console, log=log)
     raise typer.Exit(code)
 
 

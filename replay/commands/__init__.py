@@ -27,9 +27,11 @@ from replay.trace.reader import validate as validate_trace
 
 def validate(path: Path) -> str:
     counts = validate_trace(path)
+    missing = counts.get("unrecorded", 0)
     return (
         f"{path}: ok ({counts['sessions']} sessions, {counts['requests']} requests, "
         f"{counts['blobs']} blobs, {counts['lines']} lines)"
+        + (f"; {missing} calls passed through unrecorded (see its 'unrecorded' lines)" if missing else "")
     )
 
 
@@ -73,6 +75,8 @@ def run(
         loaded, notice = skip_probes(loaded)  # E5-style steps need `replay probe` to restart the server
         if notice:
             say(notice)
+        if loaded.unrecorded:
+            say(unrecorded_notice(loaded.unrecorded))
         # The server's log must outlive the server: its records are read after it stops.
         work = workdir or Path(scratch) / "work"
         with open_target(tgt, work, service, say=say) as served, server_memory(served, work) as memory:
@@ -93,6 +97,14 @@ def run(
         report([out], as_json=False, console=console)
         console.print(f"{done.requests} requests, {done.errors} failed; results in {out}", highlight=False)
     return done.exit_code
+
+
+def unrecorded_notice(lines: list[dict[str, object]]) -> str:
+    """What the recording missed: the replay cannot send calls that were never recorded."""
+    total = sum(int(str(line.get("count", 0))) for line in lines)
+    where = ", ".join(f"{line.get('method')} {line.get('path')} x{line.get('count')}" for line in lines[:6])
+    more = f" and {len(lines) - 6} more" if len(lines) > 6 else ""
+    return f"note: the recording passed {total} calls through unrecorded, not replayed: {where}{more}"
 
 
 def report(paths: list[Path], as_json: bool, console: Console, html: Path | None = None) -> None:

@@ -17,11 +17,16 @@ from replay.engine.anthropic import (
 )
 from replay.engine.exchange import THINK_FIELDS, ApiCall, ApiResult, OnState, State, Status, Think
 from replay.engine.openai import openai_body, openai_chat, openai_messages
+from replay.engine.responses import openai_responses, responses_body
 from replay.engine.transport import make_client
 
 ApiFunction = Callable[[httpx.AsyncClient, ApiCall, OnState], Awaitable[ApiResult]]
 
-APIS: dict[str, ApiFunction] = {"openai": openai_chat, "anthropic": anthropic_messages}
+APIS: dict[str, ApiFunction] = {
+    "openai": openai_chat,
+    "anthropic": anthropic_messages,
+    "openai-responses": openai_responses,
+}
 
 __all__ = [
     "APIS",
@@ -41,4 +46,6 @@ __all__ = [
     "openai_body",
     "openai_chat",
     "openai_messages",
+    "openai_responses",
+    "responses_body",
 ]

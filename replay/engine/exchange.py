@@ -45,6 +45,9 @@ THINK_FIELDS: dict[str, dict[Think, dict[str, Any]]] = {
         "on": {"thinking": {"type": "enabled", "budget_tokens": 1024}},
         "auto": {},
     },
+    # The Responses API has no switch every server accepts for "off" (OpenAI rejects unknown
+    # fields, vLLM validates `reasoning.effort`): the trace's own `reasoning` settings decide.
+    "openai-responses": {"off": {}, "on": {"reasoning": {"effort": "medium"}}, "auto": {}},
 }
 
 
@@ -68,6 +71,11 @@ class ApiCall:
     headers: dict[str, str] = field(default_factory=dict)  # e.g. X-Request-ID, X-Replay-*
     timeout_s: float | None = None  # whole request, send to last byte
     connect_timeout_s: float = 10.0
+    # Responses API chains: the server holds the first `previous_messages` messages as this response.
+    previous_response_id: str | None = None
+    previous_messages: int = 0
+    # Anthropic prompt caching: (message index, cache_control value), the mark on that message's last block.
+    cache_marks: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -99,6 +107,7 @@ class ApiResult:
     raw_usage: dict[str, Any] | None = None  # usage object as the server sent it
     timings: dict[str, Any] | None = None  # llama.cpp `timings`
     x_sim: dict[str, Any] | None = None  # simulator's modelled times
+    response_id: str | None = None  # Responses API: what a later `previous_response_id` names
     n_events: int = 0  # SSE events dispatched
     n_token_events: int = 0  # of which carried a token
     n_comments: int = 0  # keep-alive comment lines

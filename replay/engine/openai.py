@@ -26,6 +26,11 @@ def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Neutral -> OpenAI wire; only assistant turns with tool calls or reasoning change."""
     out: list[dict[str, Any]] = []
     for m in messages:
+        if "inline" in m or m.get("role") == "developer":
+            # Trace-only marks; `developer` goes as `system`, which every chat template knows.
+            m = {k: v for k, v in m.items() if k != "inline"}
+            if m.get("role") == "developer":
+                m["role"] = "system"
         if m.get("role") != "assistant" or ("tool_calls" not in m and "reasoning" not in m):
             out.append(m)
             continue

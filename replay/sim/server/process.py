@@ -21,6 +21,7 @@ import uvicorn
 
 from replay.errors import UsageError
 from replay.sim.server import log as simlog
+from replay.sim.server.agentic import AgentOptions
 from replay.sim.server.app import create_app
 from replay.sim.model.config import SimConfig
 from replay.sim.server.options import ServeOptions, parse
@@ -67,7 +68,7 @@ async def _main(cfg: SimConfig, opts: ServeOptions, stream: TextIO) -> int:
         await runtime.close()
         return 1
     config = uvicorn.Config(
-        create_app(runtime),
+        create_app(runtime, AgentOptions(opts.tool_call_rate, opts.tool_call_max, opts.seed)),
         lifespan="off",
         log_level="error",
         access_log=False,
