@@ -221,11 +221,12 @@ def test_codex_and_claude_code_shapes_record_and_replay_all_ok(tmp_path: Path) -
         with RecordingServer(sim, trace_path, inference=inference, log=log) as rec:
             codex_like(rec.url)
             claude_code_like(rec.url)
-            for probe in ("/api/tags", "/props", "/v1/models"):
+            for probe in ("/v1/props", "/props", "/v1/models"):
                 assert httpx.get(rec.url + probe, timeout=10).status_code == 200
+            assert httpx.get(rec.url + "/api/tags", timeout=10).status_code == 404  # Ollama's, not ours
             assert httpx.post(rec.url + "/v1/embeddings?key=secret", json={}, timeout=10).status_code == 404
         counts = validate(trace_path)
-        assert counts["requests"] == 6 and counts["unrecorded"] == 5
+        assert counts["requests"] == 6 and counts["unrecorded"] == 6
         trace = read_trace(trace_path)
         by_api = {s.api for s in trace.sessions.values()}
         assert by_api == {"openai-responses", "anthropic"}
@@ -267,13 +268,14 @@ def test_codex_and_claude_code_shapes_record_and_replay_all_ok(tmp_path: Path) -
         assert set(lines) == {
             ("HEAD", "/"),
             ("GET", "/api/tags"),
+            ("GET", "/v1/props"),
             ("GET", "/props"),
             ("GET", "/v1/models"),
             ("POST", "/v1/embeddings"),
         }
         assert lines[("POST", "/v1/embeddings")]["statuses"] == {"404": 1}
         logged = [orjson.loads(line) for line in log.read_text().splitlines()]
-        assert len(logged) == 11 and sum(x["recorded"] for x in logged) == 6
+        assert len(logged) == 12 and sum(x["recorded"] for x in logged) == 6
         assert all(x["bytes"] > 0 for x in logged if x["method"] != "HEAD")
         assert "secret" not in log.read_text()
 

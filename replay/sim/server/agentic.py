@@ -26,6 +26,7 @@ class AgentOptions:
     tool_call_rate: float = 0.0  # share of requests with tools answered by a tool call
     tool_call_max: int = 3  # tool rounds in a row before a text answer
     seed: int = 0
+    tool_names: tuple[str, ...] = ()  # call only these tools (when offered); empty: any
 
 
 def _draw(seed: int, messages: list[Message]) -> float:
@@ -65,6 +66,8 @@ def tool_choice(
 ) -> tuple[str, str] | None:
     """(tool name, JSON arguments) when this request is answered by a tool call, else None."""
     named = [t for t in tools or () if isinstance(t, dict) and _name(t)]
+    if options.tool_names:
+        named = [t for t in named if _name(t) in options.tool_names]
     if not named or options.tool_call_rate <= 0 or tool_rounds(messages) >= options.tool_call_max:
         return None
     draw = _draw(options.seed, messages)
@@ -110,8 +113,11 @@ def example(schema: Any, key: str = "", depth: int = 0) -> Any:
         required = [r for r in schema.get("required") or () if isinstance(r, str)]
         return {name: example(props.get(name, {}), name, depth + 1) for name in required}
     if kind == "array":
-        n = schema.get("minItems", 0)
-        n = n if isinstance(n, int) and 0 < n < 8 else 0
+        # One item unless the schema forbids it: `command: ["ls"]` runs, `command: []` is refused.
+        low, high = schema.get("minItems"), schema.get("maxItems")
+        n = low if isinstance(low, int) and 1 < low < 8 else 1
+        if high == 0:
+            n = 0
         return [example(schema.get("items", {}), key, depth + 1) for _ in range(n)]
     if kind == "integer":
         return _bounded(schema, 1)

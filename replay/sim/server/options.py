@@ -69,6 +69,7 @@ class ServeOptions:
     tool_call_rate: float = 0.0
     tool_call_max: int = 3
     seed: int = 0
+    tool_names: tuple[str, ...] = ()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument(
         "--seed", type=int, default=0, help="which requests get tool calls (same seed, same calls)"
+    )
+    a.add_argument(
+        "--tool-names",
+        default="",
+        metavar="A,B",
+        help="call only these tools when a request offers them (e.g. read-only ones); default: any",
     )
     m = p.add_argument_group("model")
     m.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET)
@@ -192,4 +199,5 @@ def parse(argv: list[str] | None = None) -> tuple[SimConfig, ServeOptions]:
         tool_call_rate=ns.tool_call_rate,
         tool_call_max=ns.tool_call_max,
         seed=ns.seed,
+        tool_names=tuple(n.strip() for n in ns.tool_names.split(",") if n.strip()),
     )

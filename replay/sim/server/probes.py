@@ -1,9 +1,11 @@
-"""The endpoints agents probe before they talk, answered in the shape of the server that owns each.
+"""The endpoints agents probe before they talk, answered as llama.cpp's server answers them.
 
-Claude Code checks `HEAD /`; Hermes asks `/api/v1/models` (OpenRouter and LM Studio), `/api/tags`
-(Ollama), `/props` and `/v1/props` (llama.cpp), `/version` (vLLM) to learn the model's context
-length. Each answer names the simulator's one model with its context, so an agent sizes its
-requests as it would against the real server, and no probe ends in a 404 that hides a mistake.
+Claude Code checks `HEAD /`; Hermes tells servers apart by which of `/api/v1/models` (LM Studio),
+`/api/tags` (Ollama), `/v1/props` or `/props` (llama.cpp) and `/version` (vLLM) answers 200, then
+reads the context length from there. The simulator is one server, not four: it answers `/` and
+the llama.cpp `props` (the open server whose API ds4 follows), with its model and context, and
+the other servers' paths with the 404 llama.cpp gives them. An agent that detects it sizes its
+requests as against that server; the recorder logs every probe either way.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from starlette.routing import Route
 
 from replay.sim.model.config import SimConfig
 
-VERSION = "0.0.0-agent-replay-sim"
+BUILD = "agent-replay-sim"
 
 
 def probe_routes(cfg: SimConfig, json_response: Callable[[Any], Response]) -> list[Route]:
@@ -32,49 +34,12 @@ def probe_routes(cfg: SimConfig, json_response: Callable[[Any], Response]) -> li
                 "model_path": cfg.model_id,
                 "model_alias": cfg.model_id,
                 "chat_template": "",
-                "build_info": VERSION,
+                "build_info": BUILD,
             }
         )
-
-    async def catalog(request: Request) -> Response:  # OpenRouter / LM Studio style
-        return json_response(
-            {
-                "data": [
-                    {
-                        "id": cfg.model_id,
-                        "name": cfg.model_id,
-                        "context_length": cfg.ctx,
-                        "top_provider": {"context_length": cfg.ctx, "max_completion_tokens": cfg.ctx},
-                    }
-                ]
-            }
-        )
-
-    async def tags(request: Request) -> Response:  # Ollama
-        return json_response(
-            {
-                "models": [
-                    {
-                        "name": cfg.model_id,
-                        "model": cfg.model_id,
-                        "modified_at": "1970-01-01T00:00:00Z",
-                        "size": 0,
-                        "digest": "",
-                        "details": {"format": "gguf", "family": "sim"},
-                    }
-                ]
-            }
-        )
-
-    async def version(request: Request) -> Response:  # vLLM (Ollama: /api/version)
-        return json_response({"version": VERSION})
 
     return [
         Route("/", root, methods=["GET", "HEAD"]),
         Route("/props", props, methods=["GET"]),
         Route("/v1/props", props, methods=["GET"]),
-        Route("/api/v1/models", catalog, methods=["GET"]),
-        Route("/api/tags", tags, methods=["GET"]),
-        Route("/version", version, methods=["GET"]),
-        Route("/api/version", version, methods=["GET"]),
     ]
