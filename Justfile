@@ -8,9 +8,9 @@ setup:
 demo:
     replay demo
 
-# The whole test suite (unit + end-to-end on 127.0.0.1).
+# The whole test suite (unit + end-to-end on 127.0.0.1); the real agents run in `just agents`.
 test:
-    python -m pytest -q
+    python -m pytest -q -m "not agents"
 
 # Lint and format check.
 lint:

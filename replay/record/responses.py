@@ -121,7 +121,7 @@ def parse_responses(obj: dict[str, Any]) -> tuple[Parsed, str | None]:
     counter = [0]
     messages = input_to_neutral(obj.get("input"), counter)
     instructions = obj.get("instructions")
-    if isinstance(instructions, str) and instructions:
+    if isinstance(instructions, str):
         messages.insert(0, {"role": "system", "content": instructions})
     previous = obj.get("previous_response_id")
     if not messages and not previous:
@@ -144,6 +144,6 @@ def parse_responses(obj: dict[str, Any]) -> tuple[Parsed, str | None]:
         messages=messages,
         params=params,
         dropped_parts=counter[0],
-        has_instructions=isinstance(instructions, str) and bool(instructions),
+        has_instructions=isinstance(instructions, str),
     )
     return parsed, previous if isinstance(previous, str) and previous else None

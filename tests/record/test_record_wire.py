@@ -118,8 +118,11 @@ def test_anthropic_specifics_system_blocks_thinking_images_and_user_id():
         {"role": "tool", "tool_call_id": "t1", "content": "data"},
     ]
     assert p.dropped_parts == 1 and p.user_id.endswith("abcdef12-3")
-    assert p.params["extra"] == {"thinking": {"type": "enabled", "budget_tokens": 1024}}
-    assert "metadata" not in str(p.params)
+    # `metadata` is kept and sent back on replay (issue #22): Claude Code's user id is no credential.
+    assert p.params["extra"] == {
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "metadata": body["metadata"],
+    }
 
 
 def sse(*objs: object) -> bytes:

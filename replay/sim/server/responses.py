@@ -127,7 +127,7 @@ def parse_responses(body: dict[str, Any], store: ResponseStore) -> ChatRequest:
             raise BadRequest(f"Previous response with id '{previous}' not found.", 400)
         messages.extend(dict(m) for m in held)
     instructions = body.get("instructions")
-    if isinstance(instructions, str) and instructions:
+    if isinstance(instructions, str):
         # A chained response does not inherit the earlier instructions: these go first instead.
         messages.insert(0, {"role": "system", "content": instructions})
     messages.extend(_items(body.get("input")))
@@ -393,5 +393,5 @@ def remember(store: ResponseStore, body: dict[str, Any], req: ChatRequest, reply
     if body.get("store") is False:
         return
     instructions = body.get("instructions")
-    held = req.messages[1:] if isinstance(instructions, str) and instructions else req.messages
+    held = req.messages[1:] if isinstance(instructions, str) else req.messages
     store.put(rid, [*held, reply.message()])
