@@ -15,6 +15,7 @@ from replay.engine.anthropic import anthropic_messages_wire
 from replay.engine.exchange import ApiCall
 from replay.engine.responses import responses_body
 from replay.errors import TraceError
+from replay.record.anonymize import anonymize_trace
 from replay.record.calls import CallLog
 from replay.record.wire import WireError, parse_request
 from replay.trace import TraceWriter, read_trace, validate
@@ -208,6 +209,8 @@ def test_call_log_counts_what_was_not_recorded_and_the_trace_keeps_it(tmp_path: 
     assert validate(tmp_path / "t.jsonl")["unrecorded"] == 3
     lines = read_trace(tmp_path / "t.jsonl").unrecorded
     assert lines[0]["statuses"] == {"200": 1, "503": 1} and lines[1]["reason"] == "request has no messages"
+    anonymize_trace(tmp_path / "t.jsonl", tmp_path / "anon.jsonl", "key")
+    assert read_trace(tmp_path / "anon.jsonl").unrecorded == lines  # no text of the agent's in them
     logged = [orjson.loads(x) for x in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert [x["recorded"] for x in logged] == [True, False, False, False]
 
