@@ -59,7 +59,7 @@ def run(
     round_robin: Annotated[
         bool, typer.Option(help="alternate: sessions take turns instead of trace order.")
     ] = False,
-    api: Annotated[str | None, typer.Option(help="openai | anthropic (default: each session's api).")] = None,
+    api: Annotated[str | None, typer.Option(help="openai | anthropic | openai-responses (default: each session's api).")] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send (default: each session's).")] = None,
     history: Annotated[
         str, typer.Option(help="live: splice the server's replies; recorded: resend the trace.")
@@ -152,7 +152,7 @@ def ab(
     concurrency: Annotated[int | None, typer.Option(help="Requests in flight for overlap.")] = None,
     speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
     round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns.")] = False,
-    api: Annotated[str | None, typer.Option(help="openai | anthropic")] = None,
+    api: Annotated[str | None, typer.Option(help="openai | anthropic | openai-responses")] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send.")] = None,
     history: Annotated[str, typer.Option(help="live | recorded")] = "live",
     think: Annotated[str, typer.Option(help="off | on | auto")] = "off",
