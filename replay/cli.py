@@ -59,7 +59,9 @@ def run(
     round_robin: Annotated[
         bool, typer.Option(help="alternate: sessions take turns instead of trace order.")
     ] = False,
-    api: Annotated[str | None, typer.Option(help="openai | anthropic | openai-responses (default: each session's api).")] = None,
+    api: Annotated[
+        str | None, typer.Option(help="openai | anthropic | openai-responses (default: each session's api).")
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send (default: each session's).")] = None,
     history: Annotated[
         str, typer.Option(help="live: splice the server's replies; recorded: resend the trace.")

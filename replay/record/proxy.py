@@ -165,7 +165,9 @@ class RecordingProxy:
         relay = _Relay(self, upstream, api, begin)
         relay.method, relay.path = request.method, path
         if begin is None:
-            relay.reason = "not a recorded route" if api is None or self.recorder is not None else "no recorder"
+            relay.reason = (
+                "not a recorded route" if api is None or self.recorder is not None else "no recorder"
+            )
         return relay
 
     def _internal(self, exc: Exception) -> None:

@@ -10,11 +10,11 @@ import io
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import httpx
 
 from replay.sim.model.config import DEFAULT_PRESET, config_for
 from replay.sim.server.agentic import AgentOptions, example, tool_choice, tool_rounds

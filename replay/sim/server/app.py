@@ -21,6 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from replay.sim.model import events as ev
 from replay.sim.model.job import ContextTooLong, build_job
 from replay.sim.model.reply import Reply
+from replay.sim.server import responses as rsp
+from replay.sim.server.agentic import AgentOptions, tool_choice
 from replay.sim.server.api import (
     PREFILL_COMMENT,
     AnthropicStream,
@@ -33,8 +35,6 @@ from replay.sim.server.api import (
     parse_anthropic,
     parse_openai,
 )
-from replay.sim.server import responses as rsp
-from replay.sim.server.agentic import AgentOptions, tool_choice
 from replay.sim.server.probes import probe_routes
 from replay.sim.server.runtime import JobHandle, SimRuntime
 

@@ -78,7 +78,9 @@ async def _main(cfg: SimConfig, opts: ServeOptions, stream: TextIO) -> int:
         await runtime.close()
         return 1
     config = uvicorn.Config(
-        create_app(runtime, AgentOptions(opts.tool_call_rate, opts.tool_call_max, opts.seed, opts.tool_names)),
+        create_app(
+            runtime, AgentOptions(opts.tool_call_rate, opts.tool_call_max, opts.seed, opts.tool_names)
+        ),
         lifespan="off",
         log_level="error",
         access_log=False,
