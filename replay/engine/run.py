@@ -178,7 +178,11 @@ class Engine:
         api = self.config.api or state.session.api
         if type(prev) is not int or api != "openai-responses" or prev not in self._response_ids:
             return None, 0
-        return self._response_ids[prev], self.by_id[prev].n_messages + 1
+        before = self.by_id[prev]
+        # The server holds `before`'s messages and reply, never its instructions: a leading system
+        # message counts on either side only where it is present.
+        held = before.n_messages + 1 - _instructions(before) + _instructions(req)
+        return self._response_ids[prev], held
 
     async def _send(self, client: httpx.AsyncClient, req: Request, call: ApiCall, due: int) -> None:
         state = self.sessions[req.session]
@@ -225,6 +229,15 @@ class Engine:
             if result.response_id is not None:
                 self._response_ids[req.id] = result.response_id
         self.sink(rec.to_json())
+
+
+def _instructions(req: Request) -> int:
+    """1 when the request's first message is sent as Responses `instructions`, else 0."""
+    node: Request | None = req
+    while node is not None and node.keep:  # the first message lives in the oldest link
+        node = node.parent
+    first = node.append[0] if node is not None and node.append else {}
+    return int(first.get("role") == "system" and not first.get("inline"))
 
 
 def cache_marks(params: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
