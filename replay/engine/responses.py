@@ -20,7 +20,6 @@ import httpx
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
-    ApiResult,
     OnState,
     exchange,
     load_event,
@@ -30,6 +29,7 @@ from replay.engine.exchange import (
 from replay.engine.openai import OPENAI_HEADERS
 from replay.engine.sse import SseEvent
 from replay.engine.usage import parse_usage
+from replay.metrics.record import RequestRecord
 
 API = "openai-responses"
 _TEXT_DELTAS = ("response.output_text.delta", "response.refusal.delta")
@@ -240,7 +240,7 @@ class ResponsesReader:
                 self._item_added(i, item)
                 self._item_done(i, item)
 
-    def fill(self, res: ApiResult) -> None:
+    def fill(self, res: RequestRecord) -> None:
         tool_calls = [self.tools[i] for i in sorted(self.tools)]
         if self.content or self.reasoning or tool_calls or self.done:
             res.message = reply_message(self.content, self.reasoning, tool_calls)
@@ -256,9 +256,10 @@ class ResponsesReader:
         res.usage = parse_usage({"usage": self.usage})
 
 
-async def openai_responses(client: httpx.AsyncClient, call: ApiCall, on_state: OnState = None) -> ApiResult:
+async def openai_responses(
+    client: httpx.AsyncClient, call: ApiCall, on_state: OnState = None, rec: RequestRecord | None = None
+) -> RequestRecord:
     """POST /v1/responses."""
     headers = {**OPENAI_HEADERS, "accept": "text/event-stream" if call.stream else "application/json"}
-    return await exchange(
-        client, call, "/v1/responses", responses_body(call), headers, ResponsesReader(), on_state
-    )
+    body = responses_body(call)
+    return await exchange(client, call, "/v1/responses", body, headers, ResponsesReader(), on_state, rec)
