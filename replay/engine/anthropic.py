@@ -17,7 +17,7 @@ from replay.engine.exchange import (
     reply_message,
     stream_error,
 )
-from replay.engine.openai import OPENAI_HEADERS
+from replay.engine.openai import OPENAI_HEADERS, function_tools
 from replay.engine.sse import SseEvent
 from replay.engine.usage import parse_usage
 from replay.metrics.record import RequestRecord
@@ -142,7 +142,7 @@ def anthropic_body(call: ApiCall) -> dict[str, Any]:
     if call.temperature is not None:
         body["temperature"] = call.temperature
     if call.tools:
-        body["tools"] = anthropic_tools(call.tools)
+        body["tools"] = anthropic_tools(function_tools(call.tools))
     body.update(THINK_FIELDS["anthropic"][call.think])
     body.update(call.extra_body)
     return body

@@ -48,6 +48,14 @@ def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def function_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The function tools only: a Responses trace also holds tool types (web_search, namespace,
+    custom) that chat completions and Anthropic messages cannot express."""
+    if all(t.get("type", "function") == "function" for t in tools):
+        return tools
+    return [t for t in tools if t.get("type", "function") == "function"]
+
+
 def openai_body(call: ApiCall) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": call.model,
@@ -60,7 +68,7 @@ def openai_body(call: ApiCall) -> dict[str, Any]:
     if call.temperature is not None:
         body["temperature"] = call.temperature
     if call.tools:
-        body["tools"] = call.tools
+        body["tools"] = function_tools(call.tools)
     body.update(THINK_FIELDS["openai"][call.think])
     body.update(call.extra_body)
     return body

@@ -348,6 +348,17 @@ async def test_responses_request_body(scripted_server: ScriptedServer, client: A
     assert [i["type"] for i in body["input"]] == ["function_call_output", "message"]
 
 
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_tool_types_only_the_responses_api_knows_are_left_out_elsewhere(
+    scripted_server: ScriptedServer, client: Any, api: str
+) -> None:
+    tools = [*TOOLS, {"type": "web_search"}, {"type": "namespace", "name": "multi_agent_v1", "tools": []}]
+    res = await send(client, api, make_call(scripted_server, "tool-types", tools=tools))
+    assert res.ok, res.error
+    sent = scripted_server.request("tool-types").body["tools"]
+    assert [t.get("name") or t["function"]["name"] for t in sent] == ["read_file"]
+
+
 async def test_responses_usage_cached_tokens_and_response_id(
     scripted_server: ScriptedServer, client: Any
 ) -> None:
