@@ -135,6 +135,24 @@ def responses_body(call: ApiCall) -> dict[str, Any]:
     return body
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    """An object of the protocol, or an empty one when the server sent another type there."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _index(obj: dict[str, Any], default: int) -> int:
+    index = obj.get("output_index")
+    return index if type(index) is int else default
+
+
 class ResponsesReader:
     terminal = "response.completed"
 
@@ -161,7 +179,7 @@ class ResponsesReader:
             return False
         if kind in _ARG_DELTAS:
             delta = obj.get("delta")
-            entry = self.tools.get(obj.get("output_index", -1))
+            entry = self.tools.get(_index(obj, -1))
             if isinstance(delta, str) and delta and entry is not None:
                 entry["arguments"] += delta
                 return True
@@ -173,18 +191,19 @@ class ResponsesReader:
                 return True
             return False
         if kind == "response.output_item.added":
-            return self._item_added(obj.get("output_index", len(self.tools)), obj.get("item") or {})
+            return self._item_added(_index(obj, len(self.tools)), _obj(obj.get("item")))
         if kind == "response.output_item.done":
-            self._item_done(obj.get("output_index", -1), obj.get("item") or {})
+            self._item_done(_index(obj, -1), _obj(obj.get("item")))
             return False
         if kind in _TERMINAL:
-            self._response(obj.get("response") or {})
+            resp = _obj(obj.get("response"))
+            self._response(resp)
             self.done = kind != "response.failed"
             if kind == "response.failed":
-                self.error = stream_error((obj.get("response") or {}).get("error") or obj)
+                self.error = stream_error(resp.get("error") or obj)
             return False
         if kind == "response.created" or kind == "response.in_progress":
-            resp = obj.get("response") or {}
+            resp = _obj(obj.get("response"))
             if isinstance(resp.get("id"), str):
                 self.response_id = resp["id"]
             return False
@@ -195,7 +214,7 @@ class ResponsesReader:
     def _item_added(self, index: int, item: dict[str, Any]) -> bool:
         kind = item.get("type")
         if kind in ("function_call", "custom_tool_call"):
-            entry = {"id": item.get("call_id", ""), "name": item.get("name", ""), "arguments": ""}
+            entry = {"id": _text(item.get("call_id")), "name": _text(item.get("name")), "arguments": ""}
             if kind == "custom_tool_call":
                 entry["type"] = "custom"
             self.tools[index] = entry
@@ -226,14 +245,18 @@ class ResponsesReader:
     def body(self, obj: dict[str, Any]) -> None:
         self.done = True
         self._response(obj)
-        for i, item in enumerate(obj.get("output") or ()):
+        output = obj.get("output")
+        for i, item in enumerate(output if isinstance(output, list) else ()):
+            item = _obj(item)
             kind = item.get("type")
             if kind == "message":
-                for part in item.get("content") or ():
+                for part in _list(item.get("content")):
+                    part = _obj(part)
                     if part.get("type") in ("output_text", "refusal"):
-                        self.content.append(part.get("text") or part.get("refusal") or "")
+                        self.content.append(_text(part.get("text") or part.get("refusal")))
             elif kind == "reasoning":
-                for part in (item.get("content") or []) + (item.get("summary") or []):
+                for part in _list(item.get("content")) + _list(item.get("summary")):
+                    part = _obj(part)
                     if isinstance(part.get("text"), str):
                         self.reasoning.append(part["text"])
             elif kind in ("function_call", "custom_tool_call"):

@@ -13,11 +13,16 @@ from hypothesis import strategies as st
 
 from replay.engine.anthropic import anthropic_messages_wire
 from replay.engine.exchange import ApiCall
-from replay.engine.responses import responses_body
+from replay.engine.responses import ResponsesReader, responses_body
+from replay.engine.sse import SseEvent
 from replay.errors import TraceError
+from replay.metrics.record import RequestRecord
 from replay.record.anonymize import anonymize_trace
 from replay.record.calls import CallLog
-from replay.record.wire import WireError, parse_request
+from replay.record.wire import ReplyTap, WireError, parse_request
+from replay.sim.server.api import BadRequest
+from replay.sim.server.responses import ResponseStore
+from replay.sim.server.responses import parse_responses as parse_sim_responses
 from replay.trace import TraceWriter, read_trace, validate
 
 text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20)
@@ -252,3 +257,110 @@ def test_reader_refuses_bad_unrecorded_and_chain_lines(
     with pytest.raises(TraceError, match=problem) as err:
         validate(path)
     assert err.value.line == 4
+
+
+def _ev(obj: dict[str, Any]) -> bytes:
+    return b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+
+
+RESPONSES_STREAM = b"".join(
+    _ev(x)
+    for x in (
+        {"type": "response.created", "response": {"id": "resp_7", "status": "in_progress"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": {"type": "reasoning", "id": "rs"}},
+        {"type": "response.reasoning_summary_text.delta", "output_index": 0, "delta": "think "},
+        {"type": "response.output_item.added", "output_index": 1, "item": {"type": "message", "id": "m"}},
+        {"type": "response.output_text.delta", "output_index": 1, "delta": "Hello "},
+        {"type": "response.output_text.delta", "output_index": 1, "delta": "world"},
+        {
+            "type": "response.output_item.added",
+            "output_index": 2,
+            "item": {"type": "function_call", "call_id": "c1", "name": "read", "arguments": ""},
+        },
+        {"type": "response.function_call_arguments.delta", "output_index": 2, "delta": '{"p": '},
+        {"type": "response.function_call_arguments.delta", "output_index": 2, "delta": "1}"},
+        {
+            "type": "response.completed",
+            "response": {
+                "id": "resp_7",
+                "status": "completed",
+                "usage": {
+                    "input_tokens": 9,
+                    "input_tokens_details": {"cached_tokens": 4},
+                    "output_tokens": 5,
+                },
+            },
+        },
+    )
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, len(RESPONSES_STREAM)), max_size=12))
+def test_reply_tap_reads_a_responses_stream_split_anywhere(cuts: list[int]) -> None:
+    tap = ReplyTap("openai-responses")
+    tap.start(200, "text/event-stream")
+    edges = [0, *sorted(cuts), len(RESPONSES_STREAM)]
+    for i, (lo, hi) in enumerate(zip(edges, edges[1:], strict=False)):
+        tap.feed(RESPONSES_STREAM[lo:hi], 1000 + i)
+    res = tap.finish()
+    assert res.status == "ok", res.error
+    assert res.message == {
+        "role": "assistant",
+        "content": "Hello world",
+        "tool_calls": [{"id": "c1", "name": "read", "arguments": '{"p":1}'}],
+        "reasoning": "think ",
+    }
+    assert res.finish == "tool_calls" and res.response_id == "resp_7"
+    assert (res.usage.prompt_tokens, res.usage.cached_tokens, res.usage.output_tokens) == (9, 4, 5)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=10,
+)
+keys = st.sampled_from(
+    ["type", "item", "response", "output_index", "delta", "output", "id", "usage", "status"]
+)
+shaped = st.dictionaries(keys, json_values, max_size=5).map(
+    lambda d: {**d, "type": d.get("type") if isinstance(d.get("type"), str) else "response.output_item.added"}
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(shaped | st.dictionaries(st.text(max_size=6), json_values, max_size=4), max_size=6))
+def test_any_responses_events_are_read_without_an_exception(events: list[dict[str, Any]]) -> None:
+    """Wrong types where objects belong are ignored: a reply of odd shape is never a crash."""
+    reader = ResponsesReader()
+    for obj in events:
+        reader.event(SseEvent(str(obj.get("type", "message")), orjson.dumps(obj)))
+    reader.body({"output": [obj for obj in events]})
+    reader.fill(RequestRecord())
+
+
+request_bodies = st.dictionaries(
+    st.sampled_from(
+        ["input", "instructions", "tools", "previous_response_id", "max_output_tokens", "model", "store"]
+    ),
+    json_values
+    | st.lists(
+        st.dictionaries(st.sampled_from(["type", "role", "content", "call_id", "output"]), json_values),
+        max_size=3,
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(request_bodies)
+def test_any_responses_body_is_read_or_refused_in_one_line(body: dict[str, Any]) -> None:
+    raw = orjson.dumps(body)
+    try:
+        parse_request("openai-responses", raw)
+    except WireError as exc:
+        assert "\n" not in str(exc)
+    try:
+        parse_sim_responses(body, ResponseStore())
+    except BadRequest as exc:
+        assert exc.status == 400
