@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import re
 from dataclasses import dataclass
 
@@ -70,6 +71,9 @@ class ServeOptions:
     tool_call_max: int = 3
     seed: int = 0
     tool_names: tuple[str, ...] = ()
+    # Wall-clock epoch of modelled time 0 and its UTC offset in seconds (`--clock`); None = now, local.
+    clock: float | None = None
+    utc_offset_s: float | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--log", metavar="FILE", help="append ds4-format log lines here instead of stderr")
     g.add_argument("--time-scale", type=float, default=1.0, help="run S times faster than modelled time")
+    g.add_argument(
+        "--clock",
+        metavar="ISO",
+        help="the time of the first request (e.g. 2026-09-01T06:45:00+00:00): modelled time starts "
+        "with it and log lines and file times are stamped in modelled time from it (default: the "
+        "start, local time)",
+    )
     a = p.add_argument_group("agents")
     a.add_argument(
         "--tool-call-rate",
@@ -190,6 +201,17 @@ def parse(argv: list[str] | None = None) -> tuple[SimConfig, ServeOptions]:
         raise UsageError("--tool-call-max must be >= 0")
     cfg = config_for(ns.preset, disk=ns.kv_disk_dir is not None, **overrides)
     host = "127.0.0.1" if ns.host == "localhost" else ns.host
+    clock = offset = None
+    if ns.clock is not None:
+        try:
+            when = _dt.datetime.fromisoformat(ns.clock)
+        except ValueError:
+            raise UsageError(f"--clock: not an ISO 8601 time: {ns.clock!r}") from None
+        if when.tzinfo is None:
+            when = when.astimezone()
+        clock = when.timestamp()
+        delta = when.utcoffset()
+        offset = delta.total_seconds() if delta is not None else 0.0
     return cfg, ServeOptions(
         host=host,
         port=ns.port,
@@ -200,4 +222,6 @@ def parse(argv: list[str] | None = None) -> tuple[SimConfig, ServeOptions]:
         tool_call_max=ns.tool_call_max,
         seed=ns.seed,
         tool_names=tuple(n.strip() for n in ns.tool_names.split(",") if n.strip()),
+        clock=clock,
+        utc_offset_s=offset,
     )
