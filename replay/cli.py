@@ -60,7 +60,9 @@ def run(
     round_robin: Annotated[
         bool, typer.Option(help="alternate: sessions take turns instead of trace order.")
     ] = False,
-    api: Annotated[str | None, typer.Option(help="openai | anthropic (default: each session's api).")] = None,
+    api: Annotated[
+        str | None, typer.Option(help="openai | anthropic | openai-responses (default: each session's api).")
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send (default: each session's).")] = None,
     history: Annotated[
         str, typer.Option(help="live: splice the server's replies; recorded: resend the trace.")
@@ -166,7 +168,7 @@ def ab(
     concurrency: Annotated[int | None, typer.Option(help="Requests in flight for overlap.")] = None,
     speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
     round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns.")] = False,
-    api: Annotated[str | None, typer.Option(help="openai | anthropic")] = None,
+    api: Annotated[str | None, typer.Option(help="openai | anthropic | openai-responses")] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send.")] = None,
     history: Annotated[str, typer.Option(help="live | recorded")] = "live",
     think: Annotated[str, typer.Option(help="off | on | auto")] = "off",
@@ -444,12 +446,15 @@ def record(
         bool, typer.Option(help="Write synthetic text of the same token counts (needs --key).")
     ] = False,
     key: Annotated[str | None, typer.Option(help="Secret for --anonymize: equal text stays equal.")] = None,
+    log: Annotated[
+        Path | None, typer.Option(help="Append a line per call: method, path, status, bytes, recorded.")
+    ] = None,
 ) -> None:
     """Pass an agent's traffic through to the server unchanged, and write it as a trace."""
     from replay.commands.record import RecordArgs
     from replay.commands.record import record as replay_record
 
-    args = RecordArgs(upstream=upstream, out=out, listen=listen, anonymize=anonymize, key=key)
+    args = RecordArgs(upstream=upstream, out=out, listen=listen, anonymize=anonymize, key=key, log=log)
     raise typer.Exit(replay_record(args, console))
 
 

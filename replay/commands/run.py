@@ -46,6 +46,14 @@ class RunArgs:
     quiet: bool = False  # no progress display and no report
 
 
+def unrecorded_notice(lines: list[dict[str, object]]) -> str:
+    """What the recording missed: the replay cannot send calls that were never recorded."""
+    total = sum(int(str(line.get("count", 0))) for line in lines)
+    where = ", ".join(f"{line.get('method')} {line.get('path')} x{line.get('count')}" for line in lines[:6])
+    more = f" and {len(lines) - 6} more" if len(lines) > 6 else ""
+    return f"note: the recording passed {total} calls through unrecorded, not replayed: {where}{more}"
+
+
 def run(args: RunArgs, console: Console) -> int:
     """Replay a trace; returns the exit code (0 ok, 1 requests failed, 130/143 interrupted)."""
     shown = None if args.quiet else console
@@ -65,10 +73,13 @@ def run(args: RunArgs, console: Console) -> int:
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     loaded = read_trace(args.trace)  # validates fully before anything is sent
+    missing = loaded.unrecorded
     shard = parse_shard(args.shard) if args.shard is not None else (1, 1)
     if args.shard is not None:
         loaded = select_shard(loaded, *shard)
     say = (shown or Console(stderr=True)).print
+    if missing:
+        say(unrecorded_notice(missing))
     with tempfile.TemporaryDirectory(prefix="replay-scratch-") as scratch:
         tgt = resolve_target(args.target, args.server, shlex.split(args.sim_args), Path(scratch))
         if args.dry_run:
