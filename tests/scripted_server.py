@@ -72,6 +72,7 @@ class Script:
     connection_close: bool = False  # send `Connection: close` (ds4)
     close_after: bool = False  # close the socket after the response, headers saying keep-alive
     hang_s: float = 30.0
+    raw: list[bytes] | None = None  # the reply verbatim: SSE frames (a stream) or body pieces, status 200
 
 
 @dataclass
@@ -296,6 +297,8 @@ class _Reply:
                 err = {"error": {"message": s.error_message, "type": "server_error", "code": s.http_status}}
                 await self._start(s.http_status, "application/json")
                 await self.send({"type": "http.response.body", "body": orjson.dumps(err)})
+            elif s.raw is not None:
+                await self._raw(s.raw)
             elif self.stream:
                 await self._stream()
             else:
@@ -341,6 +344,13 @@ class _Reply:
         delay = (t_ns - time.perf_counter_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
+
+    async def _raw(self, pieces: list[bytes]) -> None:
+        """Send the script's bytes as they are, then end the body cleanly."""
+        await self._start(200, "text/event-stream" if self.stream else "application/json")
+        for piece in pieces:
+            await self._write(piece)
+        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
 
     # --- whole (non-stream) responses ---
 

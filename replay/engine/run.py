@@ -45,8 +45,14 @@ class EngineConfig:
 THINK_MODES = ("off", "on", "auto")
 
 
-def check_options(history: str, think: str, api: str | None) -> None:
+def check_options(
+    history: str, think: str, api: str | None, timeout: float | None = None, max_duration: float | None = None
+) -> None:
     """Refuse run options the engine does not know, before anything starts."""
+    if timeout is not None and not 0 < timeout < float("inf"):
+        raise UsageError(f"--timeout must be a number of seconds greater than 0, not {timeout:g}")
+    if max_duration is not None and not 0 < max_duration < float("inf"):
+        raise UsageError(f"--max-duration must be a number of seconds greater than 0, not {max_duration:g}")
     if history not in HISTORY_MODES:
         raise UsageError(f"--history must be one of {', '.join(HISTORY_MODES)}")
     if think not in THINK_MODES:
@@ -234,3 +240,5 @@ def _fill(rec: RequestRecord, res: ApiResult, t0: int) -> None:
     rec.output_tokens = usage.output_tokens
     rec.modelled = res.x_sim
     rec.output_sha1 = output_sha1(res.message) if res.status == "ok" else None
+    if res.evidence is not None:  # the bytes a bad_payload / stream_broken failure is about
+        rec.extra["evidence"] = res.evidence.decode("utf-8", "replace")

@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 
 from replay.engine.anthropic import AnthropicReader
-from replay.engine.exchange import ApiResult, BadPayload, error_text
+from replay.engine.decode import BadPayload, Fields
+from replay.engine.exchange import ApiResult, error_text
 from replay.engine.openai import OpenAIReader
 from replay.engine.sse import SseParser
 from replay.engine.usage import Usage
@@ -409,6 +410,8 @@ class ReplyTap:
             self.malformed = "reply body is not a JSON object"
             return
         try:
-            self.reader.body(obj)
+            self.reader.body(Fields(obj))
+        except BadPayload as exc:
+            self.malformed = f"reply body has an unexpected shape ({exc})"
         except (AttributeError, TypeError, KeyError, ValueError) as exc:
             self.malformed = f"reply body has an unexpected shape ({exc})"

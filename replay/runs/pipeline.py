@@ -243,7 +243,7 @@ class RunOptions:
     max_duration: float | None = None
 
     def __post_init__(self) -> None:
-        check_options(self.history, self.think, self.api)
+        check_options(self.history, self.think, self.api, self.timeout, self.max_duration)
 
     def engine_config(self, base_url: str) -> EngineConfig:
         return EngineConfig(

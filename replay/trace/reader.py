@@ -19,6 +19,22 @@ from replay.trace.model import APIS, FORMAT, Request, Session, Trace, TraceHeade
 
 KINDS = ("trace", "session", "blob", "request")
 _MESSAGE_ROLES = ("system", "user", "assistant", "tool")
+COUNT_LIMIT = 1 << 53  # counts and ids: exact in every JSON reader
+MAX_SECONDS = 1e7  # times in a trace (115 days): more is a typo, and overflows nanosecond clocks
+SYNTH_MAX_TOKENS = 10_000_000  # synthetic text is built in memory when sent: beyond any context
+# `reply.status` values a recorder writes (FORMAT.md); `ok` when absent.
+REPLY_STATUSES = (
+    "ok",
+    "http_error",
+    "malformed",
+    "server_error",
+    "stream_broken",
+    "client_disconnected",
+    "connect_error",
+    "timeout",
+    "bad_payload",
+    "cancelled",
+)
 
 
 class _Checker:
@@ -63,12 +79,14 @@ class _Checker:
         if isinstance(value, dict) and "synth" in value:
             spec = value["synth"]
             if not (
-                isinstance(spec, dict)
-                and isinstance(spec.get("tokens"), int)
-                and spec["tokens"] >= 0
-                and isinstance(spec.get("seed"), int)
+                type(spec) is dict
+                and type(spec.get("tokens")) is int
+                and 0 <= spec["tokens"] <= SYNTH_MAX_TOKENS
+                and type(spec.get("seed")) is int
             ):
-                raise self.fail(f"{where}: synth needs integer 'tokens' >= 0 and 'seed'")
+                raise self.fail(
+                    f"{where}: synth needs integer 'tokens' (0 to {SYNTH_MAX_TOKENS:,}) and integer 'seed'"
+                )
             return value
         if isinstance(value, list):
             return [self.content(part, where) for part in value]
@@ -77,18 +95,24 @@ class _Checker:
     def message(self, msg: Any, index: int) -> dict[str, Any]:
         if type(msg) is dict and type(msg.get("content")) is str:
             role = msg.get("role")
-            if role == "user" or role == "system" or (role == "assistant" and "tool_calls" not in msg):
-                return msg  # plain text from a user, a system prompt or a tool-less reply: nothing to check
+            if (role == "user" or role == "system" or role == "assistant") and len(msg) == 2:
+                return msg  # plain text from a user, a system prompt or a bare reply: nothing to check
         msg = self.blob(msg)
         where = f"append[{index}]"
         if not isinstance(msg, dict):
             raise self.fail(f"{where} must be an object")
         if "$reply" in msg:
             ref = msg["$reply"]
-            if ref not in self.n_messages:
+            if type(ref) is not int or ref not in self.n_messages:
                 raise self.fail(f"{where}: $reply refers to request {ref!r}, not defined before this line")
             return msg
+        return self.checked_message(msg, where, None)
+
+    def checked_message(self, msg: dict[str, Any], where: str, only_role: str | None) -> dict[str, Any]:
+        """A stored message well formed (FORMAT.md, Messages); its content blobs resolved."""
         role = msg.get("role")
+        if only_role is not None and role != only_role:
+            raise self.fail(f"{where}: role must be {only_role!r}")
         if role not in _MESSAGE_ROLES:
             raise self.fail(f"{where}: role must be one of {', '.join(_MESSAGE_ROLES)}")
         if "content" not in msg and not msg.get("tool_calls"):
@@ -99,9 +123,26 @@ class _Checker:
                 msg = {**msg, "content": resolved}
         if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
             raise self.fail(f"{where}: a tool message needs a string 'tool_call_id'")
-        for call in msg.get("tool_calls") or ():
-            if not (isinstance(call, dict) and isinstance(call.get("name"), str) and "id" in call):
-                raise self.fail(f"{where}: each tool call needs 'id' and 'name'")
+        if "tool_call_id" in msg and not isinstance(msg["tool_call_id"], str):
+            raise self.fail(f"{where}: 'tool_call_id' must be a string")
+        calls = msg.get("tool_calls")
+        if calls is not None:
+            if role != "assistant":
+                raise self.fail(f"{where}: only an assistant message carries 'tool_calls'")
+            if not isinstance(calls, list):
+                raise self.fail(f"{where}: 'tool_calls' must be a list")
+            for call in calls:
+                if not (
+                    isinstance(call, dict)
+                    and isinstance(call.get("id"), str)
+                    and isinstance(call.get("name"), str)
+                    and isinstance(call.get("arguments", ""), str)
+                ):
+                    raise self.fail(
+                        f"{where}: each tool call needs string 'id', 'name' and 'arguments' (JSON text)"
+                    )
+        if msg.get("reasoning") is not None and not isinstance(msg["reasoning"], str):
+            raise self.fail(f"{where}: 'reasoning' must be a string")
         return msg
 
 
@@ -169,6 +210,8 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         fmt = check.need(obj, "format", str)
         if fmt != FORMAT:
             raise check.fail(f"unsupported format {fmt!r} (this tool reads {FORMAT})")
+        for key in ("created", "source", "notes"):
+            _optional(check, obj, key, str, "trace")
         check.header_seen = True
     elif kind == "session":
         sid = check.need(obj, "id", str)
@@ -177,6 +220,9 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         api = obj.get("api", "openai")
         if api not in APIS:
             raise check.fail(f"session api must be one of {', '.join(APIS)}")
+        _optional(check, obj, "role", str, f"session {sid!r}")
+        _optional(check, obj, "model", str, f"session {sid!r}")
+        _optional(check, obj, "labels", dict, f"session {sid!r}")
         check.sessions[sid] = Session(
             id=sid,
             role=obj.get("role", "interactive"),
@@ -196,50 +242,156 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
     return obj
 
 
+def _optional(check: _Checker, obj: dict[str, Any], key: str, types: type, what: str) -> Any:
+    """`obj[key]` when present and not null: it must be of `types` (a bool is never an int)."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, types) or (isinstance(value, bool) and types is not bool):
+        raise check.fail(f"{what}: field '{key}' must be {_type_name(types)}, got {_json_type(value)}")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "an object"}
+    return names.get(type(value), "a list" if isinstance(value, list) else type(value).__name__)
+
+
+def _count(check: _Checker, obj: dict[str, Any], key: str, what: str, least: int = 0) -> int | None:
+    """A count: an integer from `least` up to 2^53 (an integral float like 5.0 is accepted), or absent."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    if type(value) is not int or not least <= value < COUNT_LIMIT:
+        raise check.fail(f"{what}: field '{key}' must be an integer from {least} to 2^53, got {_short(value)}")
+    return value
+
+
+def _seconds(check: _Checker, obj: dict[str, Any], key: str, what: str) -> float | None:
+    """A time in seconds: a finite number >= 0 (below 10^7), or absent."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if (type(value) is not int and type(value) is not float) or not 0 <= value < MAX_SECONDS:
+        raise check.fail(f"{what}: field '{key}' must be seconds (a number from 0 to 1e7), got {_short(value)}")
+    return float(value)
+
+
+def _short(value: Any) -> str:
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _request_id(check: _Checker, value: Any) -> bool:
+    """An earlier request's id (a bool is never one, though `True == 1`)."""
+    return type(value) is int and value in check.n_messages
+
+
 def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
     rid = check.need(obj, "id", int)
+    if not 0 <= rid < COUNT_LIMIT:
+        raise check.fail(f"request id must be an integer from 0 to 2^53, got {rid}")
     if check.last_id is not None and rid <= check.last_id:
         raise check.fail(f"request id {rid} is not greater than the previous id {check.last_id}")
+    what = f"request {rid}"
     session = check.need(obj, "session", str)
     if session not in check.sessions:
         raise check.fail(f"request {rid} names session {session!r}, not defined before this line")
-    t = check.need(obj, "t", (int, float))
-    if t < 0:
-        raise check.fail(f"request {rid}: t must be >= 0")
+    if "t" not in obj:
+        raise check.fail("request is missing field 't'")
+    _seconds(check, obj, "t", what)
+    if obj["t"] is None:
+        raise check.fail(f"{what}: field 't' must be seconds (a number from 0 to 1e7), got null")
     parent = obj.get("parent")
     keep = obj.get("keep", 0)
-    if not isinstance(keep, int) or keep < 0:
-        raise check.fail(f"request {rid}: keep must be an integer >= 0")
+    if type(keep) is not int or keep < 0:
+        raise check.fail(f"{what}: keep must be an integer >= 0, got {_short(keep)}")
     if parent is None:
         if keep:
-            raise check.fail(f"request {rid}: keep without a parent")
+            raise check.fail(f"{what}: keep without a parent")
     else:
-        if parent not in check.n_messages:
-            raise check.fail(f"request {rid}: parent {parent!r} is not a request defined before this line")
+        if not _request_id(check, parent):
+            raise check.fail(f"{what}: parent {_short(parent)} is not a request defined before this line")
         if keep > check.n_messages[parent]:
             raise check.fail(
-                f"request {rid}: keep {keep} is larger than parent {parent}'s {check.n_messages[parent]} messages"
+                f"{what}: keep {keep} is larger than parent {parent}'s {check.n_messages[parent]} messages"
             )
     append = obj.get("append", [])
     if not isinstance(append, list):
-        raise check.fail(f"request {rid}: append must be a list")
+        raise check.fail(f"{what}: append must be a list")
     obj["append"] = [check.message(m, i) for i, m in enumerate(append)]
     if keep + len(append) == 0:
-        raise check.fail(f"request {rid} has no messages")
-    params = obj.get("params") or {}
+        raise check.fail(f"{what} has no messages")
+    params = obj.get("params", {})
     if not isinstance(params, dict):
-        raise check.fail(f"request {rid}: params must be an object")
+        raise check.fail(f"{what}: params must be an object")
     if any(type(v) is dict and "$blob" in v for v in params.values()):
         params = {k: check.blob(v) for k, v in params.items()}
+    _check_params(check, params, what)
     obj["params"] = params
     for key in ("reply", "usage", "after"):
         if obj.get(key) is not None and not isinstance(obj[key], dict):
-            raise check.fail(f"request {rid}: {key} must be an object")
+            raise check.fail(f"{what}: {key} must be an object")
+    if obj.get("reply") is not None:
+        _check_reply(check, obj["reply"], what)
+    usage = obj.get("usage")
+    if usage is not None:
+        for key in ("prompt_tokens", "cached_tokens", "cache_write_tokens", "output_tokens"):
+            _count(check, usage, key, f"{what}: usage")
+        _optional(check, usage, "raw", dict, f"{what}: usage")
     after = obj.get("after")
-    if after and after.get("request") is not None and after["request"] not in check.n_messages:
-        raise check.fail(f"request {rid}: after.request {after['request']!r} is not defined before this line")
+    if after is not None:
+        ref = after.get("request")
+        if ref is not None and not _request_id(check, ref):
+            raise check.fail(f"{what}: after.request {_short(ref)} is not defined before this line")
+        _seconds(check, after, "delay_s", f"{what}: after")
+    _optional(check, obj, "tag", str, what)
     check.n_messages[rid] = keep + len(append)
     check.last_id = rid
+
+
+def _check_params(check: _Checker, params: dict[str, Any], what: str) -> None:
+    where = f"{what}: params"
+    _count(check, params, "max_tokens", where, least=1)
+    temperature = params.get("temperature")
+    if temperature is not None and (
+        (type(temperature) is not int and type(temperature) is not float) or temperature < 0
+    ):
+        raise check.fail(f"{where}: 'temperature' must be a number >= 0, got {_short(temperature)}")
+    _optional(check, params, "stream", bool, where)
+    _optional(check, params, "extra", dict, where)
+    tools = _optional(check, params, "tools", list, where)
+    for i, tool in enumerate(tools or ()):
+        tool = check.blob(tool)
+        fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not (isinstance(fn, dict) and isinstance(fn.get("name"), str)):
+            raise check.fail(f"{where}: tools[{i}] must be a function tool with a string 'name'")
+        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+            raise check.fail(f"{where}: tools[{i}] 'parameters' must be an object")
+        if fn.get("description") is not None and not isinstance(fn["description"], str):
+            raise check.fail(f"{where}: tools[{i}] 'description' must be a string")
+
+
+def _check_reply(check: _Checker, reply: dict[str, Any], what: str) -> None:
+    where = f"{what}: reply"
+    message = check.blob(reply.get("message"))
+    if message is not None:
+        if not isinstance(message, dict):
+            raise check.fail(f"{where}: 'message' must be an assistant message object")
+        reply["message"] = check.checked_message(message, f"{where}.message", "assistant")
+    _optional(check, reply, "finish", str, where)
+    _count(check, reply, "output_tokens", where)
+    status = reply.get("status")
+    if status is not None and status not in REPLY_STATUSES:
+        raise check.fail(f"{where}: 'status' must be one of {', '.join(REPLY_STATUSES)}")
+    http_status = _count(check, reply, "http_status", where)
+    if http_status is not None and not 100 <= http_status <= 599:
+        raise check.fail(f"{where}: 'http_status' must be an HTTP status (100 to 599)")
+    _optional(check, reply, "error", str, where)
+    for key in ("first_byte_s", "first_token_s", "last_byte_s"):
+        _seconds(check, reply, key, where)
 
 
 def validate(path: str | Path) -> dict[str, int]:
