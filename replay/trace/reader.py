@@ -262,11 +262,12 @@ def _count(check: _Checker, obj: dict[str, Any], key: str, what: str, least: int
     value = obj.get(key)
     if value is None:
         return None
-    if type(value) is float and value.is_integer():
-        value = int(value)
-    if type(value) is not int or not least <= value < COUNT_LIMIT:
+    number = value
+    if type(value) is float and value.is_integer() and abs(value) < COUNT_LIMIT:
+        number = int(value)
+    if type(number) is not int or not least <= number < COUNT_LIMIT:
         raise check.fail(f"{what}: field '{key}' must be an integer from {least} to 2^53, got {_short(value)}")
-    return value
+    return number
 
 
 def _seconds(check: _Checker, obj: dict[str, Any], key: str, what: str) -> float | None:
@@ -280,7 +281,10 @@ def _seconds(check: _Checker, obj: dict[str, Any], key: str, what: str) -> float
 
 
 def _short(value: Any) -> str:
-    text = orjson.dumps(value).decode()
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:  # an integer beyond 64 bits
+        text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

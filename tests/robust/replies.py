@@ -15,20 +15,49 @@ JSON = st.recursive(
     | st.integers(min_value=-(2**63), max_value=2**64 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
     max_leaves=8,
 )
 
 X_SIM = {"queue_s": 0.0, "prefill_s": 0.5, "decode_s": 0.1, "total_s": 0.6, "cache_source": "live", "slot": 0}
 
 OPENAI_CHUNKS: list[dict[str, Any]] = [
-    {"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+    {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+    },
     {"choices": [{"index": 0, "delta": {"reasoning_content": "hmm"}}]},
     {"choices": [{"index": 0, "delta": {"content": "hi"}}]},
-    {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"p\""}}]}}]},
+    {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "read", "arguments": '{"p"'},
+                        }
+                    ]
+                },
+            }
+        ]
+    },
     {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}}]},
-    {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}], "timings": {"prompt_n": 7, "cache_n": 3, "predicted_n": 2}},
-    {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 3}}, "x_sim": X_SIM},
+    {
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+        "timings": {"prompt_n": 7, "cache_n": 3, "predicted_n": 2},
+    },
+    {
+        "choices": [],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 3}},
+        "x_sim": X_SIM,
+    },
 ]
 
 OPENAI_BODY: dict[str, Any] = {
@@ -41,7 +70,9 @@ OPENAI_BODY: dict[str, Any] = {
                 "role": "assistant",
                 "content": "hi",
                 "reasoning_content": "hmm",
-                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}],
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+                ],
             },
             "finish_reason": "tool_calls",
         }
@@ -52,15 +83,65 @@ OPENAI_BODY: dict[str, Any] = {
 }
 
 ANTHROPIC_EVENTS: list[tuple[str, dict[str, Any]]] = [
-    ("message_start", {"type": "message_start", "message": {"id": "m", "role": "assistant", "content": [], "usage": {"input_tokens": 0, "cache_read_input_tokens": 3, "cache_creation_input_tokens": 7, "output_tokens": 1}}}),
-    ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
-    ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hmm"}}),
-    ("content_block_start", {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
-    ("content_block_delta", {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "hi"}}),
-    ("content_block_start", {"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "t1", "name": "read", "input": {}}}),
-    ("content_block_delta", {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{\"p\": 1}"}}),
+    (
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "id": "m",
+                "role": "assistant",
+                "content": [],
+                "usage": {
+                    "input_tokens": 0,
+                    "cache_read_input_tokens": 3,
+                    "cache_creation_input_tokens": 7,
+                    "output_tokens": 1,
+                },
+            },
+        },
+    ),
+    (
+        "content_block_start",
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}},
+    ),
+    (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hmm"}},
+    ),
+    (
+        "content_block_start",
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+    ),
+    (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "hi"}},
+    ),
+    (
+        "content_block_start",
+        {
+            "type": "content_block_start",
+            "index": 2,
+            "content_block": {"type": "tool_use", "id": "t1", "name": "read", "input": {}},
+        },
+    ),
+    (
+        "content_block_delta",
+        {
+            "type": "content_block_delta",
+            "index": 2,
+            "delta": {"type": "input_json_delta", "partial_json": '{"p": 1}'},
+        },
+    ),
     ("content_block_stop", {"type": "content_block_stop", "index": 2}),
-    ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 2}, "x_sim": X_SIM}),
+    (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use"},
+            "usage": {"output_tokens": 2},
+            "x_sim": X_SIM,
+        },
+    ),
     ("message_stop", {"type": "message_stop"}),
 ]
 
@@ -74,7 +155,12 @@ ANTHROPIC_BODY: dict[str, Any] = {
         {"type": "tool_use", "id": "t1", "name": "read", "input": {"p": 1}},
     ],
     "stop_reason": "tool_use",
-    "usage": {"input_tokens": 0, "cache_read_input_tokens": 3, "cache_creation_input_tokens": 7, "output_tokens": 2},
+    "usage": {
+        "input_tokens": 0,
+        "cache_read_input_tokens": 3,
+        "cache_creation_input_tokens": 7,
+        "output_tokens": 2,
+    },
     "x_sim": X_SIM,
 }
 
@@ -106,7 +192,9 @@ def mutated(draw: st.DrawFn, value: Any) -> Any:
     if how == "replace" or not isinstance(parent, dict):
         parent[path[-1]] = new
     elif how == "add":
-        parent[draw(st.sampled_from(["content", "delta", "usage", "index", "type", "choices", "x_sim"]))] = new
+        parent[draw(st.sampled_from(["content", "delta", "usage", "index", "type", "choices", "x_sim"]))] = (
+            new
+        )
     else:
         del parent[path[-1]]
     return value

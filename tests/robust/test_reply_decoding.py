@@ -38,7 +38,13 @@ def assert_well_typed(res: ApiResult) -> None:
         for call in msg.get("tool_calls", ()):
             assert all(isinstance(call[k], str) for k in ("id", "name", "arguments")), call
     assert res.finish is None or isinstance(res.finish, str)
-    for name in ("prompt_tokens", "cached_tokens", "cache_write_tokens", "output_tokens", "reprocessed_tokens"):
+    for name in (
+        "prompt_tokens",
+        "cached_tokens",
+        "cache_write_tokens",
+        "output_tokens",
+        "reprocessed_tokens",
+    ):
         value = getattr(res.usage, name)
         assert value is None or (type(value) is int and 0 <= value < 2**54), (name, value)
     assert res.x_sim is None or isinstance(res.x_sim, dict)
@@ -98,7 +104,9 @@ def test_unmutated_replies_read_whole(api: str) -> None:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(api=st.sampled_from(sorted(READERS)), data=st.data())
-def test_any_json_anywhere_in_a_stream_is_read_or_refused_as_bad_payload(api: str, data: st.DataObject) -> None:
+def test_any_json_anywhere_in_a_stream_is_read_or_refused_as_bad_payload(
+    api: str, data: st.DataObject
+) -> None:
     res, failure = read_stream(api, data.draw(stream_frames(api)))
     assert_well_typed(res)
     if failure is not None:
