@@ -91,12 +91,47 @@ def run(
         append_records(out, [done.metrics, *memory, *server_records(tgt.kind, served.log_path, done.records)])
     if console is not None:
         report([out], as_json=False, console=console)
-        console.print(f"{done.requests} requests, {done.errors} failed; results in {out}", highlight=False)
+    line = run_ending(out, len(loaded.requests))
+    if console is not None:
+        console.print(line, highlight=False)
+    elif not line.startswith("run complete"):
+        say(line)  # even --quiet says why a run stopped early
     return done.exit_code
+
+
+_ENDINGS = {
+    "done": "run complete",
+    "max-duration": "stopped by --max-duration",
+    "SIGINT": "interrupted (Ctrl-C)",
+    "SIGTERM": "stopped by SIGTERM",
+}
+
+
+def run_ending(out: Path, total: int) -> str:
+    """How a run ended, in one line from its results file's summary: what finished, what was cut
+    off in flight, what was never sent, and where the results are."""
+    line = read_results(out).summary_line or {}
+    outcome = str(line.get("outcome", "unknown"))
+    finished, failed = int(line.get("requests") or 0), int(line.get("errors") or 0)
+    cancelled = int(line.get("cancelled") or 0)
+    unsent = max(total - finished - cancelled, 0)
+    return (
+        f"{_ENDINGS.get(outcome, outcome)}: {finished:,} of {total:,} requests finished ({failed:,} failed), "
+        f"{cancelled:,} cancelled in flight, {unsent:,} not sent; results in {out}"
+    )
 
 
 def report(paths: list[Path], as_json: bool, console: Console, html: Path | None = None) -> None:
     results = [read_results(p) for p in paths]
+    for res in results:
+        if res.truncated_line is not None:
+            err = Console(stderr=True)
+            err.print(
+                f"warning: {res.path}:{res.truncated_line}: last line cut short (the run was killed "
+                "while writing it); left out",
+                highlight=False,
+                soft_wrap=True,
+            )
     if html is not None:
         from replay.report.html import write_report
 

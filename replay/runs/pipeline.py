@@ -114,6 +114,8 @@ class _Recording:
         if rec["status"] == "cancelled":
             self.counts["cancelled"] += 1
             self.writer.write(rec)
+            if self.keep_records:  # the server saw it: its counters and log still hold it
+                self.kept.append(rec)
             return
         self.counts["requests"] += 1
         if rec["status"] != "ok":
