@@ -132,11 +132,14 @@ def restore(
         Path | None, typer.Option(help="Journal file (default: the tool's state directory).")
     ] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the actions; take none.")] = False,
+    service: Annotated[
+        Path | None, typer.Option(help="Daily-service TOML of the run: its journal, in its state_dir.")
+    ] = None,
 ) -> None:
     """Finish giving the daily service back after a run that crashed (e.g. kill -9)."""
     from replay import commands
 
-    raise typer.Exit(commands.restore(journal, dry_run=dry_run, console=console))
+    raise typer.Exit(commands.restore(journal, dry_run=dry_run, console=console, service=service))
 
 
 @app.command()

@@ -93,9 +93,9 @@ def run(
         report([out], as_json=False, console=console)
     line = run_ending(out, len(loaded.requests))
     if console is not None:
-        console.print(line, highlight=False)
-    elif not line.startswith("run complete"):
-        say(line)  # even --quiet says why a run stopped early
+        console.print(line, highlight=False, soft_wrap=True)
+    elif not line.startswith("run complete"):  # even --quiet says why a run stopped early
+        Console(stderr=True).print(line, highlight=False, soft_wrap=True)
     return done.exit_code
 
 
@@ -163,8 +163,13 @@ def logs_summary(paths: list[Path], kind: str, year: int | None, as_json: bool, 
         print_summary(summary, console=console)
 
 
-def restore(journal: Path | None, dry_run: bool, console: Console) -> int:
-    from drivers.guard import restore_from_journal
+def restore(journal: Path | None, dry_run: bool, console: Console, service: Path | None = None) -> int:
+    from drivers.guard import load_guard_config, restore_from_journal
+
+    if service is not None:
+        if journal is not None:
+            raise UsageError("give --journal or --service, not both")
+        journal = load_guard_config(service).journal_path  # its own state_dir, if it names one
 
     report = restore_from_journal(journal, dry_run=dry_run, say=console.print)
     return 0 if report.ok else 1

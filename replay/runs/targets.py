@@ -71,7 +71,7 @@ def open_target(
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-run-")))
         adopt = None
         if service is not None:
-            guard = stack.enter_context(Guard(load_guard_config(service), say=say))
+            guard = stack.enter_context(Guard(load_guard_config(service), say=say, scratch=workdir))
             adopt = guard.adopt
         yield stack.enter_context(start_target(target, workdir, adopt=adopt))
 

@@ -82,7 +82,7 @@ def test_a_bad_line_that_is_not_the_last_is_damage(tmp_path: Path) -> None:
 
 
 @settings(
-    max_examples=300,
+    max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
