@@ -136,6 +136,7 @@ class ScriptedServer:
         self.default = Script()
         self.queue: deque[Script] = deque()  # consumed in arrival order, before `default`
         self.by_id: dict[str, Script] = {}  # by X-Request-ID, before `queue`
+        self.by_trace_id: dict[int, Script] = {}  # by the trace request id ending X-Request-ID (`RUN-ID`)
         self.seen: list[Seen] = []
         self._sock: socket.socket | None = None
         self._server: uvicorn.Server | None = None
@@ -150,6 +151,7 @@ class ScriptedServer:
         self.default = Script()
         self.queue.clear()
         self.by_id.clear()
+        self.by_trace_id.clear()
         self.seen.clear()
 
     def request(self, request_id: str) -> Seen:
@@ -256,6 +258,12 @@ class ScriptedServer:
         self.seen.append(seen)
         if rid is not None and rid in self.by_id:
             script = self.by_id[rid]
+        elif (
+            rid is not None
+            and rid.rpartition("-")[2].isdigit()
+            and int(rid.rpartition("-")[2]) in self.by_trace_id
+        ):
+            script = self.by_trace_id[int(rid.rpartition("-")[2])]
         elif self.queue:
             script = self.queue.popleft()
         else:

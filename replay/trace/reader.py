@@ -358,7 +358,7 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
 
 def _check_params(check: _Checker, params: dict[str, Any], what: str) -> None:
     where = f"{what}: params"
-    _count(check, params, "max_tokens", where, least=1)
+    _count(check, params, "max_tokens", where)  # 0 is a pre-warm: prefill only (ds4 PR 956)
     temperature = params.get("temperature")
     if temperature is not None and (
         (type(temperature) is not int and type(temperature) is not float) or temperature < 0

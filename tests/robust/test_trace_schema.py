@@ -61,7 +61,6 @@ INVALID = [
     (1, "params.tools", 5),
     (1, "params.tools", [5]),
     (1, "params.max_tokens", -1),
-    (1, "params.max_tokens", 0),
     (1, "params.max_tokens", 1e308),
     (1, "params.max_tokens", "many"),
     (1, "params.extra", [1]),
