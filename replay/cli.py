@@ -374,7 +374,10 @@ def probe(
     out: Annotated[Path, typer.Option(help="Where the trace, results, slot files and logs go.")] = Path(
         "replay-probe"
     ),
-    slot: Annotated[int, typer.Option(help="Slot to save and restore for E5 (llama-server).")] = 0,
+    slot: Annotated[
+        int | None,
+        typer.Option(help="Slot to save and restore for E5 (llama-server; default: the one holding the document)."),
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:

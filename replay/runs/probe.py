@@ -44,6 +44,7 @@ from replay.engine.plans import Alternate
 from replay.engine.run import Engine, EngineConfig
 from replay.errors import DriverError, TargetError, UsageError
 from replay.metrics.results import ResultsWriter
+from replay.metrics.switch import SwitchTracker
 from replay.runs.pipeline import check_reachable, file_sha256
 from replay.scenario.build import PROBE_TAG, generate, plan_requests
 from replay.scenario.catalog import find_scenario
@@ -109,6 +110,7 @@ class Restart:
     new_pid: int | None
     stop_s: float | None
     start_s: float | None
+    slot: int | None = None  # the llama-server slot saved and restored (the one holding the document)
     save: dict[str, Any] = field(default_factory=dict)  # n_saved, n_written, save_ms (llama-server)
     restore: dict[str, Any] = field(default_factory=dict)  # n_restored, n_read, restore_ms
 
@@ -189,7 +191,7 @@ def run_cache_probe(
     *,
     scenario: str = "cache-probe",
     params: dict[str, Any] | None = None,
-    slot: int = 0,
+    slot: int | None = None,
     timeout_s: float = 1800.0,
     say: Say | None = None,
 ) -> ProbeReport:
@@ -233,7 +235,7 @@ def _run(
     labels: dict[int, str],
     out: Path,
     name: str,
-    slot: int,
+    slot: int | None,
     timeout_s: float,
     say: Say,
 ) -> ProbeReport:
@@ -242,6 +244,9 @@ def _run(
     parts = segments(trace.requests)
     by_id = trace.by_id()
     sessions: dict[str, Any] | None = None
+    # One classification across server processes: a step is classed by its own session (E5 goes
+    # on with the document it restores), not as the first request a new engine sees.
+    tracker = SwitchTracker()
     processes: list[_Process] = []
     restarts: list[Restart] = []
     metrics: list[dict[str, Any]] = []
@@ -268,7 +273,7 @@ def _run(
         stack.push(close)
         for index, part in enumerate(parts):
             if index:
-                restart, served = _restart(server, processes[-1], target, workdir, part[0].id, slot, say)
+                restart, served = _restart(server, processes[-1], target, workdir, part[0], slot, say)
                 restarts.append(restart)
                 writer.write(restart.to_json())
             proc = _Process(served, served.log_path)
@@ -283,7 +288,7 @@ def _run(
                 writer.request(rec)
 
             before = scrape_before(served)
-            sessions = _replay(trace, part, by_id, served, sessions, sink, timeout_s)
+            sessions = _replay(trace, part, by_id, served, sessions, sink, timeout_s, tracker)
             checked = check_after(served, before, proc.records)
             checked["server_process"] = index
             metrics.append(checked)
@@ -318,6 +323,7 @@ def _replay(
     sessions: dict[str, Any] | None,
     sink: Callable[[dict[str, Any]], None],
     timeout_s: float,
+    tracker: SwitchTracker,
 ) -> dict[str, Any]:
     """One segment through the engine; the sessions' live replies carry over to the next one."""
     config = EngineConfig(base_url=served.url, timeout_s=timeout_s, run_id=uuid.uuid4().hex[:8])
@@ -325,6 +331,7 @@ def _replay(
         part = _detach(part, sessions, by_id)
     engine = Engine(dataclasses.replace(trace, requests=part), Alternate(), config, sink)
     engine.by_id = by_id  # replies of earlier segments are looked up by id
+    engine.tracker = tracker
     if sessions is not None:
         engine.sessions = sessions
     anyio.run(engine.run)
@@ -361,28 +368,33 @@ def _restart(
     old: _Process,
     target: Target,
     workdir: Path,
-    rid: int,
-    slot: int,
+    request: Request,
+    slot: int | None,
     say: Say,
 ) -> tuple[Restart, Served]:
-    """Save the slot, stop the server by its PID, start a new one, restore the slot into it."""
+    """Save the slot holding the document, stop the server by its PID, start a new one, restore the
+    slot into it."""
     served = old.served
+    rid = request.id
     if served.process is None:
         raise DriverError(f"{target.where}: the server was not started by the tool; cannot restart it")
     filename = SLOT_FILE.format(rid=rid)
     uses_slots = target.kind in SLOT_KINDS
-    save = _slot_action(served.url, slot, "save", filename) if uses_slots else {}
+    if uses_slots and slot is None:
+        slot = find_slot(served.url, request.session, old.records)
+    save = _slot_action(served.url, slot, "save", filename) if uses_slots and slot is not None else {}
     stopped = served.process.stop()
     stack.close()  # leaves start_target's block; the process is already stopped
     old.log_path = _set_aside(old.log_path, rid)
     new = stack.enter_context(_server(target, workdir))
-    restore = _slot_action(new.url, slot, "restore", filename) if uses_slots else {}
+    restore = _slot_action(new.url, slot, "restore", filename) if uses_slots and slot is not None else {}
     restart = Restart(
         before_request=rid,
         old_pid=served.pid,
         new_pid=new.pid,
         stop_s=round(stopped.seconds, 3),
         start_s=new.build.get("ready_seconds"),
+        slot=slot if uses_slots else None,
         save=save,
         restore=restore,
     )
@@ -392,6 +404,59 @@ def _restart(
         + (tokens if uses_slots else "")
     )
     return restart, new
+
+
+def find_slot(url: str, session: str, records: list[dict[str, Any]]) -> int:
+    """The llama-server slot that holds `session`'s document, from `GET /slots`.
+
+    A slot's `n_prompt_tokens` is what it holds: the last prompt and the reply generated on it
+    (prompt + output - 1 on current builds). The slot that matches the session's last request is
+    the one; when several match, the one that ran the latest task, if that request was the last
+    one sent. Anything else is refused: saving another slot would report a restore that restored
+    nothing of the document.
+    """
+    where = f"GET {url}/slots"
+    fix = "pass --slot N"
+    try:
+        r = httpx.get(f"{url}/slots", timeout=30.0)
+    except httpx.HTTPError as e:
+        raise TargetError(f"{where}: {type(e).__name__}; cannot tell which slot holds the document: {fix}") from e
+    if r.status_code != 200:
+        raise TargetError(
+            f"{where} answered HTTP {r.status_code} (the server's --no-slots?); cannot tell which slot "
+            f"holds the document: {fix}"
+        )
+    try:
+        slots = [
+            (s["id"], s.get("id_task", -1), s.get("n_prompt_tokens"))
+            for s in r.json()
+            if type(s) is dict and type(s.get("id")) is int
+        ]
+    except (ValueError, TypeError, AttributeError):
+        slots = []
+    if not slots:
+        raise TargetError(f"{where}: no slots in the answer; cannot tell which slot holds the document: {fix}")
+    if len(slots) == 1:
+        return slots[0][0]
+    mine = [rec for rec in records if rec.get("session") == session and rec.get("status") == "ok"]
+    last = mine[-1] if mine else None
+    prompt, output = (last.get("prompt_tokens"), last.get("output_tokens")) if last else (None, None)
+    if prompt is None:
+        raise TargetError(
+            f"cannot tell which of {len(slots)} slots holds session {session!r}'s document: its last "
+            f"request reported no prompt tokens: {fix}"
+        )
+    held = prompt + (output or 0)
+    matches = [s for s in slots if type(s[2]) is int and prompt - 1 <= s[2] <= held]
+    if len(matches) == 1:
+        return matches[0][0]
+    if len(matches) > 1 and records and records[-1] is last:
+        return max(matches, key=lambda s: s[1] if type(s[1]) is int else -1)[0]
+    shown = ", ".join(f"slot {i}: {n} tokens" for i, _t, n in slots)
+    raise TargetError(
+        f"cannot tell which slot holds session {session!r}'s document ({prompt} prompt + {output} reply "
+        f"tokens; {shown}): {fix}"
+    )
 
 
 def _set_aside(log_path: Path | None, rid: int) -> Path | None:
@@ -485,13 +550,15 @@ def probe_command(
     sim_args: str = "",
     scenario: str = "cache-probe",
     params: list[str] | None = None,
-    slot: int = 0,
+    slot: int | None = None,
     timeout_s: float = 1800.0,
     as_json: bool = False,
 ) -> int:
     """`replay probe --server FILE` (or `--target sim`): run, print the per-step table (or JSON);
     1 if a step failed. The simulator's disk-KV directory lives under `out`, so it outlives the
     restart like a real server's would."""
+    # With --json, stdout holds the JSON document alone: progress goes to stderr.
+    progress = Console(stderr=True) if as_json else console
     resolved = resolve_target(target, server, shlex.split(sim_args), Path(out) / "sim")
     report = run_cache_probe(
         resolved,
@@ -500,7 +567,7 @@ def probe_command(
         params=parse_params(params or []),
         slot=slot,
         timeout_s=timeout_s,
-        say=lambda m: console.print(m, highlight=False),
+        say=lambda m: progress.print(m, highlight=False),
     )
     if as_json:
         sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")

@@ -243,3 +243,11 @@ def test_ctrl_c_says_what_finished_and_what_was_cut_off(
         "interrupted (Ctrl-C): 1 of 3 requests finished (0 failed), 1 cancelled in flight, 1 not sent"
         in stdout
     )
+
+
+def test_probe_json_is_json_alone_on_stdout(tmp_path: Path) -> None:
+    proc = replay("probe", "--target", "sim", "--out", str(tmp_path / "p"), "--param", "document=500", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)  # nothing but the document
+    assert len(report["steps"]) == 7 and report["steps"][-1]["server_process"] == 1
+    assert "restarted the server before request 7" in proc.stderr  # progress went to stderr
