@@ -232,8 +232,9 @@ class ChildProcess:
         for path in dict.fromkeys([self.log_path, self.stderr_path]):
             tail += log_tail(path, EXIT_TAIL_LINES)
         said = "".join(f"\n  | {line}" for line in tail[-EXIT_TAIL_LINES:])
-        return f"{self.describe()} exited with code {code} before it was ready; last lines of {self.log_path}:" + (
-            said or " (empty)"
+        return (
+            f"{self.describe()} exited with code {code} before it was ready; last lines of {self.log_path}:"
+            + (said or " (empty)")
         )
 
     # -- stop -----------------------------------------------------------------------------

@@ -376,7 +376,9 @@ def probe(
     ),
     slot: Annotated[
         int | None,
-        typer.Option(help="Slot to save and restore for E5 (llama-server; default: the one holding the document)."),
+        typer.Option(
+            help="Slot to save and restore for E5 (llama-server; default: the one holding the document)."
+        ),
     ] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,

@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 import orjson
 
+from replay.engine.decode import Fields, check_counts, check_modelled
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
@@ -18,7 +19,6 @@ from replay.engine.exchange import (
     stream_error,
 )
 from replay.engine.openai import OPENAI_HEADERS
-from replay.engine.decode import Fields, check_counts, check_modelled
 from replay.engine.sse import SseEvent
 from replay.engine.usage import COUNT_PATHS, parse_usage
 
@@ -139,6 +139,16 @@ class AnthropicReader:
 
     def event(self, ev: SseEvent) -> bool:
         obj = load_event(ev.data)
+        raw = obj.raw
+        if raw.get("type") == "content_block_delta":  # most of a stream: one text delta, checked inline
+            delta_raw = raw.get("delta")
+            if type(delta_raw) is dict and delta_raw.get("type") == "text_delta":
+                text = delta_raw.get("text")
+                if type(text) is str:
+                    if text:
+                        self.content.append(text)
+                        return True
+                    return False
         kind = obj.text("type") or ev.event
         if kind == "content_block_delta":
             delta = obj.obj("delta")
@@ -195,7 +205,11 @@ class AnthropicReader:
         btype = block.text("type")
         if btype == "tool_use":
             # The name arrives here, as it does in OpenAI's first tool-call delta: a token.
-            self.tools[index] = {"id": block.text("id") or "", "name": block.text("name") or "", "arguments": ""}
+            self.tools[index] = {
+                "id": block.text("id") or "",
+                "name": block.text("name") or "",
+                "arguments": "",
+            }
             return True
         if btype == "text":
             text = block.text("text")
@@ -212,7 +226,7 @@ class AnthropicReader:
     def _merge_usage(self, usage: Fields | None) -> None:
         # message_start carries the prompt counts, message_delta the final output count.
         if usage:
-            check_counts({"usage": usage.raw}, COUNT_PATHS, usage.path[: -len(".usage")] or "$")
+            check_counts({"usage": usage.raw}, COUNT_PATHS, usage.path.rpartition(".")[0])
             self.usage.update((k, v) for k, v in usage.raw.items() if v is not None)
 
     def body(self, obj: Fields) -> None:
@@ -226,7 +240,11 @@ class AnthropicReader:
             elif btype == "tool_use":
                 block_input = block.obj("input")
                 args = orjson.dumps(block_input.raw if block_input is not None else {}).decode()
-                self.tools[i] = {"id": block.text("id") or "", "name": block.text("name") or "", "arguments": args}
+                self.tools[i] = {
+                    "id": block.text("id") or "",
+                    "name": block.text("name") or "",
+                    "arguments": args,
+                }
         self.stop_reason = obj.text("stop_reason")
         self._merge_usage(obj.obj("usage"))
         x_sim = obj.obj("x_sim")

@@ -41,7 +41,7 @@ from drivers.servers.base import has_flag
 from drivers.target import Target, load_target
 from replay import __version__
 from replay.engine.plans import Alternate
-from replay.engine.run import Engine, EngineConfig
+from replay.engine.run import Engine, EngineConfig, check_options
 from replay.errors import DriverError, TargetError, UsageError
 from replay.metrics.results import ResultsWriter
 from replay.metrics.switch import SwitchTracker
@@ -420,7 +420,9 @@ def find_slot(url: str, session: str, records: list[dict[str, Any]]) -> int:
     try:
         r = httpx.get(f"{url}/slots", timeout=30.0)
     except httpx.HTTPError as e:
-        raise TargetError(f"{where}: {type(e).__name__}; cannot tell which slot holds the document: {fix}") from e
+        raise TargetError(
+            f"{where}: {type(e).__name__}; cannot tell which slot holds the document: {fix}"
+        ) from e
     if r.status_code != 200:
         raise TargetError(
             f"{where} answered HTTP {r.status_code} (the server's --no-slots?); cannot tell which slot "
@@ -435,7 +437,9 @@ def find_slot(url: str, session: str, records: list[dict[str, Any]]) -> int:
     except (ValueError, TypeError, AttributeError):
         slots = []
     if not slots:
-        raise TargetError(f"{where}: no slots in the answer; cannot tell which slot holds the document: {fix}")
+        raise TargetError(
+            f"{where}: no slots in the answer; cannot tell which slot holds the document: {fix}"
+        )
     if len(slots) == 1:
         return slots[0][0]
     mine = [rec for rec in records if rec.get("session") == session and rec.get("status") == "ok"]
@@ -557,6 +561,9 @@ def probe_command(
     """`replay probe --server FILE` (or `--target sim`): run, print the per-step table (or JSON);
     1 if a step failed. The simulator's disk-KV directory lives under `out`, so it outlives the
     restart like a real server's would."""
+    check_options("live", "off", None, timeout_s)  # before any server starts
+    if slot is not None and slot < 0:
+        raise UsageError(f"--slot must be a slot number (0 or more), not {slot}")
     # With --json, stdout holds the JSON document alone: progress goes to stderr.
     progress = Console(stderr=True) if as_json else console
     resolved = resolve_target(target, server, shlex.split(sim_args), Path(out) / "sim")

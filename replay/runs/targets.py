@@ -40,7 +40,9 @@ def resolve_target(spec: str | None, server: Path | None, sim_args: list[str], s
         raise UsageError(f"--target must be a URL (http://HOST:PORT) or sim[:preset], not {spec!r}")
     preset = spec.partition(":")[2]
     if preset and preset not in PRESETS:
-        raise UsageError(f"--target {spec}: unknown simulator preset {preset!r} (known: {', '.join(sorted(PRESETS))})")
+        raise UsageError(
+            f"--target {spec}: unknown simulator preset {preset!r} (known: {', '.join(sorted(PRESETS))})"
+        )
     flags = sim_flags(preset, sim_args, scratch)
     problem = flag_problem(flags)
     if problem is not None:

@@ -266,7 +266,9 @@ def _count(check: _Checker, obj: dict[str, Any], key: str, what: str, least: int
     if type(value) is float and value.is_integer() and abs(value) < COUNT_LIMIT:
         number = int(value)
     if type(number) is not int or not least <= number < COUNT_LIMIT:
-        raise check.fail(f"{what}: field '{key}' must be an integer from {least} to 2^53, got {_short(value)}")
+        raise check.fail(
+            f"{what}: field '{key}' must be an integer from {least} to 2^53, got {_short(value)}"
+        )
     return number
 
 
@@ -276,7 +278,9 @@ def _seconds(check: _Checker, obj: dict[str, Any], key: str, what: str) -> float
     if value is None:
         return None
     if (type(value) is not int and type(value) is not float) or not 0 <= value < MAX_SECONDS:
-        raise check.fail(f"{what}: field '{key}' must be seconds (a number from 0 to 1e7), got {_short(value)}")
+        raise check.fail(
+            f"{what}: field '{key}' must be seconds (a number from 0 to 1e7), got {_short(value)}"
+        )
     return float(value)
 
 

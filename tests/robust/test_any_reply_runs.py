@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from replies import body_bytes, stream_frames
 from scripted_server import Script, ScriptedServer
-from traces import write_trace
 from typer.testing import CliRunner
 
 from replay.cli import app
+from traces import write_trace
 
 pytestmark = pytest.mark.e2e
 

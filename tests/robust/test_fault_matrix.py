@@ -16,10 +16,10 @@ import httpx
 import orjson
 import pytest
 from scripted_server import Script, ScriptedServer
-from traces import write_trace
 from typer.testing import CliRunner
 
 from replay.cli import app
+from traces import write_trace
 
 pytestmark = pytest.mark.e2e
 

@@ -16,10 +16,10 @@ from typing import Any
 import orjson
 import pytest
 from scripted_server import Script, ScriptedServer
-from traces import write_trace
 
 from drivers.process import ChildProcess
 from replay.errors import DriverError
+from traces import write_trace
 
 PY = sys.executable
 DAILY = str(Path(__file__).parent.parent / "drivers" / "fake_daily.py")
@@ -246,7 +246,9 @@ def test_ctrl_c_says_what_finished_and_what_was_cut_off(
 
 
 def test_probe_json_is_json_alone_on_stdout(tmp_path: Path) -> None:
-    proc = replay("probe", "--target", "sim", "--out", str(tmp_path / "p"), "--param", "document=500", "--json")
+    proc = replay(
+        "probe", "--target", "sim", "--out", str(tmp_path / "p"), "--param", "document=500", "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)  # nothing but the document
     assert len(report["steps"]) == 7 and report["steps"][-1]["server_process"] == 1

@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from replies import positions
 from rich.console import Console
-from traces import NASTY, SMALL_JSON
 
 from replay import commands
 from replay.errors import TraceError
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import ResultsWriter, read_results
+from traces import NASTY, SMALL_JSON
 
 
 def results_lines(tmp: Path) -> list[dict[str, Any]]:

@@ -12,12 +12,12 @@ from typing import Any
 import orjson
 import pytest
 from hypothesis import HealthCheck, event, given, settings
-from traces import mutated_trace, trace_lines, write_trace
 from typer.testing import CliRunner
 
 from replay.cli import app
 from replay.errors import TraceError
 from replay.trace.reader import read_trace, validate
+from traces import mutated_trace, trace_lines, write_trace
 
 HEADER = {"kind": "trace", "format": "agent-replay-trace/1"}
 SESSION = {"kind": "session", "id": "s", "api": "openai", "model": "m"}
