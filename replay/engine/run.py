@@ -147,10 +147,12 @@ class Engine:
         params = req.params
         reply = req.reply or {}
         headers = {"X-Request-ID": f"{self.config.run_id}-{req.id}"}
-        if reply.get("finish"):
-            headers["X-Replay-Finish"] = str(reply["finish"])
+        # Hints for the simulator, from the trace's text: sent only when a header can carry them.
+        finish = str(reply.get("finish") or "")
+        if finish and finish.isprintable():
+            headers["X-Replay-Finish"] = finish
         calls = (reply.get("message") or {}).get("tool_calls")
-        if calls:
+        if calls and str(calls[0].get("name", "")).isprintable():
             headers["X-Replay-Tool"] = str(calls[0].get("name", ""))
         max_tokens = reply.get("output_tokens")
         if max_tokens is None:

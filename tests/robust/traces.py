@@ -26,6 +26,7 @@ NASTY = st.sampled_from(
         2**63,
         "x",
         "",
+        "a\nb\r",
         [],
         [1],
         {},
