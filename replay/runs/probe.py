@@ -381,7 +381,7 @@ def _restart(
     filename = SLOT_FILE.format(rid=rid)
     uses_slots = target.kind in SLOT_KINDS
     if uses_slots and slot is None:
-        slot = find_slot(served.url, request.session, old.records)
+        slot = find_slot(served.url, request.session, old.records, old.log_path)
     save = _slot_action(served.url, slot, "save", filename) if uses_slots and slot is not None else {}
     stopped = served.process.stop()
     stack.close()  # leaves start_target's block; the process is already stopped
@@ -406,61 +406,85 @@ def _restart(
     return restart, new
 
 
-def find_slot(url: str, session: str, records: list[dict[str, Any]]) -> int:
-    """The llama-server slot that holds `session`'s document, from `GET /slots`.
+def find_slot(url: str, session: str, records: list[dict[str, Any]], log_path: Path | None = None) -> int:
+    """The llama-server slot that holds `session`'s document: from `GET /slots`, else from the log.
 
-    A slot's `n_prompt_tokens` is what it holds: the last prompt and the reply generated on it
-    (prompt + output - 1 on current builds). The slot that matches the session's last request is
-    the one; when several match, the one that ran the latest task, if that request was the last
-    one sent. Anything else is refused: saving another slot would report a restore that restored
-    nothing of the document.
+    What a slot holds is its last prompt and the reply generated on it (`n_prompt_tokens` in
+    `/slots`, `stop processing: n_tokens` in the log: prompt + output - 1 on current builds). The slot
+    that matches the session's last request is the one; when several match, the one that ran the
+    latest task, if that request was the last one sent. Anything else is refused: saving another
+    slot would report a restore that restored nothing of the document.
     """
-    where = f"GET {url}/slots"
     fix = "pass --slot N"
-    try:
-        r = httpx.get(f"{url}/slots", timeout=30.0)
-    except httpx.HTTPError as e:
-        raise TargetError(
-            f"{where}: {type(e).__name__}; cannot tell which slot holds the document: {fix}"
-        ) from e
-    if r.status_code != 200:
-        raise TargetError(
-            f"{where} answered HTTP {r.status_code} (the server's --no-slots?); cannot tell which slot "
-            f"holds the document: {fix}"
-        )
-    try:
-        slots = [
-            (s["id"], s.get("id_task", -1), s.get("n_prompt_tokens"))
-            for s in r.json()
-            if type(s) is dict and type(s.get("id")) is int
-        ]
-    except (ValueError, TypeError, AttributeError):
-        slots = []
-    if not slots:
-        raise TargetError(
-            f"{where}: no slots in the answer; cannot tell which slot holds the document: {fix}"
-        )
+    slots, source = _slots_from_api(url)
+    if slots is None:
+        slots = _slots_from_log(log_path)
+        if not slots:
+            raise TargetError(
+                f"cannot tell which slot holds the document: {source}, and the server log names no "
+                f"slot: {fix}"
+            )
+        source = "the server log"
     if len(slots) == 1:
         return slots[0][0]
     mine = [rec for rec in records if rec.get("session") == session and rec.get("status") == "ok"]
     last = mine[-1] if mine else None
     prompt, output = (last.get("prompt_tokens"), last.get("output_tokens")) if last else (None, None)
-    if prompt is None:
+    if type(prompt) is not int:
         raise TargetError(
             f"cannot tell which of {len(slots)} slots holds session {session!r}'s document: its last "
             f"request reported no prompt tokens: {fix}"
         )
-    held = prompt + (output or 0)
-    matches = [s for s in slots if type(s[2]) is int and prompt - 1 <= s[2] <= held]
+    held = prompt + (output if type(output) is int else 0)
+    matches = [s for s in slots if s[2] is not None and prompt - 1 <= s[2] <= held]
     if len(matches) == 1:
         return matches[0][0]
     if len(matches) > 1 and records and records[-1] is last:
-        return max(matches, key=lambda s: s[1] if type(s[1]) is int else -1)[0]
+        return max(matches, key=lambda s: s[1])[0]
     shown = ", ".join(f"slot {i}: {n} tokens" for i, _t, n in slots)
     raise TargetError(
         f"cannot tell which slot holds session {session!r}'s document ({prompt} prompt + {output} reply "
-        f"tokens; {shown}): {fix}"
+        f"tokens; {source}: {shown}): {fix}"
     )
+
+
+Slot = tuple[int, int, int | None]  # id, last task, tokens held
+
+
+def _slots_from_api(url: str) -> tuple[list[Slot] | None, str]:
+    """The slots `GET /slots` lists, or None and why not (the endpoint can be switched off)."""
+    where = f"GET {url}/slots"
+    try:
+        r = httpx.get(f"{url}/slots", timeout=30.0)
+    except httpx.HTTPError as e:
+        return None, f"{where}: {type(e).__name__}"
+    if r.status_code != 200:
+        return None, f"{where} answered HTTP {r.status_code}"
+    try:
+        listed = r.json()
+    except ValueError:
+        return None, f"{where} answered no JSON"
+    slots = [
+        (
+            s["id"],
+            s["id_task"] if type(s.get("id_task")) is int else -1,
+            s["n_prompt_tokens"] if type(s.get("n_prompt_tokens")) is int else None,
+        )
+        for s in (listed if type(listed) is list else ())
+        if type(s) is dict and type(s.get("id")) is int
+    ]
+    return (slots or None), (where if slots else f"{where}: no slots in the answer")
+
+
+def _slots_from_log(log_path: Path | None) -> list[Slot]:
+    """Each slot's last release (`stop processing: n_tokens = N`) in the server's log."""
+    if log_path is None or not Path(log_path).exists():
+        return []
+    last: dict[int, Slot] = {}
+    for ev in llama_log.parse_files([log_path]).events:
+        if isinstance(ev, llama_log.Release) and ev.slot is not None and ev.slot >= 0:
+            last[ev.slot] = (ev.slot, ev.task if ev.task is not None else -1, ev.n_tokens)
+    return [last[k] for k in sorted(last)]
 
 
 def _set_aside(log_path: Path | None, rid: int) -> Path | None:

@@ -95,3 +95,15 @@ def test_find_slot_refuses_when_no_slot_holds_the_document() -> None:
             find_slot(url, "doc", [rec("doc", 2100, 16)])
     finally:
         server.shutdown()
+
+
+def test_find_slot_reads_the_log_when_the_slots_endpoint_is_off(tmp_path: Path) -> None:
+    log = tmp_path / "llama.log"
+    log.write_text(
+        "0.00.312.759 I slot      release: id  0 | task 0 | stop processing: n_tokens = 2115, truncated = 0\n"
+        "0.00.412.759 I slot      release: id  1 | task 3 | stop processing: n_tokens = 717, truncated = 0\n"
+    )
+    # Nothing listens here: the endpoint is as good as switched off.
+    assert find_slot("http://127.0.0.1:9", "doc", [rec("doc", 2100, 16), rec("b", 702, 16)], log) == 0
+    with pytest.raises(TargetError, match=r"GET http://127.0.0.1:9/slots: ConnectError, and the server log"):
+        find_slot("http://127.0.0.1:9", "doc", [rec("doc", 2100, 16)], tmp_path / "missing.log")
