@@ -49,6 +49,7 @@ class _Checker:
         self.n_messages: dict[int, int] = {}
         self.last_id: int | None = None
         self.header_seen = False
+        self.tool_lists: dict[int, Any] = {}  # tool lists checked already (kept alive: ids stay theirs)
 
     def fail(self, problem: str) -> TraceError:
         return TraceError(self.path, self.line, problem)
@@ -225,7 +226,9 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         if fmt != FORMAT:
             raise check.fail(f"unsupported format {fmt!r} (this tool reads {FORMAT})")
         for key in ("created", "source", "notes"):
-            _optional(check, obj, key, str, "trace")
+            value = obj.get(key)
+            if value is not None and type(value) is not str:
+                raise check.fail(f"trace: field '{key}' must be a string, got {_json_type(value)}")
         if "start" in obj:
             _check_start(check, obj["start"])
         check.header_seen = True
@@ -236,9 +239,12 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         api = obj.get("api", "openai")
         if api not in APIS:
             raise check.fail(f"session api must be one of {', '.join(APIS)}")
-        _optional(check, obj, "role", str, f"session {sid!r}")
-        _optional(check, obj, "model", str, f"session {sid!r}")
-        _optional(check, obj, "labels", dict, f"session {sid!r}")
+        for key, kind_of in (("role", str), ("model", str), ("labels", dict)):
+            value = obj.get(key)
+            if value is not None and type(value) is not kind_of:
+                raise check.fail(
+                    f"session {sid!r}: field '{key}' must be {_type_name(kind_of)}, got {_json_type(value)}"
+                )
         check.sessions[sid] = Session(
             id=sid,
             role=obj.get("role", "interactive"),
@@ -258,13 +264,20 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
     return obj
 
 
-def _optional(check: _Checker, obj: dict[str, Any], key: str, types: type, what: str) -> Any:
+def _where(rid: int, section: str) -> str:
+    """How a message names the field's place: `request 7` or `request 7: params` (built on failure)."""
+    return f"request {rid}: {section}" if section else f"request {rid}"
+
+
+def _optional(check: _Checker, obj: dict[str, Any], key: str, types: type, rid: int, section: str) -> Any:
     """`obj[key]` when present and not null: it must be of `types` (a bool is never an int)."""
     value = obj.get(key)
-    if value is None:
-        return None
+    if value is None or type(value) is types:
+        return value
     if not isinstance(value, types) or (isinstance(value, bool) and types is not bool):
-        raise check.fail(f"{what}: field '{key}' must be {_type_name(types)}, got {_json_type(value)}")
+        raise check.fail(
+            f"{_where(rid, section)}: field '{key}' must be {_type_name(types)}, got {_json_type(value)}"
+        )
     return value
 
 
@@ -273,31 +286,28 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), "a list" if isinstance(value, list) else type(value).__name__)
 
 
-def _count(check: _Checker, obj: dict[str, Any], key: str, what: str, least: int = 0) -> int | None:
-    """A count: an integer from `least` up to 2^53 (an integral float like 5.0 is accepted), or absent."""
+def _count(check: _Checker, obj: dict[str, Any], key: str, rid: int, section: str) -> int | None:
+    """A count: an integer from 0 up to 2^53 (an integral float like 5.0 is accepted), or absent."""
     value = obj.get(key)
-    if value is None:
-        return None
-    number = value
-    if type(value) is float and value.is_integer() and abs(value) < COUNT_LIMIT:
-        number = int(value)
-    if type(number) is not int or not least <= number < COUNT_LIMIT:
-        raise check.fail(
-            f"{what}: field '{key}' must be an integer from {least} to 2^53, got {_short(value)}"
-        )
-    return number
+    if value is None or (type(value) is int and 0 <= value < COUNT_LIMIT):
+        return value
+    if type(value) is float and value.is_integer() and 0 <= value < COUNT_LIMIT:
+        return int(value)
+    raise check.fail(
+        f"{_where(rid, section)}: field '{key}' must be an integer from 0 to 2^53, got {_short(value)}"
+    )
 
 
-def _seconds(check: _Checker, obj: dict[str, Any], key: str, what: str) -> float | None:
+def _seconds(check: _Checker, obj: dict[str, Any], key: str, rid: int, section: str) -> None:
     """A time in seconds: a finite number >= 0 (below 10^7), or absent."""
     value = obj.get(key)
     if value is None:
-        return None
-    if (type(value) is not int and type(value) is not float) or not 0 <= value < MAX_SECONDS:
-        raise check.fail(
-            f"{what}: field '{key}' must be seconds (a number from 0 to 1e7), got {_short(value)}"
-        )
-    return float(value)
+        return
+    if (type(value) is float or type(value) is int) and 0 <= value < MAX_SECONDS:
+        return
+    raise check.fail(
+        f"{_where(rid, section)}: field '{key}' must be seconds (a number from 0 to 1e7), got {_short(value)}"
+    )
 
 
 def _short(value: Any) -> str:
@@ -319,103 +329,125 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
         raise check.fail(f"request id must be an integer from 0 to 2^53, got {rid}")
     if check.last_id is not None and rid <= check.last_id:
         raise check.fail(f"request id {rid} is not greater than the previous id {check.last_id}")
-    what = f"request {rid}"
     session = check.need(obj, "session", str)
     if session not in check.sessions:
         raise check.fail(f"request {rid} names session {session!r}, not defined before this line")
     if "t" not in obj:
         raise check.fail("request is missing field 't'")
-    _seconds(check, obj, "t", what)
     if obj["t"] is None:
-        raise check.fail(f"{what}: field 't' must be seconds (a number from 0 to 1e7), got null")
+        raise check.fail(f"request {rid}: field 't' must be seconds (a number from 0 to 1e7), got null")
+    _seconds(check, obj, "t", rid, "")
     parent = obj.get("parent")
     keep = obj.get("keep", 0)
     if type(keep) is not int or keep < 0:
-        raise check.fail(f"{what}: keep must be an integer >= 0, got {_short(keep)}")
+        raise check.fail(f"request {rid}: keep must be an integer >= 0, got {_short(keep)}")
     if parent is None:
         if keep:
-            raise check.fail(f"{what}: keep without a parent")
+            raise check.fail(f"request {rid}: keep without a parent")
     else:
         if not _request_id(check, parent):
-            raise check.fail(f"{what}: parent {_short(parent)} is not a request defined before this line")
+            raise check.fail(
+                f"request {rid}: parent {_short(parent)} is not a request defined before this line"
+            )
         if keep > check.n_messages[parent]:
             raise check.fail(
-                f"{what}: keep {keep} is larger than parent {parent}'s {check.n_messages[parent]} messages"
+                f"request {rid}: keep {keep} is larger than parent {parent}'s {check.n_messages[parent]} messages"
             )
     append = obj.get("append", [])
     if not isinstance(append, list):
-        raise check.fail(f"{what}: append must be a list")
+        raise check.fail(f"request {rid}: append must be a list")
     obj["append"] = [check.message(m, i) for i, m in enumerate(append)]
     if keep + len(append) == 0:
-        raise check.fail(f"{what} has no messages")
+        raise check.fail(f"request {rid} has no messages")
     params = obj.get("params", {})
     if not isinstance(params, dict):
-        raise check.fail(f"{what}: params must be an object")
+        raise check.fail(f"request {rid}: params must be an object")
     if any(type(v) is dict and "$blob" in v for v in params.values()):
         params = {k: check.blob(v) for k, v in params.items()}
-    _check_params(check, params, what)
+    if params:
+        _check_params(check, params, rid)
     obj["params"] = params
-    for key in ("reply", "usage", "after"):
-        if obj.get(key) is not None and not isinstance(obj[key], dict):
-            raise check.fail(f"{what}: {key} must be an object")
-    if obj.get("reply") is not None:
-        _check_reply(check, obj["reply"], what)
+    reply = obj.get("reply")
+    if reply is not None:
+        if type(reply) is not dict:
+            raise check.fail(f"request {rid}: reply must be an object")
+        _check_reply(check, reply, rid)
     usage = obj.get("usage")
     if usage is not None:
+        if type(usage) is not dict:
+            raise check.fail(f"request {rid}: usage must be an object")
         for key in ("prompt_tokens", "cached_tokens", "cache_write_tokens", "output_tokens"):
-            _count(check, usage, key, f"{what}: usage")
-        _optional(check, usage, "raw", dict, f"{what}: usage")
+            _count(check, usage, key, rid, "usage")
+        _optional(check, usage, "raw", dict, rid, "usage")
     after = obj.get("after")
     if after is not None:
+        if type(after) is not dict:
+            raise check.fail(f"request {rid}: after must be an object")
         ref = after.get("request")
         if ref is not None and not _request_id(check, ref):
-            raise check.fail(f"{what}: after.request {_short(ref)} is not defined before this line")
-        _seconds(check, after, "delay_s", f"{what}: after")
-    _optional(check, obj, "tag", str, what)
+            raise check.fail(f"request {rid}: after.request {_short(ref)} is not defined before this line")
+        _seconds(check, after, "delay_s", rid, "after")
+    tag = obj.get("tag")
+    if tag is not None and type(tag) is not str:
+        raise check.fail(f"request {rid}: field 'tag' must be a string, got {_json_type(tag)}")
     check.n_messages[rid] = keep + len(append)
     check.last_id = rid
 
 
-def _check_params(check: _Checker, params: dict[str, Any], what: str) -> None:
-    where = f"{what}: params"
-    _count(check, params, "max_tokens", where)  # 0 is a pre-warm: prefill only (ds4 PR 956)
+def _check_params(check: _Checker, params: dict[str, Any], rid: int) -> None:
+    _count(check, params, "max_tokens", rid, "params")  # 0 is a pre-warm: prefill only (ds4 PR 956)
     temperature = params.get("temperature")
     if temperature is not None and (
         (type(temperature) is not int and type(temperature) is not float) or temperature < 0
     ):
-        raise check.fail(f"{where}: 'temperature' must be a number >= 0, got {_short(temperature)}")
-    _optional(check, params, "stream", bool, where)
-    _optional(check, params, "extra", dict, where)
-    tools = _optional(check, params, "tools", list, where)
-    for i, tool in enumerate(tools or ()):
-        tool = check.blob(tool)
-        fn = tool.get("function", tool) if isinstance(tool, dict) else None
-        if not (isinstance(fn, dict) and isinstance(fn.get("name"), str)):
-            raise check.fail(f"{where}: tools[{i}] must be a function tool with a string 'name'")
-        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
-            raise check.fail(f"{where}: tools[{i}] 'parameters' must be an object")
-        if fn.get("description") is not None and not isinstance(fn["description"], str):
-            raise check.fail(f"{where}: tools[{i}] 'description' must be a string")
+        raise check.fail(
+            f"request {rid}: params: 'temperature' must be a number >= 0, got {_short(temperature)}"
+        )
+    _optional(check, params, "stream", bool, rid, "params")
+    _optional(check, params, "extra", dict, rid, "params")
+    tools = _optional(check, params, "tools", list, rid, "params")
+    if tools is not None and id(tools) not in check.tool_lists:
+        for i, tool in enumerate(tools):
+            tool = check.blob(tool)
+            fn = tool.get("function", tool) if isinstance(tool, dict) else None
+            if not (isinstance(fn, dict) and isinstance(fn.get("name"), str)):
+                raise check.fail(
+                    f"request {rid}: params: tools[{i}] must be a function tool with a string 'name'"
+                )
+            if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+                raise check.fail(f"request {rid}: params: tools[{i}] 'parameters' must be an object")
+            if fn.get("description") is not None and not isinstance(fn["description"], str):
+                raise check.fail(f"request {rid}: params: tools[{i}] 'description' must be a string")
+        if len(check.tool_lists) < 1024:  # a blob's list is one object, shared by every use: once
+            check.tool_lists[id(tools)] = tools
 
 
-def _check_reply(check: _Checker, reply: dict[str, Any], what: str) -> None:
-    where = f"{what}: reply"
-    message = check.blob(reply.get("message"))
+def _check_reply(check: _Checker, reply: dict[str, Any], rid: int) -> None:
+    message = reply.get("message")
     if message is not None:
-        if not isinstance(message, dict):
-            raise check.fail(f"{where}: 'message' must be an assistant message object")
-        reply["message"] = check.checked_message(message, f"{where}.message", "assistant")
-    _optional(check, reply, "finish", str, where)
-    _count(check, reply, "output_tokens", where)
+        if type(message) is dict and message.get("role") == "assistant" and len(message) == 2:
+            if type(message.get("content")) is not str:  # the common bare reply: only its text to check
+                reply["message"] = check.checked_message(
+                    message, f"request {rid}: reply.message", "assistant"
+                )
+        else:
+            message = check.blob(message)
+            if not isinstance(message, dict):
+                raise check.fail(f"request {rid}: reply: 'message' must be an assistant message object")
+            reply["message"] = check.checked_message(message, f"request {rid}: reply.message", "assistant")
+    _optional(check, reply, "finish", str, rid, "reply")
+    _count(check, reply, "output_tokens", rid, "reply")
+    if len(reply) <= 3:
+        return  # message, finish, output_tokens: nothing a recorder adds
     status = reply.get("status")
     if status is not None and status not in REPLY_STATUSES:
-        raise check.fail(f"{where}: 'status' must be one of {', '.join(REPLY_STATUSES)}")
-    http_status = _count(check, reply, "http_status", where)
+        raise check.fail(f"request {rid}: reply: 'status' must be one of {', '.join(REPLY_STATUSES)}")
+    http_status = _count(check, reply, "http_status", rid, "reply")
     if http_status is not None and not 100 <= http_status <= 599:
-        raise check.fail(f"{where}: 'http_status' must be an HTTP status (100 to 599)")
-    _optional(check, reply, "error", str, where)
+        raise check.fail(f"request {rid}: reply: 'http_status' must be an HTTP status (100 to 599)")
+    _optional(check, reply, "error", str, rid, "reply")
     for key in ("first_byte_s", "first_token_s", "last_byte_s"):
-        _seconds(check, reply, key, where)
+        _seconds(check, reply, key, rid, "reply")
 
 
 def validate(path: str | Path) -> dict[str, int]:
