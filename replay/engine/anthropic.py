@@ -78,7 +78,7 @@ def anthropic_messages_wire(messages: list[dict[str, Any]]) -> tuple[str | None,
                     "type": "tool_use",
                     "id": tc["id"],
                     "name": tc["name"],
-                    "input": _tool_input(tc["arguments"]),
+                    "input": _tool_input(tc.get("arguments") or ""),
                 }
                 for tc in m["tool_calls"]
             ]

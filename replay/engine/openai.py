@@ -36,7 +36,7 @@ def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 {
                     "id": tc["id"],
                     "type": "function",
-                    "function": {"name": tc["name"], "arguments": tc["arguments"]},
+                    "function": {"name": tc["name"], "arguments": tc.get("arguments", "")},
                 }
                 for tc in m["tool_calls"]
             ]

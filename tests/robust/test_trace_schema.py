@@ -15,6 +15,9 @@ from hypothesis import HealthCheck, event, given, settings
 from typer.testing import CliRunner
 
 from replay.cli import app
+from replay.engine.apis import anthropic_body, openai_body
+from replay.engine.plans import Alternate
+from replay.engine.run import Engine, EngineConfig
 from replay.errors import TraceError
 from replay.trace.reader import read_trace, validate
 from traces import mutated_trace, trace_lines, write_trace
@@ -170,9 +173,21 @@ def test_a_mutated_trace_is_refused_at_a_line_or_loads(
         head, line, _ = str(exc).split(":", 2)
         assert head == str(trace) and 1 <= int(line) <= len(lines) + 1
         return
-    for req in loaded.requests:  # what the engine does with a request before sending it
-        req.messages()
-        assert req.max_tokens is None or type(req.max_tokens) is int
+    # What the engine does with a request before sending it, in both history modes and both APIs.
+    by_id = loaded.by_id()
+    for mode in ("recorded", "live"):
+        config = EngineConfig(base_url="http://127.0.0.1:9", history=mode)
+        engine = Engine(loaded, Alternate(), config, lambda _rec: None)
+        for req in loaded.requests:
+            state = engine.sessions[req.session]
+            call = engine._call(req, state)
+            openai_body(call)
+            anthropic_body(call)
+            orjson.dumps(openai_body(call))
+            orjson.dumps(anthropic_body(call))
+            # live mode: the server answered with nothing of the recorded calls
+            state.on_reply(req, {"role": "assistant", "content": "x"})
+        assert by_id
 
 
 @pytest.mark.e2e
