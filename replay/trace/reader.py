@@ -68,7 +68,8 @@ class _Checker:
     def blob(self, ref: Any) -> Any:
         """Resolve `{"$blob": id}` to the blob's value (the same object every time), else return as is."""
         if isinstance(ref, dict) and "$blob" in ref:
-            value = self.blobs.get(ref["$blob"])
+            bid = ref["$blob"]
+            value = self.blobs.get(bid) if type(bid) is str else None
             if value is None:
                 raise self.fail(f"unknown blob {ref['$blob']!r} (blobs must be defined before use)")
             return value

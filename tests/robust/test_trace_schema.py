@@ -108,6 +108,9 @@ INVALID = [
     (1, "append", [{"role": "assistant", "content": "x", "reasoning": 5}]),
     (1, "append", [{"role": "user", "content": {"synth": {"tokens": 10**12, "seed": 1}}}]),
     (2, "append", [{"$reply": True}]),
+    (1, "append", [{"role": "user", "content": {"$blob": [1]}}]),
+    (1, "append", [{"$blob": {"a": 1}}]),
+    (1, "params.tools", {"$blob": ["tools"]}),
     (2, "append", [{"$reply": [1]}]),
 ]
 SESSION_INVALID = [("model", ["a", "b"]), ("model", 5), ("labels", [1]), ("role", 3), ("api", "grpc")]
