@@ -11,7 +11,6 @@ from replay.engine.decode import Fields, check_counts, check_modelled
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
-    ApiResult,
     OnState,
     exchange,
     load_event,
@@ -21,6 +20,7 @@ from replay.engine.exchange import (
 from replay.engine.openai import OPENAI_HEADERS
 from replay.engine.sse import SseEvent
 from replay.engine.usage import COUNT_PATHS, parse_usage
+from replay.metrics.record import RequestRecord
 
 _ANTHROPIC_FINISH = {
     "end_turn": "stop",
@@ -250,7 +250,7 @@ class AnthropicReader:
         x_sim = obj.obj("x_sim")
         self.x_sim = check_modelled(x_sim) if x_sim is not None else None
 
-    def fill(self, res: ApiResult) -> None:
+    def fill(self, res: RequestRecord) -> None:
         tool_calls = [self.tools[i] for i in sorted(self.tools)]
         for tc in tool_calls:
             tc["arguments"] = tc["arguments"] or "{}"
@@ -266,9 +266,11 @@ class AnthropicReader:
 _ANTHROPIC_HEADERS = {**OPENAI_HEADERS, "anthropic-version": "2023-06-01"}
 
 
-async def anthropic_messages(client: httpx.AsyncClient, call: ApiCall, on_state: OnState = None) -> ApiResult:
+async def anthropic_messages(
+    client: httpx.AsyncClient, call: ApiCall, on_state: OnState = None, rec: RequestRecord | None = None
+) -> RequestRecord:
     """POST /v1/messages."""
     headers = {**_ANTHROPIC_HEADERS, "accept": "text/event-stream" if call.stream else "application/json"}
     return await exchange(
-        client, call, "/v1/messages", anthropic_body(call), headers, AnthropicReader(), on_state
+        client, call, "/v1/messages", anthropic_body(call), headers, AnthropicReader(), on_state, rec
     )

@@ -13,7 +13,9 @@ import pytest
 from llamakit import require_xllamacpp
 
 from drivers.target import Target
+from replay.engine.usage import Usage
 from replay.errors import TargetError
+from replay.metrics.record import RequestRecord
 from replay.metrics.results import read_results
 from replay.runs.probe import find_slot, run_cache_probe
 
@@ -67,8 +69,8 @@ def serve_slots(slots: list[dict[str, Any]]) -> tuple[ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
-def rec(session: str, prompt: int, output: int) -> dict[str, Any]:
-    return {"session": session, "status": "ok", "prompt_tokens": prompt, "output_tokens": output}
+def rec(session: str, prompt: int, output: int) -> RequestRecord:
+    return RequestRecord(session=session, usage=Usage(prompt_tokens=prompt, output_tokens=output))
 
 
 def test_find_slot_picks_the_slot_whose_tokens_match_the_session() -> None:

@@ -21,10 +21,10 @@ from replies import (
 
 from replay.engine.anthropic import AnthropicReader
 from replay.engine.decode import BadPayload, BadShape, Fields, check_counts, load_object
-from replay.engine.exchange import ApiResult
 from replay.engine.openai import OpenAIReader
 from replay.engine.sse import SseParser
 from replay.engine.usage import COUNT_PATHS
+from replay.metrics.record import RequestRecord as ApiResult
 
 READERS = {"openai": OpenAIReader, "anthropic": AnthropicReader}
 

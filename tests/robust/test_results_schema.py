@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from replies import positions
 from rich.console import Console
 
-from replay import commands
+from replay.commands.report import ReportArgs
+from replay.commands.report import report as report_command
+from replay.engine.usage import Usage
 from replay.errors import TraceError
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import ResultsWriter, read_results
@@ -39,14 +41,11 @@ def results_lines(tmp: Path) -> list[dict[str, Any]]:
             t_sent=seq * 1000 + 10,
             t_first_token=seq * 1000 + 5000,
             t_last_token=seq * 1000 + 9000,
-            t_done=seq * 1000 + 9500,
+            t_end=seq * 1000 + 9500,
             status=status,
-            prompt_tokens=100,
-            cached_tokens=40,
-            reprocessed_tokens=60,
-            output_tokens=4,
+            usage=Usage(prompt_tokens=100, cached_tokens=40, reprocessed_tokens=60, output_tokens=4),
         )
-        writer.request(rec.to_json())
+        writer.request(rec)
     writer.close({"outcome": "done", "requests": 3, "errors": 1, "cancelled": 0})
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
 
@@ -58,7 +57,7 @@ def write(path: Path, lines: list[Any]) -> Path:
 
 def report(path: Path) -> str:
     out = io.StringIO()
-    commands.report([path], as_json=False, console=Console(file=out, width=200))
+    report_command(ReportArgs(results=[path]), Console(file=out, width=200))
     return out.getvalue()
 
 
