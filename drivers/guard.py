@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -242,8 +243,10 @@ class Guard:
         dry_run: bool = False,
         max_duration: float | None = None,
         say: Say | None = None,
+        scratch: Path | None = None,
     ) -> None:
         self.config = config
+        self.scratch = scratch  # the run's scratch folder: `replay restore` removes it after a crash
         self.dry_run = dry_run
         self.max_duration = max_duration
         self.say = say or _default_say
@@ -310,6 +313,7 @@ class Guard:
             "jobs": [],
             "children": [],
             "restore": None,
+            "scratch": str(self.scratch) if self.scratch is not None else None,
         }
         spec = self.config.service
         if spec is not None:
@@ -670,6 +674,8 @@ def restore_from_journal(
     journal = _Journal.read(path)
     if journal.data.get("state") == "restored":
         say(f"{path}: already restored at {journal.data.get('restore', {}).get('finished')}; nothing to do")
+        if not dry_run:
+            _remove_scratch(journal.data.get("scratch"), say)
         return RestoreReport()
     cmds = Commands(dry_run=dry_run, say=say, log_path=path.parent / "commands.log")
     if dry_run:
@@ -681,9 +687,29 @@ def restore_from_journal(
         report = RestoreReport()
         _restore(journal, cmds, say, report, {})
         _finish(report, say)
+        _remove_scratch(journal.data.get("scratch"), say)
         return report
     finally:
         lock.release()
+
+
+SCRATCH_PREFIXES = ("replay-scratch-", "replay-run-")
+
+
+def _remove_scratch(recorded: Any, say: Say) -> None:
+    """Remove the scratch folder a killed run left (its temporary directory was never cleaned up).
+
+    Only a folder the tool itself names (`replay-scratch-*`, `replay-run-*`): the journal is a file
+    on disk, and a path in it is never reason enough to delete a directory.
+    """
+    if not isinstance(recorded, str):
+        return
+    path = Path(recorded)
+    for candidate in (path, path.parent):
+        if candidate.name.startswith(SCRATCH_PREFIXES) and candidate.is_dir() and not candidate.is_symlink():
+            shutil.rmtree(candidate, ignore_errors=True)
+            say(f"removed the crashed run's scratch folder {candidate}")
+            return
 
 
 def _dry_restore_journal(journal: _Journal, cmds: Commands, say: Say) -> None:

@@ -192,9 +192,7 @@ class ChildProcess:
                     if m:
                         return m
             if exited is not None:
-                raise DriverError(
-                    f"{self.describe()} exited with code {exited} before it was ready; see {self.log_path}"
-                )
+                raise DriverError(self._exited_early(exited))
             if time.monotonic() >= deadline:
                 raise DriverError(
                     f"{self.describe()} not ready after {timeout:g}s (no line matching "
@@ -212,9 +210,7 @@ class ChildProcess:
             while True:
                 code = self.poll()
                 if code is not None:
-                    raise DriverError(
-                        f"{self.describe()} exited with code {code} before it was ready; see {self.log_path}"
-                    )
+                    raise DriverError(self._exited_early(code))
                 try:
                     status = client.get(url).status_code
                 except httpx.HTTPError as e:
@@ -228,6 +224,18 @@ class ChildProcess:
                         f"{self.describe()} not ready after {timeout:g}s ({url}: {last}); see {self.log_path}"
                     )
                 time.sleep(0.05)
+
+    def _exited_early(self, code: int) -> str:
+        """The error for a child that died while starting, with its last words: its log may live in
+        a scratch folder that is removed before anyone could read it."""
+        tail: list[str] = []
+        for path in dict.fromkeys([self.log_path, self.stderr_path]):
+            tail += log_tail(path, EXIT_TAIL_LINES)
+        said = "".join(f"\n  | {line}" for line in tail[-EXIT_TAIL_LINES:])
+        return (
+            f"{self.describe()} exited with code {code} before it was ready; last lines of {self.log_path}:"
+            + (said or " (empty)")
+        )
 
     # -- stop -----------------------------------------------------------------------------
 
@@ -313,6 +321,23 @@ class ChildProcess:
 
     def __repr__(self) -> str:
         return f"ChildProcess({self.describe()}, argv={self.argv!r})"
+
+
+EXIT_TAIL_LINES = 8
+
+
+def log_tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` non-empty lines of a log (its last 16 KiB), for an error message."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - (16 << 10)))
+            data = handle.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", "replace").splitlines()
+    return [line.rstrip() for line in text if line.strip()][-lines:]
 
 
 class _LineReader:

@@ -147,12 +147,15 @@ def restore(
         Path | None, typer.Option(help="Journal file (default: the tool's state directory).")
     ] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the actions; take none.")] = False,
+    service: Annotated[
+        Path | None, typer.Option(help="Daily-service TOML of the run: its journal, in its state_dir.")
+    ] = None,
 ) -> None:
     """Finish giving the daily service back after a run that crashed (e.g. kill -9)."""
     from replay.commands.restore import RestoreArgs
     from replay.commands.restore import restore as replay_restore
 
-    raise typer.Exit(replay_restore(RestoreArgs(journal=journal, dry_run=dry_run), console))
+    raise typer.Exit(replay_restore(RestoreArgs(journal=journal, dry_run=dry_run, service=service), console))
 
 
 @app.command()
@@ -413,7 +416,12 @@ def probe(
     out: Annotated[Path, typer.Option(help="Where the trace, results, slot files and logs go.")] = Path(
         "replay-probe"
     ),
-    slot: Annotated[int, typer.Option(help="Slot to save and restore for E5 (llama-server).")] = 0,
+    slot: Annotated[
+        int | None,
+        typer.Option(
+            help="Slot to save and restore for E5 (llama-server; default: the one holding the document)."
+        ),
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:

@@ -72,6 +72,7 @@ class Script:
     connection_close: bool = False  # send `Connection: close` (ds4)
     close_after: bool = False  # close the socket after the response, headers saying keep-alive
     hang_s: float = 30.0
+    raw: list[bytes] | None = None  # the reply verbatim: SSE frames (a stream) or body pieces, status 200
 
 
 @dataclass
@@ -135,6 +136,7 @@ class ScriptedServer:
         self.default = Script()
         self.queue: deque[Script] = deque()  # consumed in arrival order, before `default`
         self.by_id: dict[str, Script] = {}  # by X-Request-ID, before `queue`
+        self.by_trace_id: dict[int, Script] = {}  # by the trace request id ending X-Request-ID (`RUN-ID`)
         self.seen: list[Seen] = []
         self._sock: socket.socket | None = None
         self._server: uvicorn.Server | None = None
@@ -149,6 +151,7 @@ class ScriptedServer:
         self.default = Script()
         self.queue.clear()
         self.by_id.clear()
+        self.by_trace_id.clear()
         self.seen.clear()
 
     def request(self, request_id: str) -> Seen:
@@ -256,6 +259,12 @@ class ScriptedServer:
         self.seen.append(seen)
         if rid is not None and rid in self.by_id:
             script = self.by_id[rid]
+        elif (
+            rid is not None
+            and rid.rpartition("-")[2].isdigit()
+            and int(rid.rpartition("-")[2]) in self.by_trace_id
+        ):
+            script = self.by_trace_id[int(rid.rpartition("-")[2])]
         elif self.queue:
             script = self.queue.popleft()
         else:
@@ -303,6 +312,8 @@ class _Reply:
                 err = {"error": {"message": s.error_message, "type": "server_error", "code": s.http_status}}
                 await self._start(s.http_status, "application/json")
                 await self.send({"type": "http.response.body", "body": orjson.dumps(err)})
+            elif s.raw is not None:
+                await self._raw(s.raw)
             elif self.stream:
                 await self._stream()
             else:
@@ -348,6 +359,13 @@ class _Reply:
         delay = (t_ns - time.perf_counter_ns()) / 1e9
         if delay > 0:
             await asyncio.sleep(delay)
+
+    async def _raw(self, pieces: list[bytes]) -> None:
+        """Send the script's bytes as they are, then end the body cleanly."""
+        await self._start(200, "text/event-stream" if self.stream else "application/json")
+        for piece in pieces:
+            await self._write(piece)
+        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
 
     # --- whole (non-stream) responses ---
 

@@ -9,6 +9,8 @@ from pathlib import Path
 from rich.console import Console
 
 from replay.commands import print_json
+from replay.engine.run import check_options
+from replay.errors import UsageError
 from replay.runs.probe import probe_table, run_cache_probe
 from replay.runs.targets import resolve_target
 from replay.scenario.spec import parse_params
@@ -22,7 +24,7 @@ class ProbeArgs:
     scenario: str = "cache-probe"
     params: list[str] = field(default_factory=list)
     out: Path = Path("replay-probe")
-    slot: int = 0
+    slot: int | None = None  # default: the slot holding the document (GET /slots, else the log)
     timeout: float = 1800.0
     as_json: bool = False
 
@@ -30,6 +32,11 @@ class ProbeArgs:
 def probe(args: ProbeArgs, console: Console) -> int:
     """Run, print the per-step table (or JSON); 1 if a step failed. The simulator's disk-KV
     directory lives under `out`, so it outlives the restart like a real server's would."""
+    check_options("live", "off", None, args.timeout)  # before any server starts
+    if args.slot is not None and args.slot < 0:
+        raise UsageError(f"--slot must be a slot number (0 or more), not {args.slot}")
+    # With --json, stdout holds the JSON document alone: progress goes to stderr.
+    progress = Console(stderr=True) if args.as_json else console
     resolved = resolve_target(args.target, args.server, shlex.split(args.sim_args), Path(args.out) / "sim")
     report = run_cache_probe(
         resolved,
@@ -38,7 +45,7 @@ def probe(args: ProbeArgs, console: Console) -> int:
         params=parse_params(args.params),
         slot=args.slot,
         timeout_s=args.timeout,
-        say=lambda m: console.print(m, highlight=False),
+        say=lambda m: progress.print(m, highlight=False),
     )
     if args.as_json:
         print_json(report.to_dict())

@@ -23,6 +23,14 @@ class ReportArgs:
 def report(args: ReportArgs, console: Console) -> int:
     paths = args.results
     results = [read_results(p) for p in paths]
+    for res in results:
+        if res.truncated_line is not None:
+            Console(stderr=True).print(
+                f"warning: {res.path}:{res.truncated_line}: last line cut short (the run was killed "
+                "while writing it); left out",
+                highlight=False,
+                soft_wrap=True,
+            )
     if args.html is not None:
         from replay.report.html import write_report
 

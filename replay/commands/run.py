@@ -12,6 +12,7 @@ from rich.console import Console
 from replay.commands.report import ReportArgs, report
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
+from replay.metrics.results import read_results
 from replay.runs.barrier import parse_instant
 from replay.runs.pipeline import ReplayJob, RunOptions, finish, replay
 from replay.runs.targets import dry_run as dry_run_target
@@ -103,11 +104,36 @@ def run(args: RunArgs, console: Console) -> int:
             )
             (done,) = replay([job], say=say, console=shown)
         finish(done, served.log_path)
+    line = run_ending(args.out, len(loaded.requests))
     if shown is not None:
         report(ReportArgs(results=[args.out]), shown)
-        shown.print(f"{done.requests} requests, {done.errors} failed; results in {args.out}", highlight=False)
+        shown.print(line, highlight=False, soft_wrap=True)
         shown.print(
             f"HTML report and summary: replay report {args.out} --html {Path(args.out).with_suffix('')}-report",
             highlight=False,
         )
+    elif not line.startswith("run complete"):  # even --quiet says why a run stopped early
+        Console(stderr=True).print(line, highlight=False, soft_wrap=True)
     return done.exit_code
+
+
+_ENDINGS = {
+    "done": "run complete",
+    "max-duration": "stopped by --max-duration",
+    "SIGINT": "interrupted (Ctrl-C)",
+    "SIGTERM": "stopped by SIGTERM",
+}
+
+
+def run_ending(out: Path, total: int) -> str:
+    """How a run ended, in one line from its results file's summary: what finished, what was cut
+    off in flight, what was never sent, and where the results are."""
+    line = read_results(out).summary_line or {}
+    outcome = str(line.get("outcome", "unknown"))
+    finished, failed = int(line.get("requests") or 0), int(line.get("errors") or 0)
+    cancelled = int(line.get("cancelled") or 0)
+    unsent = max(total - finished - cancelled, 0)
+    return (
+        f"{_ENDINGS.get(outcome, outcome)}: {finished:,} of {total:,} requests finished ({failed:,} failed), "
+        f"{cancelled:,} cancelled in flight, {unsent:,} not sent; results in {out}"
+    )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import httpx
 import orjson
 
+from replay.engine.decode import Fields, check_counts, check_modelled
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
@@ -19,7 +19,7 @@ from replay.engine.exchange import (
 )
 from replay.engine.openai import OPENAI_HEADERS, function_tools
 from replay.engine.sse import SseEvent
-from replay.engine.usage import parse_usage
+from replay.engine.usage import COUNT_PATHS, parse_usage
 from replay.metrics.record import RequestRecord
 
 _ANTHROPIC_FINISH = {
@@ -93,7 +93,7 @@ def anthropic_messages_wire(
                     "type": "tool_use",
                     "id": tc["id"],
                     "name": tc["name"],
-                    "input": _tool_input(tc["arguments"]),
+                    "input": _tool_input(tc.get("arguments") or ""),
                 }
                 for tc in m["tool_calls"]
             ]
@@ -149,6 +149,9 @@ def anthropic_body(call: ApiCall) -> dict[str, Any]:
 
 
 class AnthropicReader:
+    """Messages events and bodies, every field read through `Fields` (a wrong type is
+    `BadShape`: the request's `bad_payload`)."""
+
     terminal = "message_stop"
 
     def __init__(self) -> None:
@@ -163,81 +166,116 @@ class AnthropicReader:
 
     def event(self, ev: SseEvent) -> bool:
         obj = load_event(ev.data)
-        kind = obj.get("type") or ev.event
+        raw = obj.raw
+        if raw.get("type") == "content_block_delta":  # most of a stream: one text delta, checked inline
+            delta_raw = raw.get("delta")
+            if type(delta_raw) is dict and delta_raw.get("type") == "text_delta":
+                text = delta_raw.get("text")
+                if type(text) is str:
+                    if text:
+                        self.content.append(text)
+                        return True
+                    return False
+        kind = obj.text("type") or ev.event
         if kind == "content_block_delta":
-            delta = obj.get("delta") or {}
-            dtype = delta.get("type")
+            delta = obj.obj("delta")
+            if delta is None:
+                return False
+            dtype = delta.text("type")
             if dtype == "text_delta":
-                text = delta.get("text")
+                text = delta.text("text")
                 if text:
                     self.content.append(text)
                     return True
             elif dtype == "thinking_delta":
-                text = delta.get("thinking")
+                text = delta.text("thinking")
                 if text:
                     self.reasoning.append(text)
                     return True
             elif dtype == "input_json_delta":
-                part = delta.get("partial_json")
-                entry = self.tools.get(obj.get("index", -1))
+                part = delta.text("partial_json")
+                index = obj.integer("index")
+                entry = self.tools.get(-1 if index is None else index)
                 if part and entry is not None:
                     entry["arguments"] += part
                     return True
             return False
         if kind == "content_block_start":
-            return self._block_start(obj.get("index", len(self.tools)), obj.get("content_block") or {})
+            index = obj.integer("index")
+            block = obj.obj("content_block")
+            if block is None:
+                return False
+            return self._block_start(len(self.tools) if index is None else index, block)
         if kind == "message_delta":
-            delta = obj.get("delta") or {}
-            if delta.get("stop_reason"):
-                self.stop_reason = delta["stop_reason"]
-            self._merge_usage(obj.get("usage"))
-            if obj.get("x_sim"):
-                self.x_sim = obj["x_sim"]
+            delta = obj.obj("delta")
+            reason = delta.text("stop_reason") if delta is not None else None
+            if reason:
+                self.stop_reason = reason
+            self._merge_usage(obj.obj("usage"))
+            x_sim = obj.obj("x_sim")
+            if x_sim is not None and x_sim.raw:
+                self.x_sim = check_modelled(x_sim)
             return False
         if kind == "message_start":
-            msg = obj.get("message") or {}
-            self._merge_usage(msg.get("usage"))
+            msg = obj.obj("message")
+            if msg is not None:
+                self._merge_usage(msg.obj("usage"))
             return False
         if kind == "message_stop":
             self.done = True
             return False
         if kind == "error" or ev.event == "error":
-            self.error = stream_error(obj)
+            self.error = stream_error(obj.raw)
         return False  # ping, content_block_stop, signature deltas, future event types
 
-    def _block_start(self, index: int, block: dict[str, Any]) -> bool:
-        btype = block.get("type")
+    def _block_start(self, index: int, block: Fields) -> bool:
+        btype = block.text("type")
         if btype == "tool_use":
             # The name arrives here, as it does in OpenAI's first tool-call delta: a token.
-            self.tools[index] = {"id": block.get("id", ""), "name": block.get("name", ""), "arguments": ""}
+            self.tools[index] = {
+                "id": block.text("id") or "",
+                "name": block.text("name") or "",
+                "arguments": "",
+            }
             return True
-        if btype == "text" and block.get("text"):
-            self.content.append(block["text"])
-            return True
-        if btype == "thinking" and block.get("thinking"):
-            self.reasoning.append(block["thinking"])
-            return True
+        if btype == "text":
+            text = block.text("text")
+            if text:
+                self.content.append(text)
+                return True
+        if btype == "thinking":
+            text = block.text("thinking")
+            if text:
+                self.reasoning.append(text)
+                return True
         return False
 
-    def _merge_usage(self, usage: Mapping[str, Any] | None) -> None:
+    def _merge_usage(self, usage: Fields | None) -> None:
         # message_start carries the prompt counts, message_delta the final output count.
         if usage:
-            self.usage.update((k, v) for k, v in usage.items() if v is not None)
+            check_counts({"usage": usage.raw}, COUNT_PATHS, usage.path.rpartition(".")[0])
+            self.usage.update((k, v) for k, v in usage.raw.items() if v is not None)
 
-    def body(self, obj: dict[str, Any]) -> None:
+    def body(self, obj: Fields) -> None:
         self.done = True
-        for i, block in enumerate(obj.get("content") or ()):
-            btype = block.get("type")
+        for i, block in enumerate(obj.objects("content")):
+            btype = block.text("type")
             if btype == "text":
-                self.content.append(block.get("text", ""))
+                self.content.append(block.text("text") or "")
             elif btype == "thinking":
-                self.reasoning.append(block.get("thinking", ""))
+                self.reasoning.append(block.text("thinking") or "")
             elif btype == "tool_use":
-                args = orjson.dumps(block.get("input", {})).decode()
-                self.tools[i] = {"id": block.get("id", ""), "name": block.get("name", ""), "arguments": args}
-        self.stop_reason = obj.get("stop_reason")
-        self._merge_usage(obj.get("usage"))
-        self.x_sim = obj.get("x_sim")
+                block_input = block.obj("input")
+                args = orjson.dumps(block_input.raw if block_input is not None else {}).decode()
+                self.tools[i] = {
+                    "id": block.text("id") or "",
+                    "name": block.text("name") or "",
+                    "arguments": args,
+                }
+        self.stop_reason = obj.text("stop_reason")
+        self._merge_usage(obj.obj("usage"))
+        x_sim = obj.obj("x_sim")
+        self.x_sim = check_modelled(x_sim) if x_sim is not None else None
 
     def fill(self, res: RequestRecord) -> None:
         tool_calls = [self.tools[i] for i in sorted(self.tools)]

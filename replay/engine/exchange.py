@@ -21,12 +21,15 @@ import httpx
 import orjson
 
 from replay.engine import http1
+from replay.engine.decode import BadPayload, BadShape, Fields, load_object
 from replay.engine.sse import SseEvent, SseParser
 from replay.engine.transport import rx_clock
 from replay.metrics.record import RequestRecord
 
 Think = Literal["off", "on", "auto"]
-Status = Literal["ok", "http_error", "timeout", "connect_error", "stream_broken", "server_error"]
+Status = Literal[
+    "ok", "http_error", "timeout", "connect_error", "stream_broken", "server_error", "bad_payload"
+]
 State = Literal["waiting", "prefill", "decoding", "done"]
 OnState = Callable[[State], None] | None
 
@@ -52,6 +55,7 @@ THINK_FIELDS: dict[str, dict[Think, dict[str, Any]]] = {
 
 
 _ERROR_TEXT_MAX = 300
+EVIDENCE_MAX = 2048  # bytes of a bad reply kept with its record
 _DRAIN_S = 0.5  # how long the body may go on after [DONE] / message_stop
 
 
@@ -96,13 +100,9 @@ class Reader(Protocol):
     done: bool  # terminal event seen
     error: str | None  # the server reported an error inside the stream
 
-    def event(self, ev: SseEvent) -> bool: ...  # True when the event carried a token
-    def body(self, obj: dict[str, Any]) -> None: ...  # whole non-stream response
+    def event(self, ev: SseEvent) -> bool: ...  # True when the event carried a token; may raise BadPayload
+    def body(self, obj: Fields) -> None: ...  # whole non-stream response; may raise BadPayload
     def fill(self, res: RequestRecord) -> None: ...  # message, finish, usage from what was read
-
-
-class BadPayload(Exception):
-    """The server sent bytes that are not the JSON the protocol promises."""
 
 
 def _one_line(text: str) -> str:
@@ -191,12 +191,23 @@ async def exchange(
     except (httpx.TransportError, http1.TransportError) as exc:
         phase = "before response headers" if res.t_headers is None else f"after {res.n_events} events"
         res.status, res.error = "stream_broken", f"{where}: connection failed {phase}: {_transport_text(exc)}"
-    except BadPayload as exc:
+    except BadShape as exc:
+        res.status, res.error = "bad_payload", f"{where}: wrong reply shape: {exc}"
+        res.evidence = _evidence(exc.evidence)
+    except BadPayload as exc:  # bytes that are not JSON at all: the stream itself is broken
         res.status, res.error = "stream_broken", f"{where}: {exc}"
+        res.evidence = _evidence(exc.evidence)
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as exc:
+        # Last line of defence: a reply shape the checked readers missed is still this request's
+        # failure, never the run's. The readers' property tests keep this branch unreached.
+        res.status, res.error = "bad_payload", f"{where}: reply could not be read: {_transport_text(exc)}"
     if res.t_end is None:
         res.t_end = time.perf_counter_ns()
     res.n_comments = parser.comments
-    reader.fill(res)
+    try:
+        reader.fill(res)
+    except BadPayload as exc:  # the pieces read are each well typed, but do not fit together
+        res.status, res.error = "bad_payload", f"{where}: wrong reply shape: {exc}"
     if on_state:
         on_state("done")
     return res
@@ -329,13 +340,13 @@ async def _read_body(body: _Body, res: RequestRecord, reader: Reader) -> None:
             res.t_first_byte = last
         chunks.append(chunk)
     res.t_end = last
+    data = b"".join(chunks)
     try:
-        obj = orjson.loads(b"".join(chunks))
-    except orjson.JSONDecodeError as exc:
-        raise BadPayload(f"response body is not JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        raise BadPayload("response body is not a JSON object")
-    reader.body(obj)
+        reader.body(load_object(data, "response body"))
+    except BadPayload as exc:
+        if exc.evidence is None:
+            exc.evidence = data
+        raise
 
 
 async def _read_stream(
@@ -355,7 +366,13 @@ async def _read_stream(
             res.t_first_byte = now
         for ev in feed(chunk):
             res.n_events += 1
-            if event(ev):
+            try:
+                carried = event(ev)
+            except BadPayload as exc:
+                if exc.evidence is None:
+                    exc.evidence = ev.data
+                raise
+            if carried:
                 res.n_token_events += 1
                 if res.t_first_token is None:
                     res.t_first_token = now
@@ -370,7 +387,12 @@ async def _read_stream(
     else:
         for ev in parser.finish():
             res.n_events += 1
-            reader.event(ev)
+            try:
+                reader.event(ev)
+            except BadPayload as exc:
+                if exc.evidence is None:
+                    exc.evidence = ev.data
+                raise
             if reader.done or reader.error is not None:
                 break
     if reader.error is not None:
@@ -378,6 +400,7 @@ async def _read_stream(
     elif not reader.done:
         got = len(parser.pending)
         res.status = "stream_broken"
+        res.evidence = _evidence(parser.pending) if got else None
         res.error = f"{where}: stream ended without {reader.terminal} after {res.n_events} events" + (
             f" ({got} bytes of an unfinished event dropped)" if got else ""
         )
@@ -385,16 +408,15 @@ async def _read_stream(
         await body.drain(_DRAIN_S)
 
 
-def load_event(data: bytes) -> dict[str, Any]:
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        raise BadPayload(
-            f"event data is not JSON: {_one_line(data[:120].decode('utf-8', 'replace'))}"
-        ) from None
-    if not isinstance(obj, dict):
-        raise BadPayload("event data is not a JSON object")
-    return obj
+def _evidence(data: bytes | None) -> bytes | None:
+    if data is None or len(data) <= EVIDENCE_MAX:
+        return data
+    return data[:EVIDENCE_MAX]
+
+
+def load_event(data: bytes) -> Fields:
+    """An SSE event's data: one JSON object, else `BadPayload` (not JSON) or `BadShape`."""
+    return load_object(data, "event data")
 
 
 def stream_error(obj: Any) -> str:

@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 
+from replay.engine.decode import Fields, check_counts, check_modelled
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
@@ -16,7 +17,7 @@ from replay.engine.exchange import (
     stream_error,
 )
 from replay.engine.sse import SseEvent
-from replay.engine.usage import parse_usage
+from replay.engine.usage import COUNT_PATHS, parse_usage
 from replay.metrics.record import RequestRecord
 
 # --- OpenAI chat completions ----------------------------------------------------------
@@ -40,7 +41,7 @@ def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 {
                     "id": tc["id"],
                     "type": "function",
-                    "function": {"name": tc["name"], "arguments": tc["arguments"]},
+                    "function": {"name": tc["name"], "arguments": tc.get("arguments", "")},
                 }
                 for tc in m["tool_calls"]
             ]
@@ -74,7 +75,33 @@ def openai_body(call: ApiCall) -> dict[str, Any]:
     return body
 
 
+_TAIL_KEYS = frozenset(("usage", "timings", "meta_info", "x_sim", "error"))
+
+
+def _plain_content(raw: dict[str, Any]) -> str | None:
+    """The text of a chunk that is one choice with a content-only delta and no finish, else None.
+
+    Most of a stream is such chunks; reading them without building `Fields` keeps the checked
+    reader as fast as the unchecked one was. Every type is still checked: None sends the chunk
+    down the general path, which names what is wrong.
+    """
+    choices = raw.get("choices")
+    if type(choices) is not list or len(choices) != 1 or not _TAIL_KEYS.isdisjoint(raw):
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("finish_reason") is not None:
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict or len(delta) != 1:
+        return None
+    text = delta.get("content")
+    return text if type(text) is str else None
+
+
 class OpenAIReader:
+    """Chat-completions chunks and bodies, every field read through `Fields` (a wrong type is
+    `BadShape`: the request's `bad_payload`)."""
+
     terminal = "[DONE]"
 
     def __init__(self) -> None:
@@ -89,20 +116,29 @@ class OpenAIReader:
         self.meta_info: dict[str, Any] | None = None
         self.x_sim: dict[str, Any] | None = None
 
-    def _tail(self, obj: dict[str, Any]) -> None:
+    def _tail(self, obj: Fields) -> None:
         # Usage, timings and x_sim may ride on any chunk; the last one that carries them wins.
-        usage = obj.get("usage")
-        if usage:
-            self.usage = usage
-        timings = obj.get("timings")
-        if timings:
-            self.timings = timings
-        meta = obj.get("meta_info")
-        if meta:
-            self.meta_info = meta
-        x_sim = obj.get("x_sim")
-        if x_sim:
-            self.x_sim = x_sim
+        usage = obj.obj("usage")
+        timings = obj.obj("timings")
+        meta = obj.obj("meta_info")
+        check_counts(
+            {
+                "usage": obj.value("usage"),
+                "timings": obj.value("timings"),
+                "meta_info": obj.value("meta_info"),
+            },
+            COUNT_PATHS,
+            obj.path,
+        )
+        if usage and usage.raw:
+            self.usage = usage.raw
+        if timings and timings.raw:
+            self.timings = timings.raw
+        if meta and meta.raw:
+            self.meta_info = meta.raw
+        x_sim = obj.obj("x_sim")
+        if x_sim and x_sim.raw:
+            self.x_sim = check_modelled(x_sim)
 
     def event(self, ev: SseEvent) -> bool:
         data = ev.data
@@ -110,68 +146,82 @@ class OpenAIReader:
             self.done = True
             return False
         obj = load_event(data)
-        if ev.event == "error" or ("error" in obj and not obj.get("choices")):
-            self.error = stream_error(obj)
+        if ev.event == "message":
+            text = _plain_content(obj.raw)
+            if text is not None:  # the common token chunk, its every field checked inline
+                if text:
+                    self.content.append(text)
+                    return True
+                return False
+        if ev.event == "error" or ("error" in obj and not obj.value("choices")):
+            self.error = stream_error(obj.raw)
             return False
         if "usage" in obj or "timings" in obj or "x_sim" in obj or "meta_info" in obj:
             self._tail(obj)
         token = False
-        for choice in obj.get("choices") or ():
-            delta = choice.get("delta")
-            if delta:
-                text = delta.get("content")
+        for choice in obj.objects("choices"):
+            delta = choice.obj("delta")
+            if delta is not None:
+                text = delta.text("content")
                 if text:
                     self.content.append(text)
                     token = True
-                text = delta.get("reasoning_content") or delta.get("reasoning")
+                text = delta.text("reasoning_content") or delta.text("reasoning")
                 if text:
                     self.reasoning.append(text)
                     token = True
-                calls = delta.get("tool_calls")
-                if calls:
-                    self._tool_deltas(calls)
+                if delta.value("tool_calls"):
+                    self._tool_deltas(delta)
                     token = True
-            reason = choice.get("finish_reason")
+            reason = choice.text("finish_reason")
             if reason:
                 self.finish = reason
         return token
 
-    def _tool_deltas(self, calls: list[dict[str, Any]]) -> None:
-        for pos, tc in enumerate(calls):
-            index = tc.get("index", pos)
+    def _tool_deltas(self, delta: Fields) -> None:
+        for pos, tc in enumerate(delta.objects("tool_calls")):
+            index = tc.integer("index")
+            if index is None:
+                index = pos
             entry = self.tools.get(index)
             if entry is None:
                 entry = self.tools[index] = {"id": "", "name": "", "arguments": ""}
-            if tc.get("id"):
-                entry["id"] = tc["id"]
-            fn = tc.get("function") or {}
-            name = fn.get("name")
+            call_id = tc.text("id")
+            if call_id:
+                entry["id"] = call_id
+            fn = tc.obj("function")
+            if fn is None:
+                continue
+            name = fn.text("name")
             # Most servers send the name once; some repeat it on every delta, a few split it.
             if name and name != entry["name"]:
                 entry["name"] += name
-            args = fn.get("arguments")
+            args = fn.text("arguments")
             if args:
                 entry["arguments"] += args
 
-    def body(self, obj: dict[str, Any]) -> None:
+    def body(self, obj: Fields) -> None:
         self.done = True
         self._tail(obj)
-        choices = obj.get("choices") or [{}]
-        choice = choices[0]
-        msg = choice.get("message") or {}
-        if msg.get("content"):
-            self.content.append(msg["content"])
-        reasoning = msg.get("reasoning_content") or msg.get("reasoning")
-        if reasoning:
-            self.reasoning.append(reasoning)
-        for i, tc in enumerate(msg.get("tool_calls") or ()):
-            fn = tc.get("function") or {}
-            self.tools[i] = {
-                "id": tc.get("id", ""),
-                "name": fn.get("name", ""),
-                "arguments": fn.get("arguments", ""),
-            }
-        self.finish = choice.get("finish_reason")
+        choice = obj.first_object("choices")
+        if choice is None:
+            return
+        msg = choice.obj("message")
+        if msg is not None:
+            content = msg.text("content")
+            if content:
+                self.content.append(content)
+            reasoning = msg.text("reasoning_content") or msg.text("reasoning")
+            if reasoning:
+                self.reasoning.append(reasoning)
+            for i, tc in enumerate(msg.objects("tool_calls")):
+                fn = tc.obj("function")
+                self.tools[i] = {
+                    "id": tc.text("id") or "",
+                    "name": (fn.text("name") if fn else None) or "",
+                    "arguments": (fn.text("arguments") if fn else None) or "",
+                }
+        self.finish = choice.text("finish_reason")
 
     def fill(self, res: RequestRecord) -> None:
         tool_calls = [self.tools[i] for i in sorted(self.tools)]

@@ -162,6 +162,10 @@ PLANS = ("alternate", "overlap", "timed", "closed-loop")
 def make_plan(
     name: str, concurrency: int | None = None, speed: float = 1.0, round_robin: bool = False
 ) -> Plan:
+    if concurrency is not None and concurrency < 1:
+        raise UsageError(f"--concurrency must be at least 1, not {concurrency}")
+    if not speed > 0 or speed == float("inf"):
+        raise UsageError(f"--speed must be a number greater than 0, not {speed:g}")
     if name == "alternate":
         return Alternate(round_robin=round_robin)
     if name == "overlap":

@@ -47,8 +47,14 @@ class EngineConfig:
 THINK_MODES = ("off", "on", "auto")
 
 
-def check_options(history: str, think: str, api: str | None) -> None:
+def check_options(
+    history: str, think: str, api: str | None, timeout: float | None = None, max_duration: float | None = None
+) -> None:
     """Refuse run options the engine does not know, before anything starts."""
+    if timeout is not None and not 0 < timeout < float("inf"):
+        raise UsageError(f"--timeout must be a number of seconds greater than 0, not {timeout:g}")
+    if max_duration is not None and not 0 < max_duration < float("inf"):
+        raise UsageError(f"--max-duration must be a number of seconds greater than 0, not {max_duration:g}")
     if history not in HISTORY_MODES:
         raise UsageError(f"--history must be one of {', '.join(HISTORY_MODES)}")
     if think not in THINK_MODES:
@@ -144,10 +150,12 @@ class Engine:
         params = req.params
         reply = req.reply or {}
         headers = {"X-Request-ID": f"{self.config.run_id}-{req.id}"}
-        if reply.get("finish"):
-            headers["X-Replay-Finish"] = str(reply["finish"])
+        # Hints for the simulator, from the trace's text: sent only when a header can carry them.
+        finish = str(reply.get("finish") or "")
+        if finish and finish.isprintable():
+            headers["X-Replay-Finish"] = finish
         calls = (reply.get("message") or {}).get("tool_calls")
-        if calls:
+        if calls and str(calls[0].get("name", "")).isprintable():
             headers["X-Replay-Tool"] = str(calls[0].get("name", ""))
         max_tokens = reply.get("output_tokens")
         if max_tokens is None:

@@ -71,6 +71,16 @@ OUTPUT_RULES: tuple[Rule, ...] = (
     (("timings", "predicted_n"),),
 )
 
+# Every path a rule reads: a reply's counts are checked along these (replay.engine.decode).
+COUNT_PATHS: tuple[Path, ...] = tuple(
+    dict.fromkeys(
+        path
+        for rules in (PROMPT_RULES, CACHED_RULES, CACHE_WRITE_RULES, REPROCESSED_RULES, OUTPUT_RULES)
+        for rule in rules
+        for path in rule
+    )
+)
+
 
 def _number(obj: Mapping[str, Any], path: Path) -> int | None:
     cur: Any = obj

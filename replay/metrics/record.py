@@ -99,6 +99,7 @@ class RequestRecord:
     n_events: int = 0  # SSE events dispatched
     n_token_events: int = 0  # of which carried a token
     n_comments: int = 0  # keep-alive comment lines
+    evidence: bytes | None = None  # the bytes at fault when status is bad_payload / stream_broken
     extra: dict[str, Any] = field(default_factory=dict)  # fields a caller adds to the results line
 
     @property

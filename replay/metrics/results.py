@@ -67,6 +67,8 @@ def request_line(rec: RequestRecord) -> dict[str, Any]:
     }
     if rec.x_sim is not None:
         line["modelled"] = rec.x_sim
+    if rec.evidence is not None:  # what a bad_payload / stream_broken failure is about
+        line["evidence"] = rec.evidence.decode("utf-8", "replace")
     line.update(rec.extra)
     return line
 
@@ -116,6 +118,7 @@ class RunResults:
     requests: list[dict[str, Any]] = field(default_factory=list)
     server: list[dict[str, Any]] = field(default_factory=list)
     summary_line: dict[str, Any] | None = None
+    truncated_line: int | None = None  # a last line cut short (a run killed mid-write), ignored
 
     @property
     def summary(self) -> Summary:
@@ -128,7 +131,46 @@ class RunResults:
         return summary
 
 
+# Fields of a `request` line the reports compute with: counts, seconds, text.
+_COUNTS = ("prompt_tokens", "cached_tokens", "cache_write_tokens", "reprocessed_tokens", "output_tokens")
+_SECONDS = ("ttft_s", "latency_s", "ttft_sched_s", "latency_sched_s", "decode_tps")
+
+
+def _problem(obj: dict[str, Any]) -> str | None:
+    """What is wrong with a `request` line for the reports, or None."""
+    if type(obj.get("status")) is not str:
+        return "request 'status' must be a string"
+    switch = obj.get("switch", [])
+    if type(switch) is not list or not all(type(s) is str for s in switch):
+        return "request 'switch' must be a list of strings"
+    for key in _COUNTS:
+        value = obj.get(key)
+        if value is not None and (type(value) is not int or not 0 <= value < 1 << 53):
+            return f"request '{key}' must be a count or null"
+    for key in _SECONDS:
+        value = obj.get(key)
+        if value is not None and (type(value) not in (int, float) or value < 0):
+            return f"request '{key}' must be seconds >= 0 or null"
+    return None
+
+
+def _summary_problem(obj: dict[str, Any]) -> str | None:
+    """What is wrong with a `summary` line's classes (counts and encoded histograms), or None."""
+    try:
+        summary = Summary.decode(obj["classes"])
+    except Exception as exc:  # whatever damage the encoded histograms hold
+        return f"summary 'classes' are damaged ({type(exc).__name__})"
+    for name, stats in summary.classes.items():
+        if type(stats.count) is not int or type(stats.errors) is not int:
+            return f"summary class {name!r}: 'count' and 'errors' must be integers"
+        if not all(type(v) in (int, float) for v in stats.sums.values()):
+            return f"summary class {name!r}: 'sums' must be numbers"
+    return None
+
+
 def read_results(path: str | Path) -> RunResults:
+    """Read a results file; damage is a `TraceError` naming file:line, except a last line cut short
+    by a run killed mid-write, which is kept as `truncated_line` for the report to mention."""
     path = str(path)
     run: dict[str, Any] | None = None
     out: RunResults | None = None
@@ -144,20 +186,32 @@ def read_results(path: str | Path) -> RunResults:
                 obj = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 # A run killed mid-write can leave one partial last line; anything else is damage.
-                if handle.read(1):
+                if handle.read(1) or raw.endswith(b"\n"):
                     raise TraceError(path, n, "bad JSON in results file") from None
+                if out is not None:
+                    out.truncated_line = n
                 break
+            if type(obj) is not dict:
+                raise TraceError(path, n, "each line of a results file must be a JSON object")
             kind = obj.get("kind")
             if n == 1:
                 if kind != "run" or obj.get("format") != FORMAT:
                     raise TraceError(path, n, f"not a results file (expected a '{FORMAT}' run header)")
                 run = obj
                 out = RunResults(path=path, run=run)
+            elif out is None:
+                raise TraceError(path, n, f"not a results file (expected a '{FORMAT}' run header)")
             elif kind == "request":
+                problem = _problem(obj)
+                if problem is not None:
+                    raise TraceError(path, n, problem)
                 out.requests.append(obj)
             elif kind == "server":
                 out.server.append(obj)
             elif kind == "summary":
+                problem = _summary_problem(obj)
+                if problem is not None:
+                    raise TraceError(path, n, problem)
                 out.summary_line = obj
     if out is None:
         raise TraceError(path, 0, "empty results file")

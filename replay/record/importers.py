@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from replay.errors import UsageError
+from replay.errors import ReplayError, UsageError
 from replay.record.claude_code import import_claude_code
 from replay.record.mooncake import export_mooncake, import_mooncake
 from replay.record.sharegpt import import_sharegpt
@@ -33,7 +33,12 @@ def _check(fmt: str, table: dict[str, Converter], verb: str, src: Path, out: Pat
 
 def run_import(fmt: str, src: Path, out: Path) -> str:
     """Convert, validate what was written, and say what came out in one line."""
-    counts = _check(fmt, IMPORTERS, "import", src, out)(src, out)
+    convert = _check(fmt, IMPORTERS, "import", src, out)
+    try:
+        counts = convert(src, out)
+    except ReplayError:
+        out.unlink(missing_ok=True)  # a half-written trace is no trace
+        raise
     checked = validate(out)
     return (
         f"{out}: {checked['requests']} requests in {checked['sessions']} sessions from {fmt} ({_fmt(counts)})"

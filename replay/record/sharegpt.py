@@ -36,24 +36,42 @@ _ROLES = {
 _ID_OK = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def _load(src: Path) -> list[Any]:
+def _load(src: Path) -> tuple[list[Any], list[int]]:
+    """The file's items, and for JSON Lines the line each came from (empty for one JSON document)."""
     data = src.read_bytes()
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
         obj = None
     if isinstance(obj, list):
-        return obj
+        return obj, []
     if isinstance(obj, dict):
-        return [obj]
+        return [obj], []
     items = []
+    lines = []
     for n, raw in enumerate(data.splitlines(), 1):
         if raw.strip():
             try:
                 items.append(orjson.loads(raw))
             except orjson.JSONDecodeError as exc:
                 raise TraceError(str(src), n, f"bad JSON: {exc}") from None
-    return items
+            lines.append(n)
+    return items, lines
+
+
+_TURN_KEYS = ("conversations", "conversation", "messages", "items")
+
+
+def _shape_problem(item: Any) -> str | None:
+    """Why `item` is not a ShareGPT conversation at all (as opposed to one with nothing to replay)."""
+    if not isinstance(item, dict):
+        return f"expected a conversation object, got {type(item).__name__}"
+    raw = next((item[k] for k in _TURN_KEYS if k in item), None)
+    if not isinstance(raw, list):
+        return "expected an object with a 'conversations' list of {from, value} turns"
+    if raw and not any(isinstance(t, dict) and ("from" in t or "role" in t) for t in raw):
+        return "its turns have neither 'from' nor 'role'"
+    return None
 
 
 def _turns(item: Any) -> list[Message]:
@@ -89,7 +107,7 @@ def import_sharegpt(
 ) -> dict[str, int]:
     """Convert a ShareGPT file into a trace at `out`; `limit` caps the number of conversations."""
     src = Path(src)
-    items = _load(src)
+    items, lines = _load(src)
     counts = {"conversations": 0, "skipped": 0, "requests": 0}
     used: set[str] = set()
     t = 0.0
@@ -99,6 +117,12 @@ def import_sharegpt(
         for index, item in enumerate(items):
             if limit is not None and counts["conversations"] >= limit:
                 break
+            problem = _shape_problem(item)
+            if problem is not None:
+                # A file in another format would otherwise import as an empty trace, exit 0.
+                line = lines[index] if lines else 1
+                where = f"item {index}: " if not lines else ""
+                raise TraceError(str(src), line, f"not a ShareGPT file: {where}{problem}")
             turns = _turns(item)
             if not any(m["role"] == "user" for m in turns):
                 counts["skipped"] += 1

@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 
 from replay.engine.apis import APIS
-from replay.engine.exchange import BadPayload, Reader, error_text
+from replay.engine.decode import BadPayload, Fields
+from replay.engine.exchange import Reader, error_text
 from replay.engine.sse import SseParser
 from replay.engine.usage import Usage
 from replay.metrics.record import RequestRecord
@@ -457,6 +458,8 @@ class ReplyTap:
             self.malformed = "reply body is not a JSON object"
             return
         try:
-            self.reader.body(obj)
+            self.reader.body(Fields(obj))
+        except BadPayload as exc:
+            self.malformed = f"reply body has an unexpected shape ({exc})"
         except (AttributeError, TypeError, KeyError, ValueError) as exc:
             self.malformed = f"reply body has an unexpected shape ({exc})"

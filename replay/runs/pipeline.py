@@ -26,6 +26,7 @@ from replay.engine.run import Engine, EngineConfig, check_options
 from replay.errors import TargetError, UsageError
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import append_records, read_results
+from replay.metrics.switch import SwitchTracker
 from replay.runs.barrier import wait_until
 from replay.runs.recording import (
     EXIT_FAILED,
@@ -89,7 +90,7 @@ class RunOptions:
     start_at: float | None = None  # epoch seconds: the schedule begins then (a sharded run's barrier)
 
     def __post_init__(self) -> None:
-        check_options(self.history, self.think, self.api)
+        check_options(self.history, self.think, self.api, self.timeout, self.max_duration)
 
     def engine_config(self, base_url: str) -> EngineConfig:
         return EngineConfig(
@@ -325,6 +326,9 @@ def _segmented(job: ReplayJob, target: dict[str, Any], hooks: Hooks, say: Say) -
     )
     outcome = "done"
     sessions: dict[str, Any] | None = None
+    # One classification across server processes: a request is classed by its own session (E5
+    # goes on with the document it restores), not as the first request a new engine sees.
+    tracker = SwitchTracker()
     try:
         for index, part in enumerate(segments(trace.requests, hooks.restart_before)):  # noqa: B007
             if index:
@@ -343,6 +347,7 @@ def _segmented(job: ReplayJob, target: dict[str, Any], hooks: Hooks, say: Say) -
                 recording.sink,
             )
             engine.by_id = by_id  # replies of earlier segments are looked up by id
+            engine.tracker = tracker
             if sessions is not None:
                 engine.sessions = sessions
             recording.engine = engine

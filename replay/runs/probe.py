@@ -97,6 +97,7 @@ class Restart:
     new_pid: int | None
     stop_s: float | None
     start_s: float | None
+    slot: int | None = None  # the llama-server slot saved and restored (the one holding the document)
     save: dict[str, Any] = field(default_factory=dict)  # n_saved, n_written, save_ms (llama-server)
     restore: dict[str, Any] = field(default_factory=dict)  # n_restored, n_read, restore_ms
 
@@ -149,7 +150,7 @@ def run_cache_probe(
     *,
     scenario: str = "cache-probe",
     params: dict[str, Any] | None = None,
-    slot: int = 0,
+    slot: int | None = None,
     timeout_s: float = 1800.0,
     say: Say | None = None,
 ) -> ProbeReport:
@@ -184,7 +185,7 @@ def _run(
     labels: dict[int, str],
     out: Path,
     name: str,
-    slot: int,
+    slot: int | None,
     timeout_s: float,
     say: Say,
 ) -> ProbeReport:
@@ -203,10 +204,15 @@ def _run(
         served = server.enter_context(start_target(target, workdir))
         logs.append(served.log_path)
 
+        by_id = trace.by_id()
+
         def restart(old: Served, rid: int) -> tuple[Served, dict[str, Any]]:
             say(_progress_line(measured))
+            chosen = slot
+            if chosen is None and target.kind in SLOT_KINDS:
+                chosen = find_slot(old.url, by_id[rid].session, measured, old.log_path)
             measured.clear()
-            done, new, logs[-1] = _restart(server, old, target, workdir, rid, slot, say)
+            done, new, logs[-1] = _restart(server, old, target, workdir, rid, chosen, say)
             logs.append(new.log_path)
             restarts.append(done)
             return new, done.to_json()
@@ -247,7 +253,7 @@ def _restart(
     target: Target,
     workdir: Path,
     rid: int,
-    slot: int,
+    slot: int | None,
     say: Say,
 ) -> tuple[Restart, Served, Path | None]:
     """Save the slot, stop the server by its PID, start a new one, restore the slot into it;
@@ -255,19 +261,20 @@ def _restart(
     if served.process is None:
         raise DriverError(f"{target.where}: the server was not started by the tool; cannot restart it")
     filename = SLOT_FILE.format(rid=rid)
-    uses_slots = target.kind in SLOT_KINDS
-    save = _slot_action(served.url, slot, "save", filename) if uses_slots else {}
+    uses_slots = target.kind in SLOT_KINDS and slot is not None
+    save = _slot_action(served.url, slot, "save", filename) if uses_slots and slot is not None else {}
     stopped = served.process.stop()
     stack.close()  # leaves start_target's block; the process is already stopped
     old_log = _set_aside(served.log_path, rid)
     new = stack.enter_context(start_target(target, workdir))
-    restore = _slot_action(new.url, slot, "restore", filename) if uses_slots else {}
+    restore = _slot_action(new.url, slot, "restore", filename) if uses_slots and slot is not None else {}
     restart = Restart(
         before_request=rid,
         old_pid=served.pid,
         new_pid=new.pid,
         stop_s=round(stopped.seconds, 3),
         start_s=new.build.get("ready_seconds"),
+        slot=slot if uses_slots else None,
         save=save,
         restore=restore,
     )
@@ -277,6 +284,87 @@ def _restart(
         + (tokens if uses_slots else "")
     )
     return restart, new, old_log
+
+
+def find_slot(url: str, session: str, records: list[RequestRecord], log_path: Path | None = None) -> int:
+    """The llama-server slot that holds `session`'s document: from `GET /slots`, else from the log.
+
+    What a slot holds is its last prompt and the reply generated on it (`n_prompt_tokens` in
+    `/slots`, `stop processing: n_tokens` in the log: prompt + output - 1 on current builds). The slot
+    that matches the session's last request is the one; when several match, the one that ran the
+    latest task, if that request was the last one sent. Anything else is refused: saving another
+    slot would report a restore that restored nothing of the document.
+    """
+    fix = "pass --slot N"
+    slots, source = _slots_from_api(url)
+    if slots is None:
+        slots = _slots_from_log(log_path)
+        if not slots:
+            raise TargetError(
+                f"cannot tell which slot holds the document: {source}, and the server log names no "
+                f"slot: {fix}"
+            )
+        source = "the server log"
+    if len(slots) == 1:
+        return slots[0][0]
+    mine = [rec for rec in records if rec.session == session and rec.ok]
+    last = mine[-1] if mine else None
+    prompt, output = (last.usage.prompt_tokens, last.usage.output_tokens) if last else (None, None)
+    if type(prompt) is not int:
+        raise TargetError(
+            f"cannot tell which of {len(slots)} slots holds session {session!r}'s document: its last "
+            f"request reported no prompt tokens: {fix}"
+        )
+    held = prompt + (output if type(output) is int else 0)
+    matches = [s for s in slots if s[2] is not None and prompt - 1 <= s[2] <= held]
+    if len(matches) == 1:
+        return matches[0][0]
+    if len(matches) > 1 and records and records[-1] is last:
+        return max(matches, key=lambda s: s[1])[0]
+    shown = ", ".join(f"slot {i}: {n} tokens" for i, _t, n in slots)
+    raise TargetError(
+        f"cannot tell which slot holds session {session!r}'s document ({prompt} prompt + {output} reply "
+        f"tokens; {source}: {shown}): {fix}"
+    )
+
+
+Slot = tuple[int, int, int | None]  # id, last task, tokens held
+
+
+def _slots_from_api(url: str) -> tuple[list[Slot] | None, str]:
+    """The slots `GET /slots` lists, or None and why not (the endpoint can be switched off)."""
+    where = f"GET {url}/slots"
+    try:
+        r = httpx.get(f"{url}/slots", timeout=30.0)
+    except httpx.HTTPError as e:
+        return None, f"{where}: {type(e).__name__}"
+    if r.status_code != 200:
+        return None, f"{where} answered HTTP {r.status_code}"
+    try:
+        listed = r.json()
+    except ValueError:
+        return None, f"{where} answered no JSON"
+    slots = [
+        (
+            s["id"],
+            s["id_task"] if type(s.get("id_task")) is int else -1,
+            s["n_prompt_tokens"] if type(s.get("n_prompt_tokens")) is int else None,
+        )
+        for s in (listed if type(listed) is list else ())
+        if type(s) is dict and type(s.get("id")) is int
+    ]
+    return (slots or None), (where if slots else f"{where}: no slots in the answer")
+
+
+def _slots_from_log(log_path: Path | None) -> list[Slot]:
+    """Each slot's last release (`stop processing: n_tokens = N`) in the server's log."""
+    if log_path is None or not Path(log_path).exists():
+        return []
+    last: dict[int, Slot] = {}
+    for ev in llama_log.parse_files([log_path]).events:
+        if isinstance(ev, llama_log.Release) and ev.slot is not None and ev.slot >= 0:
+            last[ev.slot] = (ev.slot, ev.task if ev.task is not None else -1, ev.n_tokens)
+    return [last[k] for k in sorted(last)]
 
 
 def _set_aside(log_path: Path | None, rid: int) -> Path | None:

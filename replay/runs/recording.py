@@ -134,6 +134,8 @@ class Recording:
         if rec.status == "cancelled":
             self.counts["cancelled"] += 1
             line = self.writer.request(rec, summarise=False)
+            if self.keep_records:  # the server saw it: its counters and log still hold it
+                self.kept.append(line)
         else:
             self.counts["requests"] += 1
             if rec.status != "ok":

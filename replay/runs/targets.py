@@ -18,6 +18,8 @@ from drivers.guard import Guard, load_guard_config
 from drivers.launch import Served, describe_plan, plan_target, start_target
 from drivers.target import Target, load_target, target_from_dict
 from replay.errors import UsageError
+from replay.sim.model.config import PRESETS
+from replay.sim.server.options import flag_problem
 
 # Modelled time runs this many times faster than a real server would, unless the user says.
 DEFAULT_SIM_TIME_SCALE = 200.0
@@ -36,9 +38,16 @@ def resolve_target(spec: str | None, server: Path | None, sim_args: list[str], s
         return target_from_dict({"kind": "external", "url": spec.rstrip("/")}, name="external")
     if spec != "sim" and not spec.startswith("sim:"):
         raise UsageError(f"--target must be a URL (http://HOST:PORT) or sim[:preset], not {spec!r}")
-    return target_from_dict(
-        {"kind": "sim", "flags": sim_flags(spec.partition(":")[2], sim_args, scratch)}, name="sim"
-    )
+    preset = spec.partition(":")[2]
+    if preset and preset not in PRESETS:
+        raise UsageError(
+            f"--target {spec}: unknown simulator preset {preset!r} (known: {', '.join(sorted(PRESETS))})"
+        )
+    flags = sim_flags(preset, sim_args, scratch)
+    problem = flag_problem(flags)
+    if problem is not None:
+        raise UsageError(f"--sim-args: {problem}")
+    return target_from_dict({"kind": "sim", "flags": flags}, name="sim")
 
 
 def sim_flags(preset: str, extra: list[str], scratch: Path) -> list[str]:
@@ -64,7 +73,7 @@ def open_target(
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-run-")))
         adopt = None
         if service is not None:
-            guard = stack.enter_context(Guard(load_guard_config(service), say=say))
+            guard = stack.enter_context(Guard(load_guard_config(service), say=say, scratch=workdir))
             adopt = guard.adopt
         yield stack.enter_context(start_target(target, workdir, adopt=adopt))
 

@@ -20,6 +20,22 @@ from replay.trace.model import APIS, FORMAT, Request, Session, Trace, TraceHeade
 
 KINDS = ("trace", "session", "blob", "request", "unrecorded")
 _MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
+COUNT_LIMIT = 1 << 53  # counts and ids: exact in every JSON reader
+MAX_SECONDS = 1e7  # times in a trace (115 days): more is a typo, and overflows nanosecond clocks
+SYNTH_MAX_TOKENS = 10_000_000  # synthetic text is built in memory when sent: beyond any context
+# `reply.status` values a recorder writes (FORMAT.md); `ok` when absent.
+REPLY_STATUSES = (
+    "ok",
+    "http_error",
+    "malformed",
+    "server_error",
+    "stream_broken",
+    "client_disconnected",
+    "connect_error",
+    "timeout",
+    "bad_payload",
+    "cancelled",
+)
 
 
 class _Checker:
@@ -33,6 +49,7 @@ class _Checker:
         self.n_messages: dict[int, int] = {}
         self.last_id: int | None = None
         self.header_seen = False
+        self.tool_lists: dict[int, Any] = {}  # tool lists checked already (kept alive: ids stay theirs)
 
     def fail(self, problem: str) -> TraceError:
         return TraceError(self.path, self.line, problem)
@@ -51,7 +68,8 @@ class _Checker:
     def blob(self, ref: Any) -> Any:
         """Resolve `{"$blob": id}` to the blob's value (the same object every time), else return as is."""
         if isinstance(ref, dict) and "$blob" in ref:
-            value = self.blobs.get(ref["$blob"])
+            bid = ref["$blob"]
+            value = self.blobs.get(bid) if type(bid) is str else None
             if value is None:
                 raise self.fail(f"unknown blob {ref['$blob']!r} (blobs must be defined before use)")
             return value
@@ -64,12 +82,14 @@ class _Checker:
         if isinstance(value, dict) and "synth" in value:
             spec = value["synth"]
             if not (
-                isinstance(spec, dict)
-                and isinstance(spec.get("tokens"), int)
-                and spec["tokens"] >= 0
-                and isinstance(spec.get("seed"), int)
+                type(spec) is dict
+                and type(spec.get("tokens")) is int
+                and 0 <= spec["tokens"] <= SYNTH_MAX_TOKENS
+                and type(spec.get("seed")) is int
             ):
-                raise self.fail(f"{where}: synth needs integer 'tokens' >= 0 and 'seed'")
+                raise self.fail(
+                    f"{where}: synth needs integer 'tokens' (0 to {SYNTH_MAX_TOKENS:,}) and integer 'seed'"
+                )
             return value
         if isinstance(value, list):
             return [self.content(part, where) for part in value]
@@ -78,18 +98,24 @@ class _Checker:
     def message(self, msg: Any, index: int) -> dict[str, Any]:
         if type(msg) is dict and type(msg.get("content")) is str:
             role = msg.get("role")
-            if role == "user" or role == "system" or (role == "assistant" and "tool_calls" not in msg):
-                return msg  # plain text from a user, a system prompt or a tool-less reply: nothing to check
+            if (role == "user" or role == "system" or role == "assistant") and len(msg) == 2:
+                return msg  # plain text from a user, a system prompt or a bare reply: nothing to check
         msg = self.blob(msg)
         where = f"append[{index}]"
         if not isinstance(msg, dict):
             raise self.fail(f"{where} must be an object")
         if "$reply" in msg:
             ref = msg["$reply"]
-            if ref not in self.n_messages:
+            if type(ref) is not int or ref not in self.n_messages:
                 raise self.fail(f"{where}: $reply refers to request {ref!r}, not defined before this line")
             return msg
+        return self.checked_message(msg, where, None)
+
+    def checked_message(self, msg: dict[str, Any], where: str, only_role: str | None) -> dict[str, Any]:
+        """A stored message well formed (FORMAT.md, Messages); its content blobs resolved."""
         role = msg.get("role")
+        if only_role is not None and role != only_role:
+            raise self.fail(f"{where}: role must be {only_role!r}")
         if role not in _MESSAGE_ROLES:
             raise self.fail(f"{where}: role must be one of {', '.join(_MESSAGE_ROLES)}")
         if "content" not in msg and not msg.get("tool_calls"):
@@ -100,9 +126,26 @@ class _Checker:
                 msg = {**msg, "content": resolved}
         if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
             raise self.fail(f"{where}: a tool message needs a string 'tool_call_id'")
-        for call in msg.get("tool_calls") or ():
-            if not (isinstance(call, dict) and isinstance(call.get("name"), str) and "id" in call):
-                raise self.fail(f"{where}: each tool call needs 'id' and 'name'")
+        if "tool_call_id" in msg and not isinstance(msg["tool_call_id"], str):
+            raise self.fail(f"{where}: 'tool_call_id' must be a string")
+        calls = msg.get("tool_calls")
+        if calls is not None:
+            if role != "assistant":
+                raise self.fail(f"{where}: only an assistant message carries 'tool_calls'")
+            if not isinstance(calls, list):
+                raise self.fail(f"{where}: 'tool_calls' must be a list")
+            for call in calls:
+                if not (
+                    isinstance(call, dict)
+                    and isinstance(call.get("id"), str)
+                    and isinstance(call.get("name"), str)
+                    and isinstance(call.get("arguments", ""), str)
+                ):
+                    raise self.fail(
+                        f"{where}: each tool call needs string 'id', 'name' and 'arguments' (JSON text)"
+                    )
+        if msg.get("reasoning") is not None and not isinstance(msg["reasoning"], str):
+            raise self.fail(f"{where}: 'reasoning' must be a string")
         return msg
 
 
@@ -183,6 +226,10 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         fmt = check.need(obj, "format", str)
         if fmt != FORMAT:
             raise check.fail(f"unsupported format {fmt!r} (this tool reads {FORMAT})")
+        for key in ("created", "source", "notes"):
+            value = obj.get(key)
+            if value is not None and type(value) is not str:
+                raise check.fail(f"trace: field '{key}' must be a string, got {_json_type(value)}")
         if "start" in obj:
             _check_start(check, obj["start"])
         check.header_seen = True
@@ -193,6 +240,12 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         api = obj.get("api", "openai")
         if api not in APIS:
             raise check.fail(f"session api must be one of {', '.join(APIS)}")
+        for key, kind_of in (("role", str), ("model", str), ("labels", dict)):
+            value = obj.get(key)
+            if value is not None and type(value) is not kind_of:
+                raise check.fail(
+                    f"session {sid!r}: field '{key}' must be {_type_name(kind_of)}, got {_json_type(value)}"
+                )
         check.sessions[sid] = Session(
             id=sid,
             role=obj.get("role", "interactive"),
@@ -218,26 +271,91 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
     return obj
 
 
+def _where(rid: int, section: str) -> str:
+    """How a message names the field's place: `request 7` or `request 7: params` (built on failure)."""
+    return f"request {rid}: {section}" if section else f"request {rid}"
+
+
+def _optional(check: _Checker, obj: dict[str, Any], key: str, types: type, rid: int, section: str) -> Any:
+    """`obj[key]` when present and not null: it must be of `types` (a bool is never an int)."""
+    value = obj.get(key)
+    if value is None or type(value) is types:
+        return value
+    if not isinstance(value, types) or (isinstance(value, bool) and types is not bool):
+        raise check.fail(
+            f"{_where(rid, section)}: field '{key}' must be {_type_name(types)}, got {_json_type(value)}"
+        )
+    return value
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "an object"}
+    return names.get(type(value), "a list" if isinstance(value, list) else type(value).__name__)
+
+
+def _count(check: _Checker, obj: dict[str, Any], key: str, rid: int, section: str) -> int | None:
+    """A count: an integer from 0 up to 2^53 (an integral float like 5.0 is accepted), or absent."""
+    value = obj.get(key)
+    if value is None or (type(value) is int and 0 <= value < COUNT_LIMIT):
+        return value
+    if type(value) is float and value.is_integer() and 0 <= value < COUNT_LIMIT:
+        return int(value)
+    raise check.fail(
+        f"{_where(rid, section)}: field '{key}' must be an integer from 0 to 2^53, got {_short(value)}"
+    )
+
+
+def _seconds(check: _Checker, obj: dict[str, Any], key: str, rid: int, section: str) -> None:
+    """A time in seconds: a finite number >= 0 (below 10^7), or absent."""
+    value = obj.get(key)
+    if value is None:
+        return
+    if (type(value) is float or type(value) is int) and 0 <= value < MAX_SECONDS:
+        return
+    raise check.fail(
+        f"{_where(rid, section)}: field '{key}' must be seconds (a number from 0 to 1e7), got {_short(value)}"
+    )
+
+
+def _short(value: Any) -> str:
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:  # an integer beyond 64 bits
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _request_id(check: _Checker, value: Any) -> bool:
+    """An earlier request's id (a bool is never one, though `True == 1`)."""
+    return type(value) is int and value in check.n_messages
+
+
 def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
     rid = check.need(obj, "id", int)
+    if not 0 <= rid < COUNT_LIMIT:
+        raise check.fail(f"request id must be an integer from 0 to 2^53, got {rid}")
     if check.last_id is not None and rid <= check.last_id:
         raise check.fail(f"request id {rid} is not greater than the previous id {check.last_id}")
     session = check.need(obj, "session", str)
     if session not in check.sessions:
         raise check.fail(f"request {rid} names session {session!r}, not defined before this line")
-    t = check.need(obj, "t", (int, float))
-    if t < 0:
-        raise check.fail(f"request {rid}: t must be >= 0")
+    if "t" not in obj:
+        raise check.fail("request is missing field 't'")
+    if obj["t"] is None:
+        raise check.fail(f"request {rid}: field 't' must be seconds (a number from 0 to 1e7), got null")
+    _seconds(check, obj, "t", rid, "")
     parent = obj.get("parent")
     keep = obj.get("keep", 0)
-    if not isinstance(keep, int) or keep < 0:
-        raise check.fail(f"request {rid}: keep must be an integer >= 0")
+    if type(keep) is not int or keep < 0:
+        raise check.fail(f"request {rid}: keep must be an integer >= 0, got {_short(keep)}")
     if parent is None:
         if keep:
             raise check.fail(f"request {rid}: keep without a parent")
     else:
-        if parent not in check.n_messages:
-            raise check.fail(f"request {rid}: parent {parent!r} is not a request defined before this line")
+        if not _request_id(check, parent):
+            raise check.fail(
+                f"request {rid}: parent {_short(parent)} is not a request defined before this line"
+            )
         if keep > check.n_messages[parent]:
             raise check.fail(
                 f"request {rid}: keep {keep} is larger than parent {parent}'s {check.n_messages[parent]} messages"
@@ -248,25 +366,104 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
     obj["append"] = [check.message(m, i) for i, m in enumerate(append)]
     if keep + len(append) == 0:
         raise check.fail(f"request {rid} has no messages")
-    params = obj.get("params") or {}
+    params = obj.get("params", {})
     if not isinstance(params, dict):
         raise check.fail(f"request {rid}: params must be an object")
     if any(type(v) is dict and "$blob" in v for v in params.values()):
         params = {k: check.blob(v) for k, v in params.items()}
+    if params:
+        _check_params(check, params, rid)
     obj["params"] = params
     previous = params.get("previous_response")
     if previous is not None and (type(previous) is not int or previous not in check.n_messages):
         raise check.fail(
             f"request {rid}: params.previous_response {previous!r} is not a request defined before this line"
         )
-    for key in ("reply", "usage", "after"):
-        if obj.get(key) is not None and not isinstance(obj[key], dict):
-            raise check.fail(f"request {rid}: {key} must be an object")
+    reply = obj.get("reply")
+    if reply is not None:
+        if type(reply) is not dict:
+            raise check.fail(f"request {rid}: reply must be an object")
+        _check_reply(check, reply, rid)
+    usage = obj.get("usage")
+    if usage is not None:
+        if type(usage) is not dict:
+            raise check.fail(f"request {rid}: usage must be an object")
+        for key in ("prompt_tokens", "cached_tokens", "cache_write_tokens", "output_tokens"):
+            _count(check, usage, key, rid, "usage")
+        _optional(check, usage, "raw", dict, rid, "usage")
     after = obj.get("after")
-    if after and after.get("request") is not None and after["request"] not in check.n_messages:
-        raise check.fail(f"request {rid}: after.request {after['request']!r} is not defined before this line")
+    if after is not None:
+        if type(after) is not dict:
+            raise check.fail(f"request {rid}: after must be an object")
+        ref = after.get("request")
+        if ref is not None and not _request_id(check, ref):
+            raise check.fail(f"request {rid}: after.request {_short(ref)} is not defined before this line")
+        _seconds(check, after, "delay_s", rid, "after")
+    tag = obj.get("tag")
+    if tag is not None and type(tag) is not str:
+        raise check.fail(f"request {rid}: field 'tag' must be a string, got {_json_type(tag)}")
     check.n_messages[rid] = keep + len(append)
     check.last_id = rid
+
+
+def _check_params(check: _Checker, params: dict[str, Any], rid: int) -> None:
+    _count(check, params, "max_tokens", rid, "params")  # 0 is a pre-warm: prefill only (ds4 PR 956)
+    temperature = params.get("temperature")
+    if temperature is not None and (
+        (type(temperature) is not int and type(temperature) is not float) or temperature < 0
+    ):
+        raise check.fail(
+            f"request {rid}: params: 'temperature' must be a number >= 0, got {_short(temperature)}"
+        )
+    _optional(check, params, "stream", bool, rid, "params")
+    _optional(check, params, "extra", dict, rid, "params")
+    tools = _optional(check, params, "tools", list, rid, "params")
+    if tools is not None and id(tools) not in check.tool_lists:
+        for i, tool in enumerate(tools):
+            tool = check.blob(tool)
+            if not isinstance(tool, dict):
+                raise check.fail(f"request {rid}: params: tools[{i}] must be an object")
+            if tool.get("type", "function") != "function":
+                continue  # a Responses tool of another kind (web_search, custom, ...): sent as it is
+            fn = tool.get("function", tool)
+            if not (isinstance(fn, dict) and isinstance(fn.get("name"), str)):
+                raise check.fail(
+                    f"request {rid}: params: tools[{i}] must be a function tool with a string 'name'"
+                )
+            if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+                raise check.fail(f"request {rid}: params: tools[{i}] 'parameters' must be an object")
+            if fn.get("description") is not None and not isinstance(fn["description"], str):
+                raise check.fail(f"request {rid}: params: tools[{i}] 'description' must be a string")
+        if len(check.tool_lists) < 1024:  # a blob's list is one object, shared by every use: once
+            check.tool_lists[id(tools)] = tools
+
+
+def _check_reply(check: _Checker, reply: dict[str, Any], rid: int) -> None:
+    message = reply.get("message")
+    if message is not None:
+        if type(message) is dict and message.get("role") == "assistant" and len(message) == 2:
+            if type(message.get("content")) is not str:  # the common bare reply: only its text to check
+                reply["message"] = check.checked_message(
+                    message, f"request {rid}: reply.message", "assistant"
+                )
+        else:
+            message = check.blob(message)
+            if not isinstance(message, dict):
+                raise check.fail(f"request {rid}: reply: 'message' must be an assistant message object")
+            reply["message"] = check.checked_message(message, f"request {rid}: reply.message", "assistant")
+    _optional(check, reply, "finish", str, rid, "reply")
+    _count(check, reply, "output_tokens", rid, "reply")
+    if len(reply) <= 3:
+        return  # message, finish, output_tokens: nothing a recorder adds
+    status = reply.get("status")
+    if status is not None and status not in REPLY_STATUSES:
+        raise check.fail(f"request {rid}: reply: 'status' must be one of {', '.join(REPLY_STATUSES)}")
+    http_status = _count(check, reply, "http_status", rid, "reply")
+    if http_status is not None and not 100 <= http_status <= 599:
+        raise check.fail(f"request {rid}: reply: 'http_status' must be an HTTP status (100 to 599)")
+    _optional(check, reply, "error", str, rid, "reply")
+    for key in ("first_byte_s", "first_token_s", "last_byte_s"):
+        _seconds(check, reply, key, rid, "reply")
 
 
 def validate(path: str | Path) -> dict[str, int]:

@@ -158,6 +158,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _FlagError(Exception):
+    pass
+
+
+def flag_problem(argv: list[str]) -> str | None:
+    """What argparse would refuse in these simulator flags, as a line; None when they parse.
+
+    A run checks its `--target sim[:preset]` and `--sim-args` with this before anything starts,
+    rather than learning of a typo from a child process that exits with a usage message.
+    """
+    parser = build_parser()
+
+    def error(message: str) -> None:
+        raise _FlagError(message)
+
+    parser.error = error  # type: ignore[method-assign]
+    try:
+        parser.parse_args(argv)
+    except _FlagError as exc:
+        return str(exc)
+    except SystemExit:
+        return "--help is not a run option"
+    return None
+
+
 _CONFIG_FIELDS = (
     "model_id",
     "ctx",
