@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -597,10 +597,76 @@ def k8s_render(
     raise typer.Exit(render(options, err))
 
 
+# What `--help` shows for each kind of value, by parameter name: one table for every verb instead
+# of a metavar written on each of ~130 options. Names not listed fall back by type (`_metavar`).
+METAVARS = {
+    "trace": "TRACE",
+    "traces": "TRACE...",
+    "results": "RESULTS...",
+    "logs": "LOG...",
+    "target": "URL|sim[:PRESET]",
+    "upstream": "URL",
+    "url": "URL",
+    "listen": "HOST:PORT",
+    "name": "NAME",
+    "model": "NAME",
+    "image": "IMAGE",
+    "key": "SECRET",
+    "shard": "i/N|auto/N",
+    "start_at": "TIME",
+    "budgets": "SIZES",
+    "tokens": "TOKENS",
+    "start": "TOKENS",
+    "param": "KEY=VALUE",
+    "arm": "ARM",
+    "api": "API",
+    "plan": "PLAN",
+    "history": "MODE",
+    "think": "MODE",
+    "kind": "KIND",
+    "preset": "PRESET",
+    "format": "FORMAT",
+    "namespace": "NAMESPACE",
+}
+
+
+def _metavar(param: Any) -> str | None:
+    """The placeholder people read: TRACE, FILE, DIR, URL, N, S; None for a flag (no value).
+    Typer ships its own copy of click, so parameters are read by their attributes."""
+    if getattr(param, "is_flag", False):
+        return None
+    name = param.name or ""
+    if name in METAVARS:
+        return METAVARS[name]
+    kind = getattr(param.type, "name", "")
+    many = "..." if param.nargs != 1 or getattr(param, "multiple", False) else ""
+    if kind == "path":
+        folder = name.endswith("dir") or (param.type.dir_okay and not param.type.file_okay)
+        return ("DIR" if folder else "FILE") + many
+    if kind == "integer":
+        return "N" + many
+    if kind == "float":
+        return "S" if any(w in name for w in ("timeout", "duration", "delay", "_in", "time")) else "X"
+    return name.upper().replace("_", "-") + many or None
+
+
+def command() -> Any:
+    """The click command tree with readable metavars on every value-taking parameter."""
+    root = typer.main.get_command(app)
+    stack = [root]
+    while stack:
+        cmd = stack.pop()
+        stack.extend(getattr(cmd, "commands", {}).values())
+        for param in cmd.params:
+            if param.metavar is None and (shown := _metavar(param)) is not None:
+                param.metavar = shown
+    return root
+
+
 def main() -> None:
     """Run the CLI; a ReplayError from any command is one line on stderr and its exit code."""
     try:
-        app()
+        command()(prog_name="replay")
     except ReplayError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)

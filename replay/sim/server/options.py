@@ -155,7 +155,51 @@ def build_parser() -> argparse.ArgumentParser:
         "--consume-deep-hits", action="store_true", default=None, help="May build: delete restored > cold_max"
     )
     k.add_argument("--continued-trigger", choices=CONTINUED_TRIGGERS)
+    _describe(p)
     return p
+
+
+# What the flags without a help text of their own mean (ds4's names; see ds4-server.md section 1).
+_HELP = {
+    "host": "address to listen on",
+    "preset": "model figures to start from (every one can be overridden below)",
+    "prefill_tps": "prefill speed, tokens per modelled second",
+    "decode_tps": "decode speed, tokens per modelled second",
+    "disk_read_gbps": "checkpoint read speed, GB per modelled second",
+    "disk_write_gbps": "checkpoint write speed, GB per modelled second",
+    "reasoning_tokens": "hidden reasoning tokens per reply (with --hidden-reasoning)",
+    "batched_sessions": "resident sessions (slots), each with its own KV, as ds4's --batched-session",
+    "routing": "which slot a request goes to: ds4's (upstream) or one that prefers a slot already holding its prefix",
+    "prefill_chunk": "prefill step, tokens",
+    "prefill_quantum": "prefill step while no other slot decodes, tokens",
+    "mixed_prefill_quantum": "prefill step while another slot decodes, tokens",
+    "kv_disk_dir": "enable disk KV checkpoints in this directory (without it the budget is not in effect)",
+    "kv_disk_space_mb": "disk budget for checkpoints, MiB",
+    "kv_cache_min_tokens": "no checkpoint is saved or loaded below this many tokens",
+    "kv_cache_cold_max_tokens": "cold save only for first prompts up to this many tokens (0: none)",
+    "kv_cache_continued_interval_tokens": "continued save every N tokens of a prefill (rounded up to the align value)",
+    "kv_cache_boundary_trim_tokens": "tail tokens dropped before a cold save",
+    "kv_cache_boundary_align_tokens": "cold cut and continued step are multiples of this",
+    "continued_trigger": "when a continued save fires: at exact multiples, or at the first chunk past one",
+}
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Every flag gets a description, a readable placeholder and its default: the preset's figure
+    where the flag overrides one (`--preset` changes it), else the flag's own."""
+    preset = config_for(DEFAULT_PRESET)
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        if action.help is None:
+            action.help = _HELP.get(action.dest, action.dest.replace("_", " "))
+        if action.metavar is None and action.nargs != 0 and action.choices is None:
+            named = {"host": "HOST", "model_id": "NAME"}.get(action.dest)
+            action.metavar = named or {int: "N", float: "X", _bytes_arg: "SIZE"}.get(action.type, "VALUE")  # type: ignore[arg-type]
+        default = action.default if action.default is not None else getattr(preset, action.dest, None)
+        if default not in (None, "", False) and "default" not in action.help:
+            shown = f"{default} for {DEFAULT_PRESET}" if action.default is None else default
+            action.help += f" (default: {shown})"
 
 
 class _FlagError(Exception):
