@@ -427,16 +427,42 @@ def anonymize(
 
 @app.command("import")
 def import_(
-    fmt: Annotated[str, typer.Argument(help="claude-code | mooncake | sharegpt")],
+    fmt: Annotated[
+        str | None, typer.Argument(help="hermes | opencode | codex | claude-code | mooncake | sharegpt")
+    ] = None,
     src: Annotated[
-        Path, typer.Argument(help="Input file (Claude Code: a transcript or a project directory).")
-    ],
-    out: Annotated[Path, typer.Argument(help="Trace to write.")],
+        Path | None, typer.Argument(help="What the agent left: a file, folder or database (see --list).")
+    ] = None,
+    out: Annotated[Path | None, typer.Argument(help="Trace to write.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Leave out requests sent before this time (ISO 8601, local time).")
+    ] = None,
+    until: Annotated[str | None, typer.Option(help="Leave out requests sent at or after this time.")] = None,
+    session: Annotated[
+        list[str] | None, typer.Option(help="Keep only sessions whose agent id starts with this (repeatable).")
+    ] = None,
+    shared_system: Annotated[
+        bool, typer.Option(help="Claude Code: one stand-in system prompt for all sessions of a kind.")
+    ] = False,
+    list_: Annotated[
+        bool, typer.Option("--list", help="Show each format and where each agent keeps its files.")
+    ] = False,
 ) -> None:
-    """Turn another tool's traces or transcripts into a replayable trace."""
-    from replay.record.importers import run_import
+    """Turn what an agent left on disk (or another tool's traces) into a replayable trace."""
+    from replay.record.importers import list_formats, run_import
+    from replay.record.importing import ImportOptions, parse_when
 
-    console.print(run_import(fmt, src, out), highlight=False)
+    if list_:
+        console.print(list_formats(), highlight=False)
+        return
+    if fmt is None or src is None or out is None:
+        from replay.errors import UsageError
+
+        raise UsageError("replay import needs FORMAT SRC OUT (or --list)")
+    options = ImportOptions(
+        since=parse_when(since), until=parse_when(until), sessions=tuple(session or ()), shared_system=shared_system
+    )
+    console.print(run_import(fmt, src, out, options), highlight=False)
 
 
 @app.command("export")

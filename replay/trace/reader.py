@@ -235,6 +235,12 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
     for key in ("reply", "usage", "after"):
         if obj.get(key) is not None and not isinstance(obj[key], dict):
             raise check.fail(f"request {rid}: {key} must be an object")
+    synthetic = obj.get("synthetic")
+    if synthetic is not None and not (
+        isinstance(synthetic, list)
+        and all(type(i) is int and 0 <= i < keep + len(append) for i in synthetic)
+    ):
+        raise check.fail(f"request {rid}: synthetic must list indices of its messages")
     after = obj.get("after")
     if after and after.get("request") is not None and after["request"] not in check.n_messages:
         raise check.fail(f"request {rid}: after.request {after['request']!r} is not defined before this line")
