@@ -138,7 +138,7 @@ def slow_morning_hermes(path: Path) -> Path:
     main.reply(t + 20, "Done with the morning notes.")
     crons = []
     for job, start, seed in (("fin1", 60, 300), ("fin2", 900, 400)):
-        cron = HermesSession(f"cron_{job}_20261130_0646{start % 60:02d}", "cron", HERMES_SYSTEM)
+        cron = HermesSession(f"cron_{job}_20261130_{6 + (45 * 60 + start) // 3600:02d}{(45 + start // 60) % 60:02d}00", "cron", HERMES_SYSTEM)
         ts = t0 + start
         cron.add(ts, "user", f"Run the scheduled job {job}: " + words(100, seed))
         for k in range(8):  # growing by a tool result per call
@@ -147,23 +147,226 @@ def slow_morning_hermes(path: Path) -> Path:
             ts += 40
         cron.reply(ts + 10, f"{job} report written.")
         crons.append(cron)
-    # 07:46 compression: the child starts with the summary and the kept tail, then goes on
+    # 07:46 compression: the child starts with the summary, then goes on
     t = t0 + 61 * 60
     cont = HermesSession("20261130_074600_d4e5f6", "cli", HERMES_SYSTEM, parent=main.id)
     cont.add(t, "user", "[CONTEXT COMPACTION] Summary of the earlier conversation: " + words(900, 5))
     cont.add(t + 1, "user", "Go on with the portfolio notes.")
-    cont.reply(t + 40, "Continuing from the summary.")
-    t += 40 + 9 * 60  # 07:55: main turns, each with a background review of the turn before
-    for k in range(4):
-        cont.add(t + 2, "user", f"Next: section {k}. " + words(40, 600 + k))
-        cont.call(t + 30, f"c{k}", "read_file", {"path": f"section/{k}.md"})
-        cont.result(t + 32, f"c{k}", "read_file", words(200, 700 + k))
-        # the review forked at t, written when it finished: the harness prompt and its reply
-        cont.add(t + 60, "user", REVIEW)
-        cont.reply(t + 60.5, f"Saved skill s{k}.")
-        cont.reply(t + 80, f"Section {k} summarised.")
-        t += 100
+    end = t + 9 * 60  # 07:55, when that reply ended
+    cont.reply(end, "Continuing from the summary.", tokens=200)
+    for k in range(4):  # main turns, each with a background review of the turn before running alongside
+        cont.add(end + 2, "user", f"Next: section {k}. " + words(40, 600 + k))
+        cont.call(end + 30, f"c{k}", "read_file", {"path": f"section/{k}.md"}, tokens=200)
+        cont.result(end + 32, f"c{k}", "read_file", words(200, 700 + k))
+        # the review forked when the turn ended, written when it finished: the prompt and its reply
+        cont.add(end + 60, "user", REVIEW)
+        cont.reply(end + 60.5, f"Saved skill s{k}.", tokens=300)
+        cont.reply(end + 80, f"Section {k} summarised.", tokens=200)
+        end += 80
     # rows are written as they happen: sort each session's rows by time
     for s in (main, *crons, cont):
         s.rows.sort(key=lambda r: r["timestamp"])
     return write_hermes(path, [main, *crons, cont])
+
+
+# ---- OpenCode -----------------------------------------------------------------------------------
+
+OC_T0 = 1796000000000  # ms
+
+
+def opencode_session(sid: str = "ses_01main", parent: str | None = None, t0: int = OC_T0) -> dict[str, Any]:
+    """One OpenCode session as `opencode export` shows it: info, then messages with their parts.
+
+    Turn 1: a user prompt, an assistant message of two steps (a tool call, then text).
+    Turn 2: compaction (a user message with a compaction part, a summary assistant message),
+    then a user prompt answered in one step.
+    """
+    def ids(prefix: str) -> Any:
+        n = 0
+        while True:
+            n += 1
+            yield f"{prefix}_{sid[-6:]}{n:04d}"
+
+    mid, pid = ids("msg"), ids("prt")
+    tokens = {"input": 900, "output": 30, "reasoning": 0, "cache": {"read": 1200, "write": 0}}
+
+    def user(t: int, text: str, extra: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        m = next(mid)
+        parts = [{"id": next(pid), "sessionID": sid, "messageID": m, "type": "text", "text": text}] if text else []
+        for e in extra or ():
+            parts.append({"id": next(pid), "sessionID": sid, "messageID": m, **e})
+        info = {"id": m, "sessionID": sid, "role": "user", "time": {"created": t}, "agent": "build",
+                "model": {"providerID": "local", "modelID": "qwen3.8"}}
+        return {"info": info, "parts": parts}
+
+    def assistant(t: int, parent_id: str, steps: list[list[dict[str, Any]]], summary: bool = False) -> dict[str, Any]:
+        m = next(mid)
+        parts = []
+        clock = t
+        for k, step in enumerate(steps):
+            parts.append({"id": next(pid), "sessionID": sid, "messageID": m, "type": "step-start", "snapshot": f"snap{k}"})
+            for p in step:
+                parts.append({"id": next(pid), "sessionID": sid, "messageID": m, **p})
+            clock += 4000
+            reason = "tool-calls" if any(p["type"] == "tool" for p in step) else "stop"
+            parts.append({"id": next(pid), "sessionID": sid, "messageID": m, "type": "step-finish", "reason": reason,
+                          "snapshot": f"snap{k}", "cost": 0, "tokens": tokens})
+        info = {"id": m, "sessionID": sid, "role": "assistant", "time": {"created": t, "completed": clock},
+                "parentID": parent_id, "modelID": "qwen3.8", "providerID": "local", "mode": "build",
+                "path": {"cwd": "/home/dev/proj", "root": "/home/dev/proj"}, "cost": 0, "tokens": tokens,
+                "finish": "stop"}
+        if summary:
+            info["summary"] = True
+        return {"info": info, "parts": parts}
+
+    def tool(call: str, name: str, inp: dict[str, Any], out: str, start: int) -> dict[str, Any]:
+        return {"type": "tool", "callID": call, "tool": name,
+                "state": {"status": "completed", "input": inp, "output": out, "title": name, "metadata": {},
+                          "time": {"start": start, "end": start + 500}}}
+
+    def text(s: str, start: int) -> dict[str, Any]:
+        return {"type": "text", "text": s, "time": {"start": start, "end": start + 800}}
+
+    u1 = user(t0, "Find where the parser splits fields.")
+    a1 = assistant(t0 + 1000, u1["info"]["id"], [
+        [text("Let me look.", t0 + 2000), tool(f"call_{sid[-4:]}1", "read", {"filePath": "parse.py"}, words(120, 9), t0 + 3000)],
+        [text("It splits on commas in parse_line.", t0 + 6000)],
+    ])
+    c = user(t0 + 60000, "", [{"type": "compaction", "auto": True}])
+    s = assistant(t0 + 61000, c["info"]["id"], [[text("Summary: we found parse_line splits on commas.", t0 + 62000)]], summary=True)
+    u2 = user(t0 + 90000, "Now fix it.")
+    a2 = assistant(t0 + 91000, u2["info"]["id"], [[text("Fixed by using csv.reader.", t0 + 93000)]])
+    info = {"id": sid, "slug": "calm-fox", "projectID": "prj_1", "directory": "/home/dev/proj", "title": "Parser fields",
+            "version": "1.18.33", "time": {"created": t0 - 500, "updated": t0 + 95000}}
+    if parent:
+        info["parentID"] = parent
+    return {"info": info, "messages": [u1, a1, c, s, u2, a2]}
+
+
+def write_opencode_storage(root: Path, sessions: list[dict[str, Any]]) -> Path:
+    """The older layout: storage/session/<project>/<id>.json, storage/message/<session>/<id>.json,
+    storage/part/<message>/<id>.json."""
+    for exp in sessions:
+        info = exp["info"]
+        d = root / "session" / info["projectID"]
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{info['id']}.json").write_bytes(orjson.dumps(info, option=orjson.OPT_INDENT_2))
+        for m in exp["messages"]:
+            md = root / "message" / info["id"]
+            md.mkdir(parents=True, exist_ok=True)
+            (md / f"{m['info']['id']}.json").write_bytes(orjson.dumps(m["info"], option=orjson.OPT_INDENT_2))
+            pd = root / "part" / m["info"]["id"]
+            pd.mkdir(parents=True, exist_ok=True)
+            for p in m["parts"]:
+                (pd / f"{p['id']}.json").write_bytes(orjson.dumps(p, option=orjson.OPT_INDENT_2))
+    return root
+
+
+def write_opencode_db(path: Path, sessions: list[dict[str, Any]]) -> Path:
+    """The newer layout: opencode.db with session, message and part tables; message and part
+    rows hold their JSON in `data` (without the ids the columns carry)."""
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE project (id TEXT PRIMARY KEY, worktree TEXT NOT NULL, time_created INTEGER NOT NULL);
+        CREATE TABLE session (id TEXT PRIMARY KEY, project_id TEXT NOT NULL, parent_id TEXT, slug TEXT NOT NULL,
+            directory TEXT NOT NULL, title TEXT NOT NULL, version TEXT NOT NULL, time_created INTEGER NOT NULL,
+            time_updated INTEGER NOT NULL);
+        CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT NOT NULL, time_created INTEGER NOT NULL,
+            time_updated INTEGER NOT NULL, data TEXT NOT NULL);
+        CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT NOT NULL, session_id TEXT NOT NULL,
+            time_created INTEGER NOT NULL, time_updated INTEGER NOT NULL, data TEXT NOT NULL);
+        """
+    )
+    for exp in sessions:
+        info = exp["info"]
+        conn.execute(
+            "INSERT INTO session VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (info["id"], info["projectID"], info.get("parentID"), info["slug"], info["directory"], info["title"],
+             info["version"], info["time"]["created"], info["time"]["updated"]),
+        )  # fmt: skip
+        for m in exp["messages"]:
+            mi = m["info"]
+            data = {k: v for k, v in mi.items() if k not in ("id", "sessionID")}
+            t = mi["time"]["created"]
+            conn.execute("INSERT INTO message VALUES (?, ?, ?, ?, ?)", (mi["id"], info["id"], t, t, orjson.dumps(data).decode()))
+            for p in m["parts"]:
+                pdata = {k: v for k, v in p.items() if k not in ("id", "sessionID", "messageID")}
+                conn.execute(
+                    "INSERT INTO part VALUES (?, ?, ?, ?, ?, ?)",
+                    (p["id"], mi["id"], info["id"], t, t, orjson.dumps(pdata).decode()),
+                )
+    conn.commit()
+    conn.close()
+    return path
+
+
+def opencode_events(exp: dict[str, Any]) -> bytes:
+    """What `opencode run --format json` prints for the session's assistant parts."""
+    names = {"step-start": "step_start", "step-finish": "step_finish", "text": "text", "tool": "tool_use"}
+    lines = []
+    for m in exp["messages"]:
+        if m["info"]["role"] != "assistant":
+            continue
+        t = m["info"]["time"]["created"]
+        for p in m["parts"]:
+            t = ((p.get("time") or (p.get("state") or {}).get("time") or {}).get("end")) or t + 10
+            lines.append(orjson.dumps({"type": names[p["type"]], "timestamp": t, "sessionID": exp["info"]["id"], "part": p}))
+    return b"\n".join(lines) + b"\n"
+
+
+# ---- Codex CLI ----------------------------------------------------------------------------------
+
+
+def codex_rollout(path: Path, sid: str = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", start: float = MORNING) -> Path:
+    """A rollout as Codex CLI writes it: session_meta, the initial context items, a turn with a
+    function call, a token_count after each call, a compaction, and a turn after it."""
+    lines: list[dict[str, Any]] = []
+
+    def at(dt: float) -> str:
+        return _dt.datetime.fromtimestamp(start + dt, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+    def add(dt: float, kind: str, payload: dict[str, Any]) -> None:
+        lines.append({"timestamp": at(dt), "type": kind, "payload": payload})
+
+    def msg(role: str, text: str) -> dict[str, Any]:
+        kind = "output_text" if role == "assistant" else "input_text"
+        return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+
+    def usage(dt: float, inp: int, cached: int, out: int) -> None:
+        last = {"input_tokens": inp, "cached_input_tokens": cached, "output_tokens": out,
+                "reasoning_output_tokens": 0, "total_tokens": inp + out}
+        add(dt, "event_msg", {"type": "token_count", "info": {"total_token_usage": last, "last_token_usage": last,
+                                                               "model_context_window": 128000}, "rate_limits": None})
+
+    add(0, "session_meta", {"id": sid, "timestamp": at(0), "cwd": "/home/dev/proj", "originator": "codex_exec",
+                            "cli_version": "0.171.0", "instructions": words(300, 21), "source": "exec",
+                            "model_provider": "local"})
+    add(0.1, "response_item", msg("developer", "<permissions instructions> " + words(200, 22)))
+    add(0.2, "response_item", msg("user", "<environment_context> cwd /home/dev/proj </environment_context>"))
+    add(0.3, "turn_context", {"cwd": "/home/dev/proj", "approval_policy": "never", "sandbox_policy": {"mode": "read-only"},
+                              "model": "gpt-oss-20b", "effort": "medium", "summary": "auto"})
+    add(1.0, "response_item", msg("user", "List the tests and run them."))
+    add(1.0, "event_msg", {"type": "user_message", "message": "List the tests and run them.", "images": []})
+    add(4.0, "response_item", {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Need to list."}],
+                               "content": None, "encrypted_content": "gAAAA"})
+    add(4.5, "response_item", {"type": "function_call", "name": "shell", "arguments": '{"command":["ls","tests"]}',
+                               "call_id": "call_1"})
+    usage(4.6, 1200, 0, 40)
+    add(5.0, "response_item", {"type": "function_call_output", "call_id": "call_1",
+                               "output": '{"output":"test_a.py\\ntest_b.py","metadata":{"exit_code":0}}'})
+    add(8.0, "response_item", {"type": "function_call", "name": "shell", "arguments": '{"command":["pytest","-q"]}',
+                               "call_id": "call_2"})
+    usage(8.1, 1290, 1200, 30)
+    add(20.0, "response_item", {"type": "function_call_output", "call_id": "call_2", "output": "2 passed " + words(80, 23)})
+    add(23.0, "response_item", msg("assistant", "Both tests pass."))
+    add(23.0, "event_msg", {"type": "agent_message", "message": "Both tests pass."})
+    usage(23.1, 1450, 1290, 8)
+    add(60.0, "compacted", {"message": "Summary: listed tests, both pass."})
+    add(60.0, "event_msg", {"type": "context_compacted"})
+    add(61.0, "response_item", msg("user", "Now add a test for empty input."))
+    add(65.0, "response_item", msg("assistant", "Added test_empty."))
+    usage(65.1, 600, 300, 12)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
+    return path
