@@ -339,6 +339,7 @@ def _steps(
     options: ImportOptions,
     counts: dict[str, int],
     system_tokens: int | None,
+    short: dict[str, str],
 ) -> Iterator[Step]:
     calls, bad = _build(src, files, seen_calls)
     counts["bad_lines"] += bad
@@ -348,7 +349,7 @@ def _steps(
     out: list[Step] = []
     side = 0
     for group, group_calls in groups.items():
-        sid8 = group[1][:8] or "session"
+        sid8 = short.get(group[1], group[1][:8]) or "session"
         role = "interactive" if group[0] == "main" else "subagent"
         if group[0] == "main":
             key = f"cc-{sid8}"
@@ -425,12 +426,14 @@ def import_claude_code(
         by_session[_session_of(f)].append(f)
     starts = sorted((min(_first_time(f) for f in fs), sid) for sid, fs in by_session.items())
     counts = {"files": len(files), "bad_lines": 0}
+    prefixes = [sid[:8] for sid in by_session]
+    short = {sid: sid[:8] if prefixes.count(sid[:8]) == 1 else sid for sid in by_session}
     seen_calls: set[str] = set()
     with progress_bar(tree_size(files), "claude-code", options) as advance:
 
         def session(sid: str) -> Iterator[Step]:
             advance(tree_size(by_session[sid]))
-            return _steps(src, by_session[sid], seen_calls, options, counts, system_tokens)
+            return _steps(src, by_session[sid], seen_calls, options, counts, system_tokens, short)
 
         steps = merge_by_time((t, (lambda sid=sid: session(sid))) for t, sid in starts)
         try:
