@@ -439,7 +439,8 @@ def import_(
     ] = None,
     until: Annotated[str | None, typer.Option(help="Leave out requests sent at or after this time.")] = None,
     session: Annotated[
-        list[str] | None, typer.Option(help="Keep only sessions whose agent id starts with this (repeatable).")
+        list[str] | None,
+        typer.Option(help="Keep only sessions whose agent id starts with this (repeatable)."),
     ] = None,
     shared_system: Annotated[
         bool, typer.Option(help="Claude Code: one stand-in system prompt for all sessions of a kind.")
@@ -460,7 +461,10 @@ def import_(
 
         raise UsageError("replay import needs FORMAT SRC OUT (or --list)")
     options = ImportOptions(
-        since=parse_when(since), until=parse_when(until), sessions=tuple(session or ()), shared_system=shared_system
+        since=parse_when(since),
+        until=parse_when(until),
+        sessions=tuple(session or ()),
+        shared_system=shared_system,
     )
     console.print(run_import(fmt, src, out, options), highlight=False)
 

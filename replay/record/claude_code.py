@@ -270,7 +270,11 @@ def _build(src: Path, files: list[Path], seen_calls: set[str]) -> tuple[list[_Ca
     entries, bad = _read(files)
     by_uuid = {e.uuid: e for e in entries if e.uuid}
     _group(entries, by_uuid)
-    calls = [c for c in _calls(entries, by_uuid) if str(c.first.message.get("id") or c.first.uuid) not in seen_calls]
+    calls = [
+        c
+        for c in _calls(entries, by_uuid)
+        if str(c.first.message.get("id") or c.first.uuid) not in seen_calls
+    ]
     seen_calls.update(str(c.first.message.get("id") or c.first.uuid) for c in calls)  # resumed copies
     results: dict[tuple[str, ...], dict[str, tuple[int, Message]]] = defaultdict(dict)
     for e in entries:
@@ -360,14 +364,21 @@ def _steps(
             key = f"cc-{sid8}-side-{side}"
         model = str(group_calls[0].lines[0].message.get("model") or "default")
         info = SessionInfo(
-            key=key, role=role, api="anthropic", model=model, labels={"source": "claude-code"}, agent_ids=(group[1],)
+            key=key,
+            role=role,
+            api="anthropic",
+            model=model,
+            labels={"source": "claude-code"},
+            agent_ids=(group[1],),
         )
         names = {c["name"] for call in group_calls for c in (call.reply or {}).get("tool_calls") or ()}
         tools = stand_in_tools(names)
         first = group_calls[0]
         size = system_tokens
         if size is None:
-            tool_tokens = estimate_tokens([{"role": "system", "content": orjson.dumps(tools).decode()}]) if tools else 0
+            tool_tokens = (
+                estimate_tokens([{"role": "system", "content": orjson.dumps(tools).decode()}]) if tools else 0
+            )
             size = max(0, (first.usage.get("prompt_tokens") or 0) - _tokens(first.messages) - tool_tokens)
         seed = SYSTEM_SEEDS[role] if options.shared_system else _seed(key)
         system = [{"role": "system", "content": {"synth": {"tokens": size, "seed": seed}}}] if size else []
@@ -446,6 +457,8 @@ def import_claude_code(
             )
         except UsageError as exc:
             if "no API calls" in str(exc):
-                raise TraceError(str(src), 0, "no assistant replies found: is this a Claude Code transcript?") from None
+                raise TraceError(
+                    str(src), 0, "no assistant replies found: is this a Claude Code transcript?"
+                ) from None
             raise
     return {**counts, **written}

@@ -106,7 +106,9 @@ def _usage(info: Any) -> dict[str, Any] | None:
     }
 
 
-def _lines(path: Path, advance: Callable[[int], None]) -> Iterator[tuple[int, float | None, str, dict[str, Any]]]:
+def _lines(
+    path: Path, advance: Callable[[int], None]
+) -> Iterator[tuple[int, float | None, str, dict[str, Any]]]:
     """(line, time, kind, payload) in the wrapped form, whichever form the file has."""
     for n, obj in jsonl(path, advance):
         if not isinstance(obj, dict):
@@ -161,7 +163,7 @@ def _session_steps(path: Path, advance: Callable[[int], None]) -> Iterator[Step]
         history.append(msg)
         reply = None
 
-    for n, when, kind, p in _lines(path, advance):
+    for _n, when, kind, p in _lines(path, advance):
         when = when if when is not None else last_t
         if kind == "session_meta":
             sid = str(p.get("id") or path.stem)
@@ -226,9 +228,17 @@ def _session_steps(path: Path, advance: Callable[[int], None]) -> Iterator[Step]
 def _call(p: dict[str, Any]) -> dict[str, str]:
     cid = str(p.get("call_id") or p.get("id") or "")
     if p.get("type") == "function_call":
-        return {"id": cid, "name": str(p.get("name") or ""), "arguments": canonical_arguments(p.get("arguments") or "{}")}
+        return {
+            "id": cid,
+            "name": str(p.get("name") or ""),
+            "arguments": canonical_arguments(p.get("arguments") or "{}"),
+        }
     if p.get("type") == "custom_tool_call":
-        return {"id": cid, "name": str(p.get("name") or ""), "arguments": orjson.dumps({"input": p.get("input")}).decode()}
+        return {
+            "id": cid,
+            "name": str(p.get("name") or ""),
+            "arguments": orjson.dumps({"input": p.get("input")}).decode(),
+        }
     return {"id": cid, "name": "local_shell", "arguments": orjson.dumps(p.get("action") or {}).decode()}
 
 
@@ -241,7 +251,11 @@ def _item(p: dict[str, Any]) -> Message | None:
         )
         return {"role": role, "content": _text(p.get("content"))} if role else None
     if item_type in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
-        return {"role": "tool", "tool_call_id": str(p.get("call_id") or ""), "content": _output(p.get("output"))}
+        return {
+            "role": "tool",
+            "tool_call_id": str(p.get("call_id") or ""),
+            "content": _output(p.get("output")),
+        }
     if item_type in ("function_call", "custom_tool_call", "local_shell_call"):
         return {"role": "assistant", "content": "", "tool_calls": [_call(p)]}
     return None

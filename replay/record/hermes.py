@@ -140,7 +140,9 @@ def _message(row: sqlite3.Row, cols: set[str]) -> Message | None:
     role = row["role"]
     if role not in ("system", "user", "assistant", "tool"):
         return None  # Hermes' own bookkeeping rows
-    content = row["api_content"] if "api_content" in cols and row["api_content"] is not None else row["content"]
+    content = (
+        row["api_content"] if "api_content" in cols and row["api_content"] is not None else row["content"]
+    )
     msg: Message = {"role": role, "content": content if isinstance(content, str) else ""}
     if role == "assistant":
         calls = _tool_calls(row["tool_calls"]) if "tool_calls" in cols else []
@@ -167,7 +169,9 @@ class _Store:
         ):
             missing = [c for c in need if c not in have]
             if missing:
-                raise TraceError(str(path), 0, f"not a Hermes state database: {table} has no {', '.join(missing)}")
+                raise TraceError(
+                    str(path), 0, f"not a Hermes state database: {table} has no {', '.join(missing)}"
+                )
         names = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         self.prompts = "system_prompts" in names
         wanted = [c for c in _SESSION_COLS if c in self.scols]
@@ -208,7 +212,8 @@ class _Store:
             names += [n.strip() for n in listed.split(",") if n.strip()]
         if "tool_name" in self.mcols:
             rows = self.conn.execute(
-                "SELECT DISTINCT tool_name FROM messages WHERE session_id = ? AND tool_name IS NOT NULL", (s.id,)
+                "SELECT DISTINCT tool_name FROM messages WHERE session_id = ? AND tool_name IS NOT NULL",
+                (s.id,),
             )
             names += [str(r[0]) for r in rows if r[0]]
         return names
@@ -226,7 +231,12 @@ def _link(store: _Store) -> list[tuple[_Session, str]]:
         parent = store.sessions.get(str(s.row.get("parent_session_id") or ""))
         source = str(s.row.get("source") or "")
         forked = any(_marker(s.row, k) for k in ("_branched_from", "_delegate_from", "_reset_from"))
-        if parent is not None and parent.row.get("end_reason") == "compression" and not forked and source != "tool":
+        if (
+            parent is not None
+            and parent.row.get("end_reason") == "compression"
+            and not forked
+            and source != "tool"
+        ):
             parent.continuation = s
             continue
         if source == "cron":
@@ -255,7 +265,11 @@ def _info(s: _Session, role: str) -> SessionInfo:
     job = _CRON_ID.match(s.id)
     if role == "cron" and job:
         labels["job"] = job.group(1)
-    totals = {k: s.row[k] for k in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens") if s.row.get(k)}
+    totals = {
+        k: s.row[k]
+        for k in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+        if s.row.get(k)
+    }
     if totals:
         labels["recorded_totals"] = totals  # the session's own usage sums, as Hermes kept them
     return SessionInfo(
@@ -330,8 +344,7 @@ def _conversation(store: _Store, root: _Session, role: str, advance: Any) -> Ite
                 review = _Review(review_info, [*fork, msg], last_reply_t if last_reply >= 0 else when)
                 continue
             if review is not None and (
-                msg["role"] == "assistant"
-                or (msg["role"] == "tool" and msg["tool_call_id"] in review.calls)
+                msg["role"] == "assistant" or (msg["role"] == "tool" and msg["tool_call_id"] in review.calls)
             ):
                 if msg["role"] == "tool":
                     review.history.append(msg)
@@ -364,7 +377,7 @@ def _conversation(store: _Store, root: _Session, role: str, advance: Any) -> Ite
                     t=sent,
                     messages=list(history),
                     reply=msg,
-                    finish=_FINISH.get(str(row["finish_reason"]) if "finish_reason" in store.mcols else "", None)
+                    finish=_FINISH.get(str(row["finish_reason"]) if "finish_reason" in store.mcols else "")
                     or ("tool_calls" if msg.get("tool_calls") else "stop"),
                     output_tokens=_output_tokens(row, msg),
                     tag="compaction" if compaction else "turn",
@@ -392,7 +405,7 @@ def _conversation(store: _Store, root: _Session, role: str, advance: Any) -> Ite
 
 def _output_tokens(row: sqlite3.Row, msg: Message) -> int:
     """Hermes' own count of the reply where it kept one, else the simulator tokenizer's."""
-    if "token_count" in row.keys() and row["token_count"]:
+    if "token_count" in row.keys() and row["token_count"]:  # noqa: SIM118 - a sqlite3.Row
         return int(row["token_count"])
     text = str(msg.get("content") or "") + "".join(c["arguments"] for c in msg.get("tool_calls") or ())
     return max(1, count_tokens(text))

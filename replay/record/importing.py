@@ -12,6 +12,7 @@ compaction unless the importer says so).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import heapq
@@ -182,7 +183,9 @@ def merge_by_time(sources: Iterable[tuple[float, Callable[[], Iterator[Step]]]])
 def _common(a: list[Message], b: list[Message]) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):
-        if x is not y and not all(x.get(k) == y.get(k) for k in ("role", "content", "tool_calls", "tool_call_id")):
+        if x is not y and not all(
+            x.get(k) == y.get(k) for k in ("role", "content", "tool_calls", "tool_call_id")
+        ):
             break
         n += 1
     return n
@@ -326,7 +329,9 @@ def write_trace(
     return emitter.counts
 
 
-def progress_bar(total: int, label: str, options: ImportOptions) -> AbstractContextManager[Callable[[int], None]]:
+def progress_bar(
+    total: int, label: str, options: ImportOptions
+) -> AbstractContextManager[Callable[[int], None]]:
     """A context giving `advance(n)`; shows a bar on stderr for large inputs (or when asked)."""
     show = options.progress if options.progress is not None else total >= PROGRESS_MIN_BYTES
     if not show:
@@ -357,10 +362,8 @@ class _Bar(AbstractContextManager[Callable[[int], None]]):
 def tree_size(paths: Iterable[Path]) -> int:
     total = 0
     for p in paths:
-        try:
+        with contextlib.suppress(OSError):
             total += os.stat(p).st_size
-        except OSError:
-            pass
     return total
 
 

@@ -100,12 +100,20 @@ def import_mooncake(
         raise TraceError(str(src), 0, "no requests in the mooncake trace")
     # chained hash of a whole-block prefix -> session; a continuation must extend more than `shared`
     prefixes: dict[int, str] = {}
-    counts = {"requests": 0, "sessions": 0, "blocks": 0, "shared_blocks": 0, "common_blocks": shared, "filtered": 0}
+    counts = {
+        "requests": 0,
+        "sessions": 0,
+        "blocks": 0,
+        "shared_blocks": 0,
+        "common_blocks": shared,
+        "filtered": 0,
+    }
     seen_blocks: set[int] = set()
     notes = f"imported from mooncake trace {src.name}; {BLOCK}-token blocks as synthetic text"
-    with TraceWriter(out, source="import:mooncake", notes=notes) as writer, progress_bar(
-        src.stat().st_size, "mooncake", options
-    ) as advance:
+    with (
+        TraceWriter(out, source="import:mooncake", notes=notes) as writer,
+        progress_bar(src.stat().st_size, "mooncake", options) as advance,
+    ):
         for row in _rows(src, advance):
             ids: list[int] = row["hash_ids"]
             length: int = row["input_length"]

@@ -23,7 +23,6 @@ API call of one turn: each `step-start` ... `step-finish` span is one request. M
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,7 +78,9 @@ def _load_json(path: Path) -> Any:
 
 
 def _by_time(turns: list[Turn]) -> list[Turn]:
-    return sorted(turns, key=lambda t: ((t[0].get("time") or {}).get("created") or 0, str(t[0].get("id", ""))))
+    return sorted(
+        turns, key=lambda t: ((t[0].get("time") or {}).get("created") or 0, str(t[0].get("id", "")))
+    )
 
 
 # ---- reading each store as sessions of turns -----------------------------------------------------
@@ -102,7 +103,9 @@ def _from_db(path: Path, advance: Callable[[int], None]) -> list[_Session]:
                 info = orjson.loads(data or "{}")
                 info.setdefault("id", mid)
                 parts = []
-                for pid, pdata in conn.execute("SELECT id, data FROM part WHERE message_id = ? ORDER BY id", (mid,)):
+                for pid, pdata in conn.execute(
+                    "SELECT id, data FROM part WHERE message_id = ? ORDER BY id", (mid,)
+                ):
                     advance(len(pdata or ""))
                     part = orjson.loads(pdata or "{}")
                     part.setdefault("id", pid)
@@ -254,7 +257,11 @@ def _tool_result(part: dict[str, Any]) -> Message:
         text = state.get("error")
     else:
         text = "Tool execution was interrupted"
-    return {"role": "tool", "tool_call_id": str(part.get("callID") or part.get("id")), "content": str(text or "")}
+    return {
+        "role": "tool",
+        "tool_call_id": str(part.get("callID") or part.get("id")),
+        "content": str(text or ""),
+    }
 
 
 @dataclass(slots=True)
@@ -325,11 +332,16 @@ def _times(step: _StepParts, fallback: float) -> tuple[float, float]:
 
 def _session_steps(s: _Session, role: str) -> Iterator[Step]:
     turns = list(s.turns())
-    names = {str(p.get("tool")) for _, parts in turns for p in parts if p.get("type") == "tool" and p.get("tool")}
+    names = {
+        str(p.get("tool")) for _, parts in turns for p in parts if p.get("type") == "tool" and p.get("tool")
+    }
     params: dict[str, Any] = {"stream": True}
     if names:
         params["tools"] = stand_in_tools(names)
-    model = next((str(i.get("modelID")) for i, _ in turns if i.get("role") == "assistant" and i.get("modelID")), "default")
+    model = next(
+        (str(i.get("modelID")) for i, _ in turns if i.get("role") == "assistant" and i.get("modelID")),
+        "default",
+    )
     info = SessionInfo(
         key=f"oc-{s.id}",
         role=role,
@@ -348,7 +360,9 @@ def _session_steps(s: _Session, role: str) -> Iterator[Step]:
         if msg_info.get("role") == "user":
             if any(p.get("type") == "compaction" for p in parts):
                 compaction = True  # the summary turn: the next request after it keeps only the summary
-            text = "\n".join(str(p.get("text") or "") for p in parts if p.get("type") == "text" and not p.get("ignored"))
+            text = "\n".join(
+                str(p.get("text") or "") for p in parts if p.get("type") == "text" and not p.get("ignored")
+            )
             if any(p.get("type") == "compaction" for p in parts) and not text:
                 text = "What did we do so far?"  # what OpenCode asks the model to summarise
             m: Message = {"role": "user", "content": text}
@@ -367,7 +381,10 @@ def _session_steps(s: _Session, role: str) -> Iterator[Step]:
                 else:
                     usage = _usage((step.finish or {}).get("tokens")) or {}
                     size = max(0, int(usage.get("prompt_tokens") or 0) - estimate_tokens(history))
-                    system = {"role": "system", "content": {"synth": {"tokens": size, "seed": SYSTEM_SEEDS[role]}}}
+                    system = {
+                        "role": "system",
+                        "content": {"synth": {"tokens": size, "seed": SYSTEM_SEEDS[role]}},
+                    }
             messages = [system, *history]
             t, done = _times(step, sent)
             reply = _reply(step)
@@ -393,7 +410,11 @@ def _session_steps(s: _Session, role: str) -> Iterator[Step]:
             history.append(reply)
             results = [_tool_result(p) for p in step.parts if p.get("type") == "tool"]
             history.extend(results)
-            ends = [_ms(((p.get("state") or {}).get("time") or {}).get("end")) for p in step.parts if p.get("type") == "tool"]
+            ends = [
+                _ms(((p.get("state") or {}).get("time") or {}).get("end"))
+                for p in step.parts
+                if p.get("type") == "tool"
+            ]
             sent = max([done, *(e for e in ends if e)])
         if msg_info.get("summary"):
             # OpenCode sends only what follows the last summary: the compaction prompt and the summary

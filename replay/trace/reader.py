@@ -237,8 +237,7 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
             raise check.fail(f"request {rid}: {key} must be an object")
     synthetic = obj.get("synthetic")
     if synthetic is not None and not (
-        isinstance(synthetic, list)
-        and all(type(i) is int and 0 <= i < keep + len(append) for i in synthetic)
+        isinstance(synthetic, list) and all(type(i) is int and 0 <= i < keep + len(append) for i in synthetic)
     ):
         raise check.fail(f"request {rid}: synthetic must list indices of its messages")
     after = obj.get("after")

@@ -74,8 +74,21 @@ class HermesSession:
         self.rows.append({"timestamp": t, "role": role, "content": content, **extra})
 
     def call(self, t: float, call_id: str, name: str, args: dict[str, Any], tokens: int = 12) -> None:
-        calls = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": orjson.dumps(args).decode()}}]
-        self.add(t, "assistant", "", tool_calls=orjson.dumps(calls).decode(), finish_reason="tool_calls", token_count=tokens)
+        calls = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": orjson.dumps(args).decode()},
+            }
+        ]
+        self.add(
+            t,
+            "assistant",
+            "",
+            tool_calls=orjson.dumps(calls).decode(),
+            finish_reason="tool_calls",
+            token_count=tokens,
+        )
 
     def result(self, t: float, call_id: str, name: str, text: str) -> None:
         self.add(t, "tool", text, tool_call_id=call_id, tool_name=name)
@@ -110,7 +123,11 @@ def write_hermes(path: Path, sessions: list[HermesSession], old: bool = False) -
                 ),
             )  # fmt: skip
         for r in s.rows:
-            keys = [k for k in r if not old or k in ("role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp")]
+            keys = [
+                k
+                for k in r
+                if not old or k in ("role", "content", "tool_call_id", "tool_calls", "tool_name", "timestamp")
+            ]
             conn.execute(
                 f"INSERT INTO messages (session_id, {', '.join(keys)}) VALUES (?, {', '.join('?' for _ in keys)})",
                 (s.id, *(r[k] for k in keys)),
@@ -138,7 +155,11 @@ def slow_morning_hermes(path: Path) -> Path:
     main.reply(t + 20, "Done with the morning notes.")
     crons = []
     for job, start, seed in (("fin1", 60, 300), ("fin2", 900, 400)):
-        cron = HermesSession(f"cron_{job}_20261130_{6 + (45 * 60 + start) // 3600:02d}{(45 + start // 60) % 60:02d}00", "cron", HERMES_SYSTEM)
+        cron = HermesSession(
+            f"cron_{job}_20261130_{6 + (45 * 60 + start) // 3600:02d}{(45 + start // 60) % 60:02d}00",
+            "cron",
+            HERMES_SYSTEM,
+        )
         ts = t0 + start
         cron.add(ts, "user", f"Run the scheduled job {job}: " + words(100, seed))
         for k in range(8):  # growing by a tool result per call
@@ -181,6 +202,7 @@ def opencode_session(sid: str = "ses_01main", parent: str | None = None, t0: int
     Turn 2: compaction (a user message with a compaction part, a summary assistant message),
     then a user prompt answered in one step.
     """
+
     def ids(prefix: str) -> Any:
         n = 0
         while True:
@@ -192,52 +214,121 @@ def opencode_session(sid: str = "ses_01main", parent: str | None = None, t0: int
 
     def user(t: int, text: str, extra: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         m = next(mid)
-        parts = [{"id": next(pid), "sessionID": sid, "messageID": m, "type": "text", "text": text}] if text else []
+        parts = (
+            [{"id": next(pid), "sessionID": sid, "messageID": m, "type": "text", "text": text}]
+            if text
+            else []
+        )
         for e in extra or ():
             parts.append({"id": next(pid), "sessionID": sid, "messageID": m, **e})
-        info = {"id": m, "sessionID": sid, "role": "user", "time": {"created": t}, "agent": "build",
-                "model": {"providerID": "local", "modelID": "qwen3.8"}}
+        info = {
+            "id": m,
+            "sessionID": sid,
+            "role": "user",
+            "time": {"created": t},
+            "agent": "build",
+            "model": {"providerID": "local", "modelID": "qwen3.8"},
+        }
         return {"info": info, "parts": parts}
 
-    def assistant(t: int, parent_id: str, steps: list[list[dict[str, Any]]], summary: bool = False) -> dict[str, Any]:
+    def assistant(
+        t: int, parent_id: str, steps: list[list[dict[str, Any]]], summary: bool = False
+    ) -> dict[str, Any]:
         m = next(mid)
         parts = []
         clock = t
         for k, step in enumerate(steps):
-            parts.append({"id": next(pid), "sessionID": sid, "messageID": m, "type": "step-start", "snapshot": f"snap{k}"})
+            parts.append(
+                {
+                    "id": next(pid),
+                    "sessionID": sid,
+                    "messageID": m,
+                    "type": "step-start",
+                    "snapshot": f"snap{k}",
+                }
+            )
             for p in step:
                 parts.append({"id": next(pid), "sessionID": sid, "messageID": m, **p})
             clock += 4000
             reason = "tool-calls" if any(p["type"] == "tool" for p in step) else "stop"
-            parts.append({"id": next(pid), "sessionID": sid, "messageID": m, "type": "step-finish", "reason": reason,
-                          "snapshot": f"snap{k}", "cost": 0, "tokens": tokens})
-        info = {"id": m, "sessionID": sid, "role": "assistant", "time": {"created": t, "completed": clock},
-                "parentID": parent_id, "modelID": "qwen3.8", "providerID": "local", "mode": "build",
-                "path": {"cwd": "/home/dev/proj", "root": "/home/dev/proj"}, "cost": 0, "tokens": tokens,
-                "finish": "stop"}
+            parts.append(
+                {
+                    "id": next(pid),
+                    "sessionID": sid,
+                    "messageID": m,
+                    "type": "step-finish",
+                    "reason": reason,
+                    "snapshot": f"snap{k}",
+                    "cost": 0,
+                    "tokens": tokens,
+                }
+            )
+        info = {
+            "id": m,
+            "sessionID": sid,
+            "role": "assistant",
+            "time": {"created": t, "completed": clock},
+            "parentID": parent_id,
+            "modelID": "qwen3.8",
+            "providerID": "local",
+            "mode": "build",
+            "path": {"cwd": "/home/dev/proj", "root": "/home/dev/proj"},
+            "cost": 0,
+            "tokens": tokens,
+            "finish": "stop",
+        }
         if summary:
             info["summary"] = True
         return {"info": info, "parts": parts}
 
     def tool(call: str, name: str, inp: dict[str, Any], out: str, start: int) -> dict[str, Any]:
-        return {"type": "tool", "callID": call, "tool": name,
-                "state": {"status": "completed", "input": inp, "output": out, "title": name, "metadata": {},
-                          "time": {"start": start, "end": start + 500}}}
+        return {
+            "type": "tool",
+            "callID": call,
+            "tool": name,
+            "state": {
+                "status": "completed",
+                "input": inp,
+                "output": out,
+                "title": name,
+                "metadata": {},
+                "time": {"start": start, "end": start + 500},
+            },
+        }
 
     def text(s: str, start: int) -> dict[str, Any]:
         return {"type": "text", "text": s, "time": {"start": start, "end": start + 800}}
 
     u1 = user(t0, "Find where the parser splits fields.")
-    a1 = assistant(t0 + 1000, u1["info"]["id"], [
-        [text("Let me look.", t0 + 2000), tool(f"call_{sid[-4:]}1", "read", {"filePath": "parse.py"}, words(120, 9), t0 + 3000)],
-        [text("It splits on commas in parse_line.", t0 + 6000)],
-    ])
+    a1 = assistant(
+        t0 + 1000,
+        u1["info"]["id"],
+        [
+            [
+                text("Let me look.", t0 + 2000),
+                tool(f"call_{sid[-4:]}1", "read", {"filePath": "parse.py"}, words(120, 9), t0 + 3000),
+            ],
+            [text("It splits on commas in parse_line.", t0 + 6000)],
+        ],
+    )
     c = user(t0 + 60000, "", [{"type": "compaction", "auto": True}])
-    s = assistant(t0 + 61000, c["info"]["id"], [[text("Summary: we found parse_line splits on commas.", t0 + 62000)]], summary=True)
+    s = assistant(
+        t0 + 61000,
+        c["info"]["id"],
+        [[text("Summary: we found parse_line splits on commas.", t0 + 62000)]],
+        summary=True,
+    )
     u2 = user(t0 + 90000, "Now fix it.")
     a2 = assistant(t0 + 91000, u2["info"]["id"], [[text("Fixed by using csv.reader.", t0 + 93000)]])
-    info = {"id": sid, "slug": "calm-fox", "projectID": "prj_1", "directory": "/home/dev/proj", "title": "Parser fields",
-            "version": "1.18.33", "time": {"created": t0 - 500, "updated": t0 + 95000}}
+    info = {
+        "id": sid,
+        "slug": "calm-fox",
+        "projectID": "prj_1",
+        "directory": "/home/dev/proj",
+        "title": "Parser fields",
+        "version": "1.18.33",
+        "time": {"created": t0 - 500, "updated": t0 + 95000},
+    }
     if parent:
         info["parentID"] = parent
     return {"info": info, "messages": [u1, a1, c, s, u2, a2]}
@@ -289,7 +380,10 @@ def write_opencode_db(path: Path, sessions: list[dict[str, Any]]) -> Path:
             mi = m["info"]
             data = {k: v for k, v in mi.items() if k not in ("id", "sessionID")}
             t = mi["time"]["created"]
-            conn.execute("INSERT INTO message VALUES (?, ?, ?, ?, ?)", (mi["id"], info["id"], t, t, orjson.dumps(data).decode()))
+            conn.execute(
+                "INSERT INTO message VALUES (?, ?, ?, ?, ?)",
+                (mi["id"], info["id"], t, t, orjson.dumps(data).decode()),
+            )
             for p in m["parts"]:
                 pdata = {k: v for k, v in p.items() if k not in ("id", "sessionID", "messageID")}
                 conn.execute(
@@ -311,14 +405,20 @@ def opencode_events(exp: dict[str, Any]) -> bytes:
         t = m["info"]["time"]["created"]
         for p in m["parts"]:
             t = ((p.get("time") or (p.get("state") or {}).get("time") or {}).get("end")) or t + 10
-            lines.append(orjson.dumps({"type": names[p["type"]], "timestamp": t, "sessionID": exp["info"]["id"], "part": p}))
+            lines.append(
+                orjson.dumps(
+                    {"type": names[p["type"]], "timestamp": t, "sessionID": exp["info"]["id"], "part": p}
+                )
+            )
     return b"\n".join(lines) + b"\n"
 
 
 # ---- Codex CLI ----------------------------------------------------------------------------------
 
 
-def codex_rollout(path: Path, sid: str = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", start: float = MORNING) -> Path:
+def codex_rollout(
+    path: Path, sid: str = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", start: float = MORNING
+) -> Path:
     """A rollout as Codex CLI writes it: session_meta, the initial context items, a turn with a
     function call, a token_count after each call, a compaction, and a turn after it."""
     lines: list[dict[str, Any]] = []
@@ -334,31 +434,100 @@ def codex_rollout(path: Path, sid: str = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
         return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
 
     def usage(dt: float, inp: int, cached: int, out: int) -> None:
-        last = {"input_tokens": inp, "cached_input_tokens": cached, "output_tokens": out,
-                "reasoning_output_tokens": 0, "total_tokens": inp + out}
-        add(dt, "event_msg", {"type": "token_count", "info": {"total_token_usage": last, "last_token_usage": last,
-                                                               "model_context_window": 128000}, "rate_limits": None})
+        last = {
+            "input_tokens": inp,
+            "cached_input_tokens": cached,
+            "output_tokens": out,
+            "reasoning_output_tokens": 0,
+            "total_tokens": inp + out,
+        }
+        add(
+            dt,
+            "event_msg",
+            {
+                "type": "token_count",
+                "info": {"total_token_usage": last, "last_token_usage": last, "model_context_window": 128000},
+                "rate_limits": None,
+            },
+        )
 
-    add(0, "session_meta", {"id": sid, "timestamp": at(0), "cwd": "/home/dev/proj", "originator": "codex_exec",
-                            "cli_version": "0.171.0", "instructions": words(300, 21), "source": "exec",
-                            "model_provider": "local"})
+    add(
+        0,
+        "session_meta",
+        {
+            "id": sid,
+            "timestamp": at(0),
+            "cwd": "/home/dev/proj",
+            "originator": "codex_exec",
+            "cli_version": "0.171.0",
+            "instructions": words(300, 21),
+            "source": "exec",
+            "model_provider": "local",
+        },
+    )
     add(0.1, "response_item", msg("developer", "<permissions instructions> " + words(200, 22)))
     add(0.2, "response_item", msg("user", "<environment_context> cwd /home/dev/proj </environment_context>"))
-    add(0.3, "turn_context", {"cwd": "/home/dev/proj", "approval_policy": "never", "sandbox_policy": {"mode": "read-only"},
-                              "model": "gpt-oss-20b", "effort": "medium", "summary": "auto"})
+    add(
+        0.3,
+        "turn_context",
+        {
+            "cwd": "/home/dev/proj",
+            "approval_policy": "never",
+            "sandbox_policy": {"mode": "read-only"},
+            "model": "gpt-oss-20b",
+            "effort": "medium",
+            "summary": "auto",
+        },
+    )
     add(1.0, "response_item", msg("user", "List the tests and run them."))
     add(1.0, "event_msg", {"type": "user_message", "message": "List the tests and run them.", "images": []})
-    add(4.0, "response_item", {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Need to list."}],
-                               "content": None, "encrypted_content": "gAAAA"})
-    add(4.5, "response_item", {"type": "function_call", "name": "shell", "arguments": '{"command":["ls","tests"]}',
-                               "call_id": "call_1"})
+    add(
+        4.0,
+        "response_item",
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "Need to list."}],
+            "content": None,
+            "encrypted_content": "gAAAA",
+        },
+    )
+    add(
+        4.5,
+        "response_item",
+        {
+            "type": "function_call",
+            "name": "shell",
+            "arguments": '{"command":["ls","tests"]}',
+            "call_id": "call_1",
+        },
+    )
     usage(4.6, 1200, 0, 40)
-    add(5.0, "response_item", {"type": "function_call_output", "call_id": "call_1",
-                               "output": '{"output":"test_a.py\\ntest_b.py","metadata":{"exit_code":0}}'})
-    add(8.0, "response_item", {"type": "function_call", "name": "shell", "arguments": '{"command":["pytest","-q"]}',
-                               "call_id": "call_2"})
+    add(
+        5.0,
+        "response_item",
+        {
+            "type": "function_call_output",
+            "call_id": "call_1",
+            "output": '{"output":"test_a.py\\ntest_b.py","metadata":{"exit_code":0}}',
+        },
+    )
+    add(
+        8.0,
+        "response_item",
+        {
+            "type": "function_call",
+            "name": "shell",
+            "arguments": '{"command":["pytest","-q"]}',
+            "call_id": "call_2",
+        },
+    )
     usage(8.1, 1290, 1200, 30)
-    add(20.0, "response_item", {"type": "function_call_output", "call_id": "call_2", "output": "2 passed " + words(80, 23)})
+    add(
+        20.0,
+        "response_item",
+        {"type": "function_call_output", "call_id": "call_2", "output": "2 passed " + words(80, 23)},
+    )
     add(23.0, "response_item", msg("assistant", "Both tests pass."))
     add(23.0, "event_msg", {"type": "agent_message", "message": "Both tests pass."})
     usage(23.1, 1450, 1290, 8)

@@ -3,6 +3,7 @@ are) and Mooncake session inference, on stores written in the agents' own shapes
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -123,7 +124,10 @@ def test_hermes_old_store_without_newer_columns(tmp_path: Path) -> None:
     assert counts["requests"] == 2
     trace = read_trace(tmp_path / "t.jsonl")
     first, second = trace.requests
-    assert msgs(trace, first)[0] == {"role": "system", "content": "You are Hermes. " * 20}  # the legacy column
+    assert msgs(trace, first)[0] == {
+        "role": "system",
+        "content": "You are Hermes. " * 20,
+    }  # the legacy column
     assert second.append[0] == {"$reply": first.id} and msgs(trace, second)[-1]["tool_call_id"] == "c1"
     assert first.reply["output_tokens"] >= 1  # estimated: an old store kept no token counts
     assert trace.sessions[first.session].labels["hermes_source"] == "telegram"
@@ -151,7 +155,9 @@ def test_hermes_subagent_children_and_filters(tmp_path: Path) -> None:
     counts = import_hermes(tmp_path / "s.db", tmp_path / "day.jsonl", day)
     assert counts["requests"] == 2 and counts["filtered"] == 1
     counts = import_hermes(tmp_path / "s.db", tmp_path / "one.jsonl", ImportOptions(sessions=("20261201",)))
-    assert counts["requests"] == 1 and list(read_trace(tmp_path / "one.jsonl").sessions) == ["hermes-20261201_080000_l"]
+    assert counts["requests"] == 1 and list(read_trace(tmp_path / "one.jsonl").sessions) == [
+        "hermes-20261201_080000_l"
+    ]
     with pytest.raises(UsageError, match="left out"):
         import_hermes(tmp_path / "s.db", tmp_path / "none.jsonl", ImportOptions(sessions=("nope",)))
 
@@ -202,15 +208,22 @@ def test_opencode_steps_tools_usage_and_compaction(opencode: dict[str, Path], tm
     counts = import_opencode(opencode["db"], tmp_path / "t.jsonl")
     assert counts == {"conversations": 2, "sessions": 2, "requests": 8, "compactions": 2, "filtered": 0}
     trace = read_trace(tmp_path / "t.jsonl")
-    assert {s: x.role for s, x in trace.sessions.items()} == {"oc-ses_01main": "interactive", "oc-ses_02child": "subagent"}
+    assert {s: x.role for s, x in trace.sessions.items()} == {
+        "oc-ses_01main": "interactive",
+        "oc-ses_02child": "subagent",
+    }
     main = [r for r in trace.requests if r.session == "oc-ses_01main"]
     assert [r.tag for r in main] == ["turn", "turn", "turn", "compaction"]
     first, second, summary, after = main
     # two steps of one assistant message: two requests; the tool part is a call and a result
-    assert first.reply["message"]["tool_calls"] == [{"id": "call_main1", "name": "read", "arguments": '{"filePath":"parse.py"}'}]
+    assert first.reply["message"]["tool_calls"] == [
+        {"id": "call_main1", "name": "read", "arguments": '{"filePath":"parse.py"}'}
+    ]
     assert first.reply["finish"] == "tool_calls" and second.reply["finish"] == "stop"
     m2 = msgs(trace, second)
-    assert [x["role"] for x in m2] == ["system", "user", "assistant", "tool"] and m2[3]["tool_call_id"] == "call_main1"
+    assert [x["role"] for x in m2] == ["system", "user", "assistant", "tool"] and m2[3][
+        "tool_call_id"
+    ] == "call_main1"
     assert first.usage == {
         "prompt_tokens": 2100,
         "cached_tokens": 1200,
@@ -268,20 +281,34 @@ def test_codex_rollout_calls_usage_and_compaction(tmp_path: Path) -> None:
     counts = import_codex(home, tmp_path / "t.jsonl")
     assert counts == {"files": 1, "sessions": 1, "requests": 4, "compactions": 1, "filtered": 0}
     trace = read_trace(tmp_path / "t.jsonl")
-    (sid, session), = trace.sessions.items()
+    ((sid, session),) = trace.sessions.items()
     assert sid == "codex-0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b" and session.model == "gpt-oss-20b"
     assert session.api == "openai"  # until the Responses API lands (#22): openai-responses
     r1, r2, r3, r4 = trace.requests
     m1 = msgs(trace, r1)
-    assert [x["role"] for x in m1] == ["system", "system", "user", "user"]  # instructions, developer, context, prompt
-    assert r1.reply["message"]["tool_calls"] == [{"id": "call_1", "name": "shell", "arguments": '{"command":["ls","tests"]}'}]
+    assert [x["role"] for x in m1] == [
+        "system",
+        "system",
+        "user",
+        "user",
+    ]  # instructions, developer, context, prompt
+    assert r1.reply["message"]["tool_calls"] == [
+        {"id": "call_1", "name": "shell", "arguments": '{"command":["ls","tests"]}'}
+    ]
     assert r1.reply["message"]["reasoning"] == "Need to list."
-    assert r1.usage["prompt_tokens"] == 1200 and r2.usage["cached_tokens"] == 1200 and r3.usage["output_tokens"] == 8
+    assert (
+        r1.usage["prompt_tokens"] == 1200
+        and r2.usage["cached_tokens"] == 1200
+        and r3.usage["output_tokens"] == 8
+    )
     assert r2.append[0] == {"$reply": r1.id} and r2.append[1]["tool_call_id"] == "call_1"
     assert [r.t for r in trace.requests] == [0.0, 4.0, 19.0, 60.0]
     assert r3.reply["message"]["content"] == "Both tests pass." and r3.reply["finish"] == "stop"
     assert r4.tag == "compaction" and r4.is_compaction
-    assert [x["content"] for x in msgs(trace, r4)[1:]] == ["Summary: listed tests, both pass.", "Now add a test for empty input."]
+    assert [x["content"] for x in msgs(trace, r4)[1:]] == [
+        "Summary: listed tests, both pass.",
+        "Now add a test for empty input.",
+    ]
 
 
 def test_codex_rejects_other_files_at_their_line(tmp_path: Path) -> None:
@@ -294,16 +321,19 @@ def test_codex_rejects_other_files_at_their_line(tmp_path: Path) -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.one_of(st.binary(max_size=40), st.dictionaries(st.text(max_size=8), st.text(max_size=8))), max_size=6))
+@given(
+    st.lists(
+        st.one_of(st.binary(max_size=40), st.dictionaries(st.text(max_size=8), st.text(max_size=8))),
+        max_size=6,
+    )
+)
 def test_codex_and_opencode_parsers_fail_only_with_trace_errors(tmp_path: Path, lines: list) -> None:
     raw = b"\n".join(x if isinstance(x, bytes) else orjson.dumps(x) for x in lines)
     src = tmp_path / "rollout-h.jsonl"
     src.write_bytes(raw)
     for convert in (import_codex, import_opencode):
-        try:
+        with contextlib.suppress(TraceError, UsageError):
             convert(src, tmp_path / "t.jsonl")
-        except (TraceError, UsageError):
-            pass
 
 
 # ---- Claude Code as real files are ------------------------------------------------------------------
@@ -387,7 +417,12 @@ def test_mooncake_shared_system_block_does_not_join_conversations(tmp_path: Path
         {"timestamp": 20, "input_length": 1536, "output_length": 5, "hash_ids": [1, 4, 5]},
         {"timestamp": 30, "input_length": 2048, "output_length": 5, "hash_ids": [1, 2, 3, 6]},
         {"timestamp": 40, "input_length": 2000, "output_length": 5, "hash_ids": [1, 4, 5, 7]},
-        {"timestamp": 50, "input_length": 1024, "output_length": 5, "hash_ids": [1, 2]},  # extends only a prefix
+        {
+            "timestamp": 50,
+            "input_length": 1024,
+            "output_length": 5,
+            "hash_ids": [1, 2],
+        },  # extends only a prefix
     ]
     src = tmp_path / "m.jsonl"
     src.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
@@ -401,7 +436,8 @@ def test_mooncake_shared_system_block_does_not_join_conversations(tmp_path: Path
 @given(st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=5), min_size=1, max_size=12))
 def test_mooncake_continuations_extend_beyond_the_shared_blocks(tmp_path: Path, ids: list[list[int]]) -> None:
     rows = [
-        {"timestamp": i, "input_length": 512 * len(h), "output_length": 1, "hash_ids": h} for i, h in enumerate(ids)
+        {"timestamp": i, "input_length": 512 * len(h), "output_length": 1, "hash_ids": h}
+        for i, h in enumerate(ids)
     ]
     src = tmp_path / "m.jsonl"
     src.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
@@ -425,7 +461,9 @@ def test_import_list_shows_formats_and_default_places() -> None:
         assert f"{name}:" in text
     assert "~/.hermes/state.db" in text and "~/.local/share/opencode/opencode.db" in text
     res = cli("import", "--list")
-    assert res.returncode == 0 and "Linux and macOS: ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl" in res.stdout
+    assert (
+        res.returncode == 0 and "Linux and macOS: ~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl" in res.stdout
+    )
 
 
 def test_cli_filters_and_wrong_format(morning_db: Path, tmp_path: Path) -> None:
@@ -441,7 +479,9 @@ def test_cli_filters_and_wrong_format(morning_db: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("fmt", ["hermes", "opencode-db", "opencode-storage", "opencode-events", "codex", "claude-code"])
+@pytest.mark.parametrize(
+    "fmt", ["hermes", "opencode-db", "opencode-storage", "opencode-events", "codex", "claude-code"]
+)
 def test_imported_traces_replay_on_the_simulator(fmt: str, tmp_path: Path) -> None:
     if fmt == "hermes":
         src, name = slow_morning_hermes(tmp_path / "state.db"), "hermes"
@@ -491,7 +531,9 @@ def _classes(results: Path, roles: dict[str, str]) -> dict[str, set[str]]:
 
 
 @pytest.mark.e2e
-def test_hermes_slow_morning_replays_with_the_scenarios_switch_classes(morning_db: Path, tmp_path: Path) -> None:
+def test_hermes_slow_morning_replays_with_the_scenarios_switch_classes(
+    morning_db: Path, tmp_path: Path
+) -> None:
     res = cli("import", "hermes", morning_db, tmp_path / "t.jsonl")
     assert res.returncode == 0, res.stderr
     res = cli("run", tmp_path / "t.jsonl", "--target", "sim", "--plan", "closed-loop", "--speed", "1000",
@@ -503,8 +545,15 @@ def test_hermes_slow_morning_replays_with_the_scenarios_switch_classes(morning_d
               "main_turns=3", "--param", "review_turns=3", "--out", tmp_path / "sm")  # fmt: skip
     assert res.returncode == 0, res.stderr
     scenario = read_trace(tmp_path / "sm" / "slow-morning-24G.trace.jsonl")
-    want = _classes(tmp_path / "sm" / "slow-morning-24G.results.jsonl", {sid: s.role for sid, s in scenario.sessions.items()})
-    assert set().union(*got.values()) == set().union(*want.values()) == {"cold", "continue", "switch", "compaction", "concurrent"}
+    want = _classes(
+        tmp_path / "sm" / "slow-morning-24G.results.jsonl",
+        {sid: s.role for sid, s in scenario.sessions.items()},
+    )
+    assert (
+        set().union(*got.values())
+        == set().union(*want.values())
+        == {"cold", "continue", "switch", "compaction", "concurrent"}
+    )
     for role in ("interactive", "cron", "review"):
         assert {"switch"} <= got[role] and {"switch"} <= want[role]
     assert "compaction" in got["interactive"] and "compaction" in want["interactive"]

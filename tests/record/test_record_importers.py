@@ -90,7 +90,9 @@ def test_claude_code_sessions_subagents_compaction_and_tool_calls(tmp_path):
     side_sys = messages(trace, side[0])[0]["content"]
     assert len({" ".join(x.split()[:50]) for x in (agent_sys, side_sys, sys_main["content"])}) == 3
     # ... or one per kind with --shared-system.
-    import_claude_code(DATA / "claude_code", tmp_path / "shared.jsonl", options=ImportOptions(shared_system=True))
+    import_claude_code(
+        DATA / "claude_code", tmp_path / "shared.jsonl", options=ImportOptions(shared_system=True)
+    )
     shared = read_trace(tmp_path / "shared.jsonl")
     firsts = {r.session: messages(shared, r)[0]["content"].split()[:50] for r in shared.requests}
     assert firsts["cc-0a1b2c3d-side-1"] == firsts["cc-0a1b2c3d-agent-7f3e9a01"] != firsts["cc-0a1b2c3d"]
