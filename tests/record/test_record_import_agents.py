@@ -4,6 +4,7 @@ are) and Mooncake session inference, on stores written in the agents' own shapes
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import sqlite3
 import subprocess
 import sys
@@ -352,7 +353,11 @@ def _entry(sid: str, kind: str, uuid: str, parent: str | None, t: int, content, 
         msg |= {"id": f"msg_{uuid}", "model": "claude-sonnet-4", "stop_reason": extra.pop("stop", "end_turn"),
                 "usage": {"input_tokens": 10, "cache_read_input_tokens": 3000, "output_tokens": 20}}  # fmt: skip
     return {"sessionId": sid, "type": kind, "uuid": uuid, "parentUuid": parent, "isSidechain": False,
-            "timestamp": f"2025-06-01T10:00:{t:02d}.000Z", "message": msg, **extra}  # fmt: skip
+            "timestamp": _stamp(t), "message": msg, **extra}  # fmt: skip
+
+
+def _stamp(t: float) -> str:
+    return _dt.datetime.fromtimestamp(1748772000 + t, _dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def test_claude_code_mid_session_files_still_send_valid_requests(tmp_path: Path) -> None:
@@ -558,3 +563,66 @@ def test_hermes_slow_morning_replays_with_the_scenarios_switch_classes(
         assert {"switch"} <= got[role] and {"switch"} <= want[role]
     assert "compaction" in got["interactive"] and "compaction" in want["interactive"]
     assert {"switch", "concurrent"} <= got["late"] and {"switch", "concurrent"} <= want["late"]
+
+
+# ---- bounded memory ---------------------------------------------------------------------------------
+
+_PEAK = """
+import resource, sys
+from pathlib import Path
+from replay.record.importers import run_import
+run_import(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def _peak_kib(fmt: str, src: Path, out: Path) -> int:
+    res = subprocess.run([sys.executable, "-c", _PEAK, fmt, str(src), str(out)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return int(res.stdout.split()[-1])
+
+
+def _many_hermes(path: Path, n: int) -> Path:
+    """n conversations of 40 tool calls each, a few running at any moment (~170 KB each)."""
+    blob = " ".join(["market data row"] * 130)
+    sessions = []
+    for i in range(n):
+        s = HermesSession(f"20261130_{i:06d}", "cron" if i % 3 == 0 else "cli", "system prompt " * 500)
+        t = MORNING + i * 30
+        s.add(t, "user", "start " + blob)
+        for k in range(40):
+            s.call(t + 10 * k + 1, f"c{i}_{k}", "run_command", {"k": k})
+            s.result(t + 10 * k + 2, f"c{i}_{k}", "run_command", f"{blob} {k}")
+        s.reply(t + 500, "done")
+        sessions.append(s)
+    return write_hermes(path, sessions)
+
+
+def _many_claude_code(folder: Path, n: int) -> Path:
+    blob = " ".join(["source line text"] * 300)
+    for i in range(n):
+        sid = f"{i:08d}-0000-4000-8000-000000000000"
+        rows, parent = [], None
+        for k in range(30):
+            t = i * 600 + k * 10  # a conversation every ten minutes
+            u = _entry(sid, "user", f"u{i}-{k}", parent, t, f"{blob} {k}")
+            a = _entry(sid, "assistant", f"a{i}-{k}", u["uuid"], t, f"ok {k}")
+            rows += [u, a]
+            parent = a["uuid"]
+        _cc(folder, f"{sid}.jsonl", rows)
+    return folder
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "claude-code"])
+def test_memory_stays_bounded_as_the_store_grows(fmt: str, tmp_path: Path) -> None:
+    """Three times the data must not take much more memory: conversations are read one at a time
+    and let go when they end (the 2 GB figure is for the benchmark; this is the mechanism)."""
+    make = _many_hermes if fmt == "hermes" else _many_claude_code
+    small = make(tmp_path / ("s.db" if fmt == "hermes" else "s"), 200)
+    large = make(tmp_path / ("l.db" if fmt == "hermes" else "l"), 600)
+    size = (lambda p: p.stat().st_size) if fmt == "hermes" else (lambda p: sum(f.stat().st_size for f in p.iterdir()))
+    grown_mib = (size(large) - size(small)) / 2**20
+    assert grown_mib > 60
+    before = _peak_kib(fmt, small, tmp_path / "s.jsonl")
+    after = _peak_kib(fmt, large, tmp_path / "l.jsonl")
+    assert (after - before) / 1024 < grown_mib / 4, (before, after, grown_mib)
