@@ -4,16 +4,23 @@ A transcript line is an entry (`type` user / assistant / system / summary / ...)
 parent by `parentUuid`; one API reply is written as one assistant line per content block, all
 sharing `message.id`. So each API call is the first line of an assistant message, and the request
 it answered is the chain of entries from the root down to that line's parent (following the chain
-rather than file order keeps abandoned branches out). Compaction starts a new root: a
-`compact_boundary` system entry, then a user entry marked `isCompactSummary`; the first request
-whose chain holds a new summary is tagged `compaction`. Sub-agents (`isSidechain`) become their
-own sessions with role `subagent`: by `agentId` (newer versions, `agent-*.jsonl` files), else one
-per sidechain root (older versions, inline).
+rather than file order keeps abandoned branches out; a rewind is a branch, encoded against the
+request it branches off, not a compaction). Compaction starts a new root: a `compact_boundary`
+system entry, then a user entry marked `isCompactSummary`; the first request whose chain holds a
+new summary is tagged `compaction`. Sub-agents (`isSidechain`) become their own sessions with role
+`subagent`: by `agentId` (newer versions, `<session>/subagents/agent-*.jsonl` files), else one per
+sidechain root (older versions, inline). A folder is read one session at a time (its main file and
+its sub-agents' files), merged in time order.
+
+A file may start mid-session (resumed, a sidechain) with an assistant record or a tool result; the
+API needs a user message first and a tool call before each result, so the least that satisfies it
+is made up and listed in the request's `synthetic`.
 
 Claude Code does not store its system prompt or tool definitions. Each session gets a synthetic
 system message standing in for them, sized from its first call's usage (prompt tokens the API
-reported minus what the messages count), with one seed per kind (main, sub-agent) so sessions of a
-kind share it as a prefix, as they would on a server.
+reported minus what the messages and the stand-in tools count), seeded per session (Claude Code's
+first system block is a per-session billing line) or, with `shared_system`, per kind (main,
+sub-agent). Tools are stand-ins named as the session used them; `max_tokens` is what the reply used.
 """
 
 from __future__ import annotations

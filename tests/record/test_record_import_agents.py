@@ -577,7 +577,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def _peak_kib(fmt: str, src: Path, out: Path) -> int:
-    res = subprocess.run([sys.executable, "-c", _PEAK, fmt, str(src), str(out)], capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-c", _PEAK, fmt, str(src), str(out)], capture_output=True, text=True
+    )
     assert res.returncode == 0, res.stderr
     return int(res.stdout.split()[-1])
 
@@ -620,9 +622,30 @@ def test_memory_stays_bounded_as_the_store_grows(fmt: str, tmp_path: Path) -> No
     make = _many_hermes if fmt == "hermes" else _many_claude_code
     small = make(tmp_path / ("s.db" if fmt == "hermes" else "s"), 200)
     large = make(tmp_path / ("l.db" if fmt == "hermes" else "l"), 600)
-    size = (lambda p: p.stat().st_size) if fmt == "hermes" else (lambda p: sum(f.stat().st_size for f in p.iterdir()))
+    size = (
+        (lambda p: p.stat().st_size)
+        if fmt == "hermes"
+        else (lambda p: sum(f.stat().st_size for f in p.iterdir()))
+    )
     grown_mib = (size(large) - size(small)) / 2**20
     assert grown_mib > 60
     before = _peak_kib(fmt, small, tmp_path / "s.jsonl")
     after = _peak_kib(fmt, large, tmp_path / "l.jsonl")
     assert (after - before) / 1024 < grown_mib / 4, (before, after, grown_mib)
+
+
+def test_synthetic_field_is_checked_by_the_reader(tmp_path: Path) -> None:
+    path = codex_rollout(tmp_path / "rollout-a.jsonl")
+    import_codex(
+        path, tmp_path / "t.jsonl", ImportOptions(progress=True)
+    )  # the bar, asked for on a small input
+    lines = (tmp_path / "t.jsonl").read_bytes().splitlines()
+    first = next(i for i, x in enumerate(lines) if b'"kind":"request"' in x)
+    for bad in ([99], ["x"], 3):
+        obj = orjson.loads(lines[first])
+        obj["synthetic"] = bad
+        (tmp_path / "bad.jsonl").write_bytes(
+            b"\n".join([*lines[:first], orjson.dumps(obj), *lines[first + 1 :]])
+        )
+        with pytest.raises(TraceError, match=rf"bad\.jsonl:{first + 1}: request 1: synthetic"):
+            validate(tmp_path / "bad.jsonl")
