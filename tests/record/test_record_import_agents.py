@@ -34,7 +34,7 @@ from replay.record.claude_code import import_claude_code
 from replay.record.codex import import_codex
 from replay.record.hermes import import_hermes
 from replay.record.importers import list_formats, run_import
-from replay.record.importing import ImportOptions, iso_seconds
+from replay.record.importing import ImportOptions, SessionInfo, Step, iso_seconds, write_trace
 from replay.record.mooncake import import_mooncake
 from replay.record.opencode import import_opencode
 from replay.trace import materialize, read_trace, recorded_reply, validate
@@ -485,7 +485,16 @@ def test_cli_filters_and_wrong_format(morning_db: Path, tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize(
-    "fmt", ["hermes", "opencode-db", "opencode-storage", "opencode-events", "codex", "claude-code"]
+    "fmt",
+    [
+        "hermes",
+        "opencode-db",
+        "opencode-storage",
+        "opencode-export",
+        "opencode-events",
+        "codex",
+        "claude-code",
+    ],
 )
 def test_imported_traces_replay_on_the_simulator(fmt: str, tmp_path: Path) -> None:
     if fmt == "hermes":
@@ -496,6 +505,7 @@ def test_imported_traces_replay_on_the_simulator(fmt: str, tmp_path: Path) -> No
             "opencode-db": lambda: write_opencode_db(tmp_path / "opencode.db", [main, child]),
             "opencode-storage": lambda: write_opencode_storage(tmp_path / "storage", [main, child]),
             "opencode-events": lambda: _write(tmp_path / "ev.jsonl", opencode_events(main)),
+            "opencode-export": lambda: _write(tmp_path / "export.json", orjson.dumps(main)),
         }[fmt]()
         name = "opencode"
     elif fmt == "codex":
@@ -649,3 +659,21 @@ def test_synthetic_field_is_checked_by_the_reader(tmp_path: Path) -> None:
         )
         with pytest.raises(TraceError, match=rf"bad\.jsonl:{first + 1}: request 1: synthetic"):
             validate(tmp_path / "bad.jsonl")
+
+
+def test_a_system_prompt_changed_within_a_session_is_a_compaction(tmp_path: Path) -> None:
+    info = SessionInfo(key="s", agent_ids=("s",))
+    user = {"role": "user", "content": "hi"}
+    reply = {"role": "assistant", "content": "hello"}
+    steps = [
+        Step(info, 100.0, [{"role": "system", "content": "prompt one"}, user], reply, done=101.0),
+        Step(
+            info, 102.0, [{"role": "system", "content": "prompt one"}, user, reply, user], reply, done=103.0
+        ),
+        Step(info, 104.0, [{"role": "system", "content": "prompt two"}, user], reply, done=105.0),
+    ]
+    counts = write_trace(steps, tmp_path / "t.jsonl", "import:test", "", ImportOptions())
+    assert counts["compactions"] == 1
+    trace = read_trace(tmp_path / "t.jsonl")
+    assert [r.tag for r in trace.requests] == ["turn", "turn", "compaction"]
+    assert trace.requests[1].after == {"request": 1, "delay_s": 1.0}
