@@ -136,6 +136,19 @@ def _tool_calls(raw: Any) -> list[dict[str, str]]:
     return out
 
 
+def _text(content: Any) -> str:
+    """Text of a stored content: text, or multimodal parts Hermes stores as JSON (text parts kept)."""
+    if not isinstance(content, str):
+        return ""
+    if content.startswith("[{"):
+        parts = _json(content)
+        if isinstance(parts, list) and parts and all(isinstance(p, dict) and "type" in p for p in parts):
+            return "\n".join(
+                str(p.get("text") or "") for p in parts if p.get("type") in ("text", "input_text")
+            )
+    return content
+
+
 def _message(row: sqlite3.Row, cols: set[str]) -> Message | None:
     role = row["role"]
     if role not in ("system", "user", "assistant", "tool"):
@@ -143,7 +156,7 @@ def _message(row: sqlite3.Row, cols: set[str]) -> Message | None:
     content = (
         row["api_content"] if "api_content" in cols and row["api_content"] is not None else row["content"]
     )
-    msg: Message = {"role": role, "content": content if isinstance(content, str) else ""}
+    msg: Message = {"role": role, "content": _text(content)}
     if role == "assistant":
         calls = _tool_calls(row["tool_calls"]) if "tool_calls" in cols else []
         if calls:
