@@ -313,21 +313,21 @@ def _reply(step: _StepParts) -> Message:
     return msg
 
 
-def _times(step: _StepParts, fallback: float) -> tuple[float, float]:
-    """When a step was sent and done, from the times its parts carry (else the message's)."""
-    starts, ends = [], []
+def _times(step: _StepParts, sent: float) -> tuple[float, float]:
+    """When a step was sent and done: done when its first tool started (the reply had ended), else
+    when its last part ended (the message's creation if no part carries a time)."""
+    tool_starts, ends = [], []
     for p in step.parts:
-        t = p.get("time") or (p.get("state") or {}).get("time") or {}
-        if _ms(t.get("start")):
-            starts.append(_ms(t.get("start")))
-        if _ms(t.get("end")):
+        t = (p.get("state") or {}).get("time") if p.get("type") == "tool" else p.get("time")
+        t = t or {}
+        if p.get("type") == "tool" and _ms(t.get("start")):
+            tool_starts.append(_ms(t.get("start")))
+        if _ms(t.get("end")) and p.get("type") != "tool":
             ends.append(_ms(t.get("end")))
-        if p.get("_at"):
+        if p.get("_at") and p.get("type") != "tool":
             ends.append(p["_at"])
-    if step.finish and step.finish.get("_at"):
-        ends.append(step.finish["_at"])
-    done = min(starts) if starts else (max(ends) if ends else fallback)  # a tool starts when the reply ends
-    return fallback, max(done, fallback)
+    done = min(tool_starts) if tool_starts else (max(ends) if ends else sent)
+    return sent, max(done, sent)
 
 
 def _session_steps(s: _Session, role: str) -> Iterator[Step]:
