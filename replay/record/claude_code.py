@@ -30,6 +30,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -453,7 +454,7 @@ def import_claude_code(
             advance(tree_size(by_session[sid]))
             return _steps(src, by_session[sid], seen_calls, options, counts, system_tokens, short)
 
-        steps = merge_by_time((t, (lambda sid=sid: session(sid))) for t, sid in starts)
+        steps = merge_by_time((t, partial(session, sid)) for t, sid in starts)
         try:
             written = write_trace(
                 steps,

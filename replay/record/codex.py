@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -276,7 +277,7 @@ def import_codex(src: str | Path, out: str | Path, options: ImportOptions | None
         raise TraceError(str(src), 0, "no Codex rollouts (rollout-*.jsonl) found")
     with progress_bar(tree_size(files), "codex", options) as advance:
         starts = sorted((_start(f), f) for f in files)
-        steps = merge_by_time((t, (lambda f=f: _session_steps(f, advance))) for t, f in starts)
+        steps = merge_by_time((t, partial(_session_steps, f, advance)) for t, f in starts)
         counts = write_trace(
             steps,
             Path(out),

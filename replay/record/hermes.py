@@ -29,6 +29,7 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,7 @@ def _tool_calls(raw: Any) -> list[dict[str, str]]:
     for c in calls or ():
         if not isinstance(c, dict):
             continue
-        fn = c.get("function") if isinstance(c.get("function"), dict) else c
+        fn: dict[str, Any] = c["function"] if isinstance(c.get("function"), dict) else c
         out.append(
             {
                 "id": str(c.get("id") or c.get("call_id") or ""),
@@ -440,8 +441,7 @@ def import_hermes(src: str | Path, out: str | Path, options: ImportOptions | Non
         size = path.stat().st_size
         with progress_bar(size, "hermes", options) as advance:
             steps = merge_by_time(
-                (root.started, (lambda r=root, role=role: _conversation(store, r, role, advance)))
-                for root, role in roots
+                (root.started, partial(_conversation, store, root, role, advance)) for root, role in roots
             )
             counts = write_trace(
                 steps,

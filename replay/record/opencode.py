@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +202,7 @@ def _from_events(path: Path, advance: Callable[[int], None]) -> list[_Session]:
             user = {"id": f"{info['id']}-prompt", "role": "user", "time": info["time"], "_synthetic": True}
             seq += [(user, [{"type": "text", "text": _NO_PROMPT}]), (info, parts)]
         sessions.append(
-            _Session(id=sid, parent=None, title="", created=first.get(sid, 0.0), turns=lambda s=seq: iter(s))
+            _Session(id=sid, parent=None, title="", created=first.get(sid, 0.0), turns=partial(iter, seq))
         )
     return sessions
 
@@ -316,16 +317,19 @@ def _reply(step: _StepParts) -> Message:
 def _times(step: _StepParts, sent: float) -> tuple[float, float]:
     """When a step was sent and done: done when its first tool started (the reply had ended), else
     when its last part ended (the message's creation if no part carries a time)."""
-    tool_starts, ends = [], []
+    tool_starts: list[float] = []
+    ends: list[float] = []
     for p in step.parts:
-        t = (p.get("state") or {}).get("time") if p.get("type") == "tool" else p.get("time")
-        t = t or {}
-        if p.get("type") == "tool" and _ms(t.get("start")):
-            tool_starts.append(_ms(t.get("start")))
-        if _ms(t.get("end")) and p.get("type") != "tool":
-            ends.append(_ms(t.get("end")))
-        if p.get("_at") and p.get("type") != "tool":
-            ends.append(p["_at"])
+        t = ((p.get("state") or {}).get("time") if p.get("type") == "tool" else p.get("time")) or {}
+        start, end = _ms(t.get("start")), _ms(t.get("end"))
+        if p.get("type") == "tool":
+            if start is not None:
+                tool_starts.append(start)
+            continue
+        if end is not None:
+            ends.append(end)
+        if p.get("_at"):
+            ends.append(float(p["_at"]))
     done = min(tool_starts) if tool_starts else (max(ends) if ends else sent)
     return sent, max(done, sent)
 
@@ -379,8 +383,8 @@ def _session_steps(s: _Session, role: str) -> Iterator[Step]:
                 if isinstance(declared, list) and declared:
                     system = {"role": "system", "content": "\n".join(str(x) for x in declared)}
                 else:
-                    usage = _usage((step.finish or {}).get("tokens")) or {}
-                    size = max(0, int(usage.get("prompt_tokens") or 0) - estimate_tokens(history))
+                    first = _usage((step.finish or {}).get("tokens")) or {}
+                    size = max(0, int(first.get("prompt_tokens") or 0) - estimate_tokens(history))
                     system = {
                         "role": "system",
                         "content": {"synth": {"tokens": size, "seed": SYSTEM_SEEDS[role]}},
@@ -437,7 +441,7 @@ def import_opencode(src: str | Path, out: str | Path, options: ImportOptions | N
             raise TraceError(str(src), 0, "no OpenCode sessions found")
         sessions.sort(key=lambda x: (x.created, x.id))
         steps = merge_by_time(
-            (s.created, (lambda s=s: _session_steps(s, "subagent" if s.parent else "interactive")))
+            (s.created, partial(_session_steps, s, "subagent" if s.parent else "interactive"))
             for s in sessions
         )
         counts = write_trace(
