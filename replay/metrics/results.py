@@ -113,3 +113,29 @@ def merged_summary(results: Iterable[RunResults]) -> Summary:
     for res in results:
         total.merge(res.summary)
     return total
+
+
+def time_scale(run_header: dict[str, Any]) -> float | None:
+    """The simulator's `--time-scale` from the run header (a field, or the server's argv)."""
+    target = run_header.get("target") or {}
+    if isinstance(target.get("time_scale"), int | float):
+        return float(target["time_scale"])
+    for argv in _string_lists(target):
+        for i, arg in enumerate(argv[:-1]):
+            if arg == "--time-scale":
+                try:
+                    return float(argv[i + 1])
+                except ValueError:
+                    return None
+    return None
+
+
+def _string_lists(node: Any) -> Iterable[list[str]]:
+    if isinstance(node, list):
+        if node and all(isinstance(x, str) for x in node):
+            yield node
+        for item in node:
+            yield from _string_lists(item)
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _string_lists(value)

@@ -93,7 +93,12 @@ class _Recording:
     ) -> None:
         header = {
             "tool": {"name": "agent-replay", "version": __version__},
-            "trace": {"path": trace.path, "sha256": file_sha256(trace.path), "source": trace.header.source},
+            "trace": {
+                "path": trace.path,
+                "sha256": file_sha256(trace.path),
+                "source": trace.header.source,
+                **({"start": trace.header.start} if trace.header.start else {}),
+            },
             "target": target,
             "plan": plan.describe(),
             "history": config.history,

@@ -45,12 +45,12 @@ from replay.engine.run import Engine, EngineConfig
 from replay.errors import DriverError, TargetError, UsageError
 from replay.metrics.results import ResultsWriter
 from replay.runs.pipeline import check_reachable, file_sha256
-from replay.scenario.build import PROBE_TAG, generate, plan_requests
-from replay.scenario.catalog import find_scenario
-from replay.scenario.spec import parse_params
 from replay.runs.serverlog import effective_settings
 from replay.runs.servermetrics import check_after, scrape_before
 from replay.runs.targets import resolve_target
+from replay.scenario.build import PROBE_TAG, generate, plan_requests
+from replay.scenario.catalog import find_scenario
+from replay.scenario.spec import parse_params
 from replay.trace.model import Request, Trace
 from replay.trace.reader import read_trace
 

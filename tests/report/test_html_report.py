@@ -14,6 +14,22 @@ from replay.metrics.results import ResultsWriter, append_records
 from replay.report.html import digest, load_run, render_page, summary_markdown, time_scale, write_report
 from replay.report.plots import band_width
 
+LAYOUT_PROBE = """<script>
+const figs = [...document.querySelectorAll("figure.plot")];
+const problems = [];
+figs.forEach((f, i) => {
+  const box = f.getBoundingClientRect(), svg = f.querySelector("svg").getBoundingClientRect();
+  if (svg.width > box.width + 1 || svg.height > box.height + 1) problems.push("figure " + i + " overflows");
+  figs.slice(i + 1).forEach((g, k) => {
+    const o = g.getBoundingClientRect();
+    if (box.left < o.right && o.left < box.right && box.top < o.bottom && o.top < box.bottom)
+      problems.push("figures " + i + " and " + (i + k + 1) + " overlap");
+  });
+});
+const out = document.createElement("pre"); out.id = "layout";
+out.textContent = "figures " + figs.length + "; problems: " + (problems.join(", ") || "none");
+document.body.appendChild(out);
+</script>"""
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
 
@@ -67,7 +83,7 @@ def _modelled(queue: float, restore: float, prefill: float, decode: float, sourc
     }
 
 
-def make_results(path: Path, arm: str, reread: bool, modelled: bool = True) -> Path:
+def make_results(path: Path, arm: str, reread: bool, modelled: bool = True, budget_mib: int = 4096) -> Path:
     """A small two-session run: cold, cold, then four switches that either restore or re-read."""
     header = {
         "trace": {"path": "t.jsonl", "sha256": "0", "source": "scenario:switching"},
@@ -75,7 +91,7 @@ def make_results(path: Path, arm: str, reread: bool, modelled: bool = True) -> P
             "kind": "sim",
             "arm": arm,
             "time_scale": 1000.0,
-            "effective": {"kv_disk_budget_mib": 4096},
+            "effective": {"kv_disk_budget_mib": budget_mib},
         },
         "plan": {"plan": "alternate"},
     }
@@ -211,7 +227,8 @@ def test_markdown_with_one_run_and_a_page_without_server_records(tmp_path: Path)
     run = load_run(path)
     assert run.disk == [] and run.label == "bare"
     page = render_page([run])
-    assert "no server log events" in page
+    assert "disk KV (GiB)" not in page  # no server log read: the timeline has no empty disk strip
+    assert "Times are measured wall-clock seconds" in page
     assert "| requests (errors) | 1 (0) |" in summary_markdown([run])
 
 
@@ -236,6 +253,27 @@ def test_renders_in_headless_chromium(two_arms: list[Path], tmp_path: Path) -> N
     assert dom.count("<svg") == 4, dom[:500]
     assert dom.count('data-plot="timeline"') == 2
     assert "What the switches cost" in dom
+    assert 'id="glossary"' in dom and "<th title=" in dom
+    # Layout: a copy of the page with a measuring script (the page itself stays script-free) writes
+    # every figure whose drawing overflows its box, or that overlaps another, into the DOM.
+    probe = written.html.with_name("probe.html")
+    probe.write_text(written.html.read_text().replace("</body>", LAYOUT_PROBE + "</body>"))
+    checked = subprocess.run(
+        [
+            *base,
+            "--window-size=1280,2400",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            probe.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=True,
+    ).stdout
+    found = re.search(r'<pre id="layout">(.*?)</pre>', checked, re.DOTALL)
+    assert found is not None, checked[-500:]
+    assert found.group(1) == "figures 4; problems: none", found.group(1)
     shot = tmp_path / "page.png"
     subprocess.run(
         [*base, f"--screenshot={shot}", "--window-size=1280,2400", url],
