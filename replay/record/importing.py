@@ -202,8 +202,9 @@ class _Written:
 class Emitter:
     """Writes steps (in time order) to a trace, with the user's filters applied."""
 
-    def __init__(self, writer: TraceWriter, options: ImportOptions) -> None:
-        self.writer = writer
+    def __init__(self, open_writer: Callable[[float], TraceWriter], options: ImportOptions) -> None:
+        self.open_writer = open_writer  # called with the first kept request's time
+        self.writer: TraceWriter | None = None
         self.options = options
         self.t0: float | None = None
         self.declared: set[str] = set()
@@ -229,10 +230,13 @@ class Emitter:
             self._end(step)
             self.counts["filtered"] += 1
             return None
+        if self.writer is None:
+            self.writer = self.open_writer(step.t)
         if self.t0 is None:
             self.t0 = step.t
+        writer = self.writer
         if info.key not in self.declared:
-            self.writer.session(info.key, role=info.role, api=info.api, model=info.model, labels=info.labels)
+            writer.session(info.key, role=info.role, api=info.api, model=info.model, labels=info.labels)
             self.declared.add(info.key)
             self.counts["sessions"] += 1
         mine = self.history.setdefault(info.key, [])
@@ -256,7 +260,7 @@ class Emitter:
         tools = params.get("tools")
         if isinstance(tools, list):
             key = hashlib.blake2b(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS), digest_size=6).hexdigest()
-            params = {**params, "tools": self.writer.blob(f"tools-{key}", tools)}
+            params = {**params, "tools": writer.blob(f"tools-{key}", tools)}
         reply: dict[str, Any] | None = None
         if step.reply is not None or step.output_tokens is not None:
             reply = {}
@@ -266,7 +270,7 @@ class Emitter:
                 reply["finish"] = step.finish
             if step.output_tokens is not None:
                 reply["output_tokens"] = step.output_tokens
-        rid = self.writer.request(
+        rid = writer.request(
             info.key,
             round(max(0.0, step.t - self.t0), 3),
             step.messages,
@@ -309,17 +313,29 @@ class Emitter:
     def _end(self, step: Step) -> None:
         for info in step.ends:
             self.history.pop(info.key, None)
-            self.writer.forget(info.key)
+            if self.writer is not None:
+                self.writer.forget(info.key)
 
 
 def write_trace(
     steps: Iterable[Step], out: Path, source: str, notes: str, options: ImportOptions
 ) -> dict[str, int]:
-    """Write `steps` to `out`; the counts say what was written and what the filters left out."""
-    with TraceWriter(out, source=source, notes=notes) as writer:
-        emitter = Emitter(writer, options)
+    """Write `steps` to `out`; the counts say what was written and what the filters left out.
+
+    The header's `start` is the first kept request's wall-clock time (local time, as the user
+    reads their clock), so reports show 06:45 rather than 0 s."""
+
+    def open_writer(t0: float) -> TraceWriter:
+        start = _dt.datetime.fromtimestamp(t0).isoformat(timespec="seconds")
+        return TraceWriter(out, source=source, notes=notes, start=start)
+
+    emitter = Emitter(open_writer, options)
+    try:
         for step in steps:
             emitter.emit(step)
+    finally:
+        if emitter.writer is not None:
+            emitter.writer.close()
     if emitter.counts["requests"] == 0:
         raise UsageError(
             f"nothing to import: {emitter.counts['filtered']} requests, all left out by --since/--until/--session"

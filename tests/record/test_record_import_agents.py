@@ -112,6 +112,8 @@ def test_hermes_sessions_compression_cron_and_review(morning_db: Path, tmp_path:
     assert [r.t for r in trace.requests] == sorted(r.t for r in trace.requests)
     first_main = mine[0]
     assert first_main.t == 0.0 and mine[1].after == {"request": first_main.id, "delay_s": 2.0}
+    # t = 0 is when the first call went out (its user message, 06:44:55): reports show clock times
+    assert trace.header.start == _dt.datetime.fromtimestamp(MORNING - 5).isoformat(timespec="seconds")
 
 
 def test_hermes_old_store_without_newer_columns(tmp_path: Path) -> None:
