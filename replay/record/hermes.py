@@ -27,7 +27,7 @@ import heapq
 import itertools
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -305,7 +305,8 @@ class _Review:
     calls: set[str] = field(default_factory=set)
 
 
-def _conversation(store: _Store, root: _Session, role: str, advance: Any) -> Iterator[Step]:
+def _conversation(store: _Store, root: _Session, role: str, advance: Callable[[int], None]) -> Iterator[Step]:
+    """The steps of one conversation (a session and its compression continuations), by send time."""
     info = _info(root, role)
     review_info: SessionInfo | None = None
     chain = [root]
@@ -323,11 +324,8 @@ def _conversation(store: _Store, root: _Session, role: str, advance: Any) -> Ite
         params: dict[str, Any] = {"stream": True}
         if names:
             params["tools"] = stand_in_tools(names)
-        if index:
-            history = list(system)
-            compaction = True  # a compression continuation: the kept context, re-read in full
-        else:
-            history = list(system)
+        history = list(system)
+        compaction = compaction or index > 0  # a compression continuation: what it keeps, read anew
         sent = s.started
         review: _Review | None = None
         last_reply = -1  # index in history of the last reply that ended a turn
