@@ -33,8 +33,8 @@ IMPORTS: dict[str, Format] = {
     "claude-code": Format(
         import_claude_code,
         "a transcript (.jsonl), a project folder or the projects folder",
-        "~/.claude/projects/<project path, / as ->/<session>.jsonl",
-        "~/.claude/projects/<project path, / as ->/<session>.jsonl",
+        "~/.claude/projects/<project path, / as ->/<session>.jsonl ($CLAUDE_CONFIG_DIR)",
+        "~/.claude/projects/<project path, / as ->/<session>.jsonl ($CLAUDE_CONFIG_DIR)",
     ),
     "codex": Format(
         import_codex,
