@@ -118,7 +118,11 @@ def test_hermes_sessions_compression_cron_and_review(morning_db: Path, tmp_path:
 
 def test_hermes_old_store_without_newer_columns(tmp_path: Path) -> None:
     s = HermesSession("20250101_090000_aaaaaa", "telegram", "You are Hermes. " * 20)
-    s.add(MORNING, "user", '[{"type": "text", "text": "hello"}, {"type": "image_url", "image_url": {"url": "x"}}]')
+    s.add(
+        MORNING,
+        "user",
+        '[{"type": "text", "text": "hello"}, {"type": "image_url", "image_url": {"url": "x"}}]',
+    )
     s.call(MORNING + 3, "c1", "web_search", {"q": "weather"})
     s.result(MORNING + 4, "c1", "web_search", "sunny")
     s.reply(MORNING + 6, "It is sunny.")
