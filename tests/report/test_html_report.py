@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from replay.metrics.record import RequestRecord, Usage
 from replay.metrics.results import ResultsWriter, append_records
 from replay.report.html import digest, load_run, render_page, summary_markdown, time_scale, write_report
 from replay.report.plots import band_width
@@ -41,33 +42,30 @@ def _request(
     prompt: int,
     cached: int,
     modelled: dict[str, Any] | None,
-) -> dict[str, Any]:
-    rec: dict[str, Any] = {
-        "kind": "request",
-        "seq": seq,
-        "id": seq,
-        "session": session,
-        "tag": "turn",
-        "switch": switch,
-        "from_session": None,
-        "scheduled_s": sent - 0.001,
-        "sent_s": sent,
-        "lag_s": 0.001,
-        "ttft_s": 0.2,
-        "latency_s": 0.3,
-        "prompt_tokens": prompt,
-        "cached_tokens": cached,
-        "reprocessed_tokens": prompt - cached,
-        "reprocessed_source": "server",
-        "output_tokens": 100,
-        "decode_tps": 900.0,
-        "finish": "stop",
-        "status": "ok",
-        "error": None,
-    }
-    if modelled is not None:
-        rec["modelled"] = modelled
-    return rec
+) -> RequestRecord:
+    """Sent at `sent` s after the run's start, 1 ms late: TTFT 0.2 s, 100 tokens at 1000/s, 0.3 s in all."""
+    t_sent = round(sent * 1e9)
+    return RequestRecord(
+        seq=seq,
+        request_id=seq,
+        session=session,
+        tag="turn",
+        switch=tuple(switch),
+        t_scheduled=t_sent - 1_000_000,
+        t_sent=t_sent,
+        t_first_token=t_sent + 200_000_000,
+        t_last_token=t_sent + 299_000_000,
+        t_end=t_sent + 300_000_000,
+        usage=Usage(
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            reprocessed_tokens=prompt - cached,
+            reprocessed_source="server",
+            output_tokens=100,
+        ),
+        finish="stop",
+        x_sim=modelled,
+    )
 
 
 def _modelled(queue: float, restore: float, prefill: float, decode: float, source: str) -> dict[str, Any]:
