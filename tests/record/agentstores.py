@@ -41,7 +41,8 @@ CREATE TABLE sessions (
 CREATE TABLE messages (
     id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, role TEXT NOT NULL, content TEXT,
     tool_call_id TEXT, tool_calls TEXT, tool_name TEXT, timestamp REAL NOT NULL, token_count INTEGER,
-    finish_reason TEXT, reasoning TEXT, reasoning_content TEXT, active INTEGER NOT NULL DEFAULT 1,
+    finish_reason TEXT, reasoning TEXT, reasoning_content TEXT, _compressed_summary INTEGER NOT NULL DEFAULT 0,
+    active INTEGER NOT NULL DEFAULT 1,
     compacted INTEGER NOT NULL DEFAULT 0, api_content TEXT, display_kind TEXT
 );
 CREATE INDEX idx_messages_session ON messages(session_id, timestamp);

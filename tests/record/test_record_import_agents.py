@@ -683,3 +683,22 @@ def test_a_system_prompt_changed_within_a_session_is_a_compaction(tmp_path: Path
     trace = read_trace(tmp_path / "t.jsonl")
     assert [r.tag for r in trace.requests] == ["turn", "turn", "compaction"]
     assert trace.requests[1].after == {"request": 1, "delay_s": 1.0}
+
+
+def test_hermes_in_place_compaction_summary_row(tmp_path: Path) -> None:
+    """Newer stores compact in place: a `_compressed_summary` row replaces what came before."""
+    s = HermesSession("20261130_090000_z", "cli", "sys")
+    s.add(MORNING, "user", "first question " * 30)
+    s.reply(MORNING + 5, "first answer")
+    s.add(MORNING + 60, "user", "[CONTEXT COMPACTION] summary of it", _compressed_summary=1)
+    s.add(MORNING + 61, "user", "go on")
+    s.reply(MORNING + 65, "going on")
+    import_hermes(write_hermes(tmp_path / "s.db", [s]), tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "t.jsonl")
+    first, second = trace.requests
+    assert second.tag == "compaction" and second.is_compaction
+    assert [m["content"] for m in msgs(trace, second)] == [
+        "sys",
+        "[CONTEXT COMPACTION] summary of it",
+        "go on",
+    ]
