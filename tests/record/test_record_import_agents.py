@@ -702,3 +702,41 @@ def test_hermes_in_place_compaction_summary_row(tmp_path: Path) -> None:
         "[CONTEXT COMPACTION] summary of it",
         "go on",
     ]
+
+
+_ROW = st.sampled_from(["user", "review", "call", "result", "reply"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(_ROW, st.floats(0, 30)), min_size=1, max_size=25))
+def test_hermes_any_row_sequence_imports_in_time_order(tmp_path: Path, rows: list[tuple[str, float]]) -> None:
+    """Whatever order Hermes wrote rows in, the trace is valid, in send order, and the main
+    conversation never holds a review's harness prompt."""
+    s = HermesSession("20261130_100000_h", "cli", "sys")
+    t = MORNING
+    for n, (kind, gap) in enumerate(rows):
+        t += gap
+        if kind == "user":
+            s.add(t, "user", f"question {n}")
+        elif kind == "review":
+            s.add(t, "user", REVIEW)
+        elif kind == "call":
+            s.call(t, f"c{n}", "read_file", {"n": n})
+        elif kind == "result":
+            s.result(t, f"c{n - 1}", "read_file", f"result {n}")
+        else:
+            s.reply(t, f"answer {n}")
+    (tmp_path / "h.db").unlink(missing_ok=True)  # hypothesis reuses the folder
+    db = write_hermes(tmp_path / "h.db", [s])
+    try:
+        import_hermes(db, tmp_path / "t.jsonl")
+    except UsageError as exc:
+        assert "no API calls" in str(exc)
+        assert not any(k in ("call", "reply") for k, _ in rows)
+        return
+    validate(tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "t.jsonl")
+    assert [r.t for r in trace.requests] == sorted(r.t for r in trace.requests)
+    for r in trace.requests:
+        if not r.session.endswith("-review"):
+            assert all(m.get("content") != REVIEW for m in msgs(trace, r))
