@@ -1,0 +1,87 @@
+"""`replay validate`, `import`, `export` and `anonymize`: traces in, traces out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ValidateArgs:
+    trace: Path
+
+
+def validate(args: ValidateArgs, console: Console) -> int:
+    """Check a trace; a bad line raises `file:line: problem` (a TraceError)."""
+    from replay.trace.reader import validate as validate_trace
+
+    counts = validate_trace(args.trace)
+    console.print(
+        f"{args.trace}: ok ({counts['sessions']} sessions, {counts['requests']} requests, "
+        f"{counts['blobs']} blobs, {counts['lines']} lines)",
+        highlight=False,
+    )
+    return 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ImportArgs:
+    fmt: str | None
+    src: Path | None
+    out: Path | None
+    since: str | None = None  # ISO 8601 (local time unless it has an offset) or epoch seconds
+    until: str | None = None
+    sessions: tuple[str, ...] = ()
+    shared_system: bool = False
+    list_formats: bool = False
+
+
+def import_trace(args: ImportArgs, console: Console) -> int:
+    """`--list`: the formats and where agents keep their files; else import with the filters."""
+    from replay.errors import UsageError
+    from replay.record.importers import list_formats, run_import
+    from replay.record.importing import ImportOptions, parse_when
+
+    if args.list_formats:
+        console.print(list_formats(), highlight=False)
+        return 0
+    if args.fmt is None or args.src is None or args.out is None:
+        raise UsageError("replay import needs FORMAT SRC OUT (or --list)")
+    options = ImportOptions(
+        since=parse_when(args.since),
+        until=parse_when(args.until),
+        sessions=args.sessions,
+        shared_system=args.shared_system,
+    )
+    console.print(run_import(args.fmt, args.src, args.out, options), highlight=False)
+    return 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ExportArgs:
+    fmt: str
+    src: Path
+    out: Path
+
+
+def export_trace(args: ExportArgs, console: Console) -> int:
+    from replay.record.importers import run_export
+
+    console.print(run_export(args.fmt, args.src, args.out), highlight=False)
+    return 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AnonymizeArgs:
+    src: Path
+    dst: Path
+    key: str
+
+
+def anonymize(args: AnonymizeArgs, console: Console) -> int:
+    from replay.record.anonymize import run_anonymize
+
+    console.print(run_anonymize(args.src, args.dst, args.key), highlight=False)
+    return 0
