@@ -54,7 +54,7 @@ class TraceWriter:
         created = created or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         header = {"kind": "trace", "format": FORMAT, "created": created, "source": source, "notes": notes}
         if start:
-            header["start"] = start  # the wall-clock time of t = 0 (FORMAT.md)
+            header["start"] = start  # the wall-clock time of t=0 (FORMAT.md)
         self._line(header)
 
     def __enter__(self) -> TraceWriter:
