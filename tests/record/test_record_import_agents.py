@@ -562,7 +562,7 @@ def test_hermes_slow_morning_replays_with_the_scenarios_switch_classes(
     assert res.returncode == 0, res.stderr
     imported = read_trace(tmp_path / "t.jsonl")
     got = _classes(tmp_path / "r.jsonl", {sid: s.role for sid, s in imported.sessions.items()})
-    res = cli("scenario", "run", "slow-morning", "--arm", "24G", "--param", "leftovers=false", "--param",
+    res = cli("scenario", "run", "slow-morning", "--arm", "24G", "--param",
               "main_turns=3", "--param", "review_turns=3", "--out", tmp_path / "sm")  # fmt: skip
     assert res.returncode == 0, res.stderr
     scenario = read_trace(tmp_path / "sm" / "slow-morning-24G.trace.jsonl")
