@@ -11,10 +11,10 @@ Mapping (traces/IMPORTERS.md has the table): a run of model-produced items (reas
 text, tool calls) is the reply to one API call, whose request is every item before it; a
 `token_count` event after it is that call's recorded usage; `compacted` replaces the history
 (with its `replacement_history` when present, else the summary as a user message) and the next
-call is a `compaction`. Codex speaks only the Responses API; until the trace has that API
-(`openai-responses`), the calls are mapped faithfully onto the `openai` chat API: developer
-messages and the instructions become system messages, function calls tool calls, their outputs
-tool messages.
+call is a `compaction`. Sessions replay with the Responses API (`openai-responses`), which Codex
+speaks, stored as the trace stores Responses requests (FORMAT.md): the instructions and developer
+messages become system messages, function calls tool calls, their outputs tool messages, the
+turn's reasoning settings `params.extra`.
 """
 
 from __future__ import annotations
@@ -134,7 +134,10 @@ def _start(path: Path) -> float:
 
 
 def _session_steps(path: Path, advance: Callable[[int], None]) -> Iterator[Step]:
-    info = SessionInfo(key=f"codex-{path.stem}", api="openai", labels={"source": "codex", "file": path.name})
+    info = SessionInfo(
+        key=f"codex-{path.stem}", api="openai-responses", labels={"source": "codex", "file": path.name}
+    )
+    extra: dict[str, Any] = {}
     history: list[Message] = []
     reply: _Reply | None = None
     compaction = False
@@ -179,6 +182,9 @@ def _session_steps(path: Path, advance: Callable[[int], None]) -> Iterator[Step]
         elif kind == "turn_context":
             if p.get("model") and info.model == "default":
                 info.model = str(p["model"])
+            reasoning = {k: p[k] for k in ("effort", "summary") if p.get(k)}
+            if reasoning and not extra:
+                extra["reasoning"] = reasoning  # sent back as Codex sent it (params.extra)
         elif kind == "event_msg":
             if p.get("type") == "token_count" and reply is not None and reply.usage is None:
                 reply.usage = _usage(p.get("info"))
@@ -218,6 +224,8 @@ def _session_steps(path: Path, advance: Callable[[int], None]) -> Iterator[Step]
     if not steps:
         return
     params: dict[str, Any] = {"stream": True}
+    if extra:
+        params["extra"] = extra
     if names:
         params["tools"] = stand_in_tools(names)
     for s in steps:
@@ -282,7 +290,7 @@ def import_codex(src: str | Path, out: str | Path, options: ImportOptions | None
             steps,
             Path(out),
             "import:codex",
-            "imported from Codex CLI rollouts onto the openai chat API (Responses API calls); tools are stand-ins",
+            "imported from Codex CLI rollouts (Responses API calls); tools are stand-ins",
             options,
         )
     return {"files": len(files), **counts}

@@ -290,7 +290,8 @@ def test_codex_rollout_calls_usage_and_compaction(tmp_path: Path) -> None:
     trace = read_trace(tmp_path / "t.jsonl")
     ((sid, session),) = trace.sessions.items()
     assert sid == "codex-0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b" and session.model == "gpt-oss-20b"
-    assert session.api == "openai"  # until the Responses API lands (#22): openai-responses
+    assert session.api == "openai-responses"  # as Codex speaks it
+    assert r_params(trace) == {"reasoning": {"effort": "medium", "summary": "auto"}}
     r1, r2, r3, r4 = trace.requests
     m1 = msgs(trace, r1)
     assert [x["role"] for x in m1] == [
@@ -316,6 +317,10 @@ def test_codex_rollout_calls_usage_and_compaction(tmp_path: Path) -> None:
         "Summary: listed tests, both pass.",
         "Now add a test for empty input.",
     ]
+
+
+def r_params(trace) -> dict:
+    return trace.requests[0].params["extra"]
 
 
 def test_codex_rejects_other_files_at_their_line(tmp_path: Path) -> None:
