@@ -115,8 +115,10 @@ def _lines(
         if not isinstance(obj, dict):
             raise TraceError(str(path), n, "not a Codex rollout line (not an object)")
         kind = obj.get("type")
-        if kind in _LINE_TYPES and isinstance(obj.get("payload"), dict):
-            yield n, iso_seconds(obj.get("timestamp")), kind, obj["payload"]
+        if isinstance(obj.get("payload"), dict) and "timestamp" in obj:
+            if kind in _LINE_TYPES:
+                yield n, iso_seconds(obj.get("timestamp")), kind, obj["payload"]
+            # else a line kind of a newer Codex (e.g. `world_state`): nothing a request holds
         elif kind in _ITEM_TYPES:  # early rollouts: bare items
             yield n, iso_seconds(obj.get("timestamp")), "response_item", obj
         elif "record_type" in obj:

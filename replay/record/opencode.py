@@ -18,7 +18,10 @@ API call of one turn: each `step-start` ... `step-finish` span is one request. M
   prompt is sized from the first step's usage (one seed per kind, main or sub-agent, as OpenCode's
   prompt is the same for every session of an agent), tools are stand-ins named as used;
 - an event stream carries no user prompts: each turn gets a one-line synthetic user message,
-  listed in the request's `synthetic`.
+  listed in the request's `synthetic`;
+- OpenCode names a new session with a call of its own that it does not store; the title it got is
+  stored, so that call is made up from it (session `oc-<id>-title`, role and tag `title`: a stand-in
+  system prompt of 300 tokens, the first prompt, the title as the reply), sent with the first prompt.
 """
 
 from __future__ import annotations
@@ -47,10 +50,12 @@ from replay.record.importing import (
     tree_size,
     write_trace,
 )
+from replay.record.tokens import count_tokens
 from replay.record.wire import canonical_arguments
 from replay.trace.model import Message
 
-SYSTEM_SEEDS = {"interactive": 0x4F43_4D41_494E, "subagent": 0x4F43_5355_4241}
+SYSTEM_SEEDS = {"interactive": 0x4F43_4D41_494E, "subagent": 0x4F43_5355_4241, "title": 0x4F43_5449_544C}
+_DEFAULT_TITLES = ("New session - ", "Child session - ")  # what a session is called before it is named
 _FINISH = {"tool-calls": "tool_calls", "tool_calls": "tool_calls", "stop": "stop", "length": "length"}
 _NO_PROMPT = "(the user's prompt is not in an opencode event stream)"
 
@@ -424,10 +429,47 @@ def _session_steps(s: _Session, role: str) -> Iterator[Step]:
             # OpenCode sends only what follows the last summary: the compaction prompt and the summary
             start = max(i for i, m in enumerate(history) if m["role"] == "user")
             history = history[start:]
+    title = _title_step(s, info, turns)
+    if title is not None:
+        out.append(title)
     out.sort(key=lambda st: st.t)
     if out:
-        out[-1].ends = (info,)
+        out[-1].ends = (info, *((title.session,) if title is not None else ()))
     yield from out
+
+
+def _title_step(s: _Session, info: SessionInfo, turns: list[Turn]) -> Step | None:
+    """OpenCode names a new session with a call of its own (a small model, its own system prompt,
+    the first prompt), which it does not store; the title it got is stored, so the call is made
+    up from it: its own session, role `title`, sent with the first prompt."""
+    if info.role != "interactive" or not s.title or s.title.startswith(_DEFAULT_TITLES):
+        return None
+    first = next((t for t in turns if t[0].get("role") == "user" and not t[0].get("_synthetic")), None)
+    if first is None:
+        return None
+    text = "\n".join(str(p.get("text") or "") for p in first[1] if p.get("type") == "text")
+    when = _ms((first[0].get("time") or {}).get("created")) or s.created
+    key = SessionInfo(
+        key=f"{info.key}-title",
+        role="title",
+        api=info.api,
+        model=info.model,
+        labels={**info.labels, "job": "title"},
+        agent_ids=info.agent_ids,
+    )
+    system = {"role": "system", "content": {"synth": {"tokens": 300, "seed": SYSTEM_SEEDS["title"]}}}
+    reply = {"role": "assistant", "content": s.title}
+    return Step(
+        session=key,
+        t=when,
+        messages=[system, {"role": "user", "content": text}],
+        reply=reply,
+        finish="stop",
+        output_tokens=max(1, count_tokens(s.title)),
+        tag="title",
+        done=when,
+        synthetic=[1],
+    )
 
 
 def import_opencode(src: str | Path, out: str | Path, options: ImportOptions | None = None) -> dict[str, int]:

@@ -213,12 +213,17 @@ def opencode(tmp_path: Path) -> dict[str, Path]:
 
 def test_opencode_steps_tools_usage_and_compaction(opencode: dict[str, Path], tmp_path: Path) -> None:
     counts = import_opencode(opencode["db"], tmp_path / "t.jsonl")
-    assert counts == {"conversations": 2, "sessions": 2, "requests": 8, "compactions": 2, "filtered": 0}
+    assert counts == {"conversations": 2, "sessions": 3, "requests": 9, "compactions": 2, "filtered": 0}
     trace = read_trace(tmp_path / "t.jsonl")
     assert {s: x.role for s, x in trace.sessions.items()} == {
         "oc-ses_01main": "interactive",
+        "oc-ses_01main-title": "title",
         "oc-ses_02child": "subagent",
     }
+    # the title call OpenCode made but did not store: made up from the title it got
+    (title,) = [r for r in trace.requests if r.session.endswith("-title")]
+    assert title.tag == "title" and title.reply["message"]["content"] == "Parser fields"
+    assert msgs(trace, title)[1] == {"role": "user", "content": "Find where the parser splits fields."}
     main = [r for r in trace.requests if r.session == "oc-ses_01main"]
     assert [r.tag for r in main] == ["turn", "turn", "turn", "compaction"]
     first, second, summary, after = main
