@@ -331,6 +331,10 @@ def r_params(trace) -> dict:
 def test_codex_rejects_other_files_at_their_line(tmp_path: Path) -> None:
     path = codex_rollout(tmp_path / "rollout-x.jsonl")
     lines = path.read_bytes().splitlines()
+    # a line kind of a newer Codex, in the rollout wrapper, is skipped
+    lines.insert(3, b'{"timestamp": "2026-11-30T06:45:00.500Z", "type": "world_state", "payload": {"k": 1}}')
+    path.write_bytes(b"\n".join(lines))
+    assert import_codex(path, tmp_path / "t.jsonl")["requests"] == 4
     lines.insert(4, b'{"type": "chat", "text": "hi"}')
     path.write_bytes(b"\n".join(lines))
     with pytest.raises(TraceError, match=r"rollout-x\.jsonl:5: not a Codex rollout line"):
