@@ -481,16 +481,42 @@ def anonymize(
 
 @app.command("import")
 def import_(
-    fmt: Annotated[str, typer.Argument(help="claude-code | mooncake | sharegpt")],
+    fmt: Annotated[
+        str | None, typer.Argument(help="hermes | opencode | codex | claude-code | mooncake | sharegpt")
+    ] = None,
     src: Annotated[
-        Path, typer.Argument(help="Input file (Claude Code: a transcript or a project directory).")
-    ],
-    out: Annotated[Path, typer.Argument(help="Trace to write.")],
+        Path | None, typer.Argument(help="What the agent left: a file, folder or database (see --list).")
+    ] = None,
+    out: Annotated[Path | None, typer.Argument(help="Trace to write.")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Leave out requests sent before this time (ISO 8601, local time).")
+    ] = None,
+    until: Annotated[str | None, typer.Option(help="Leave out requests sent at or after this time.")] = None,
+    session: Annotated[
+        list[str] | None,
+        typer.Option(help="Keep only sessions whose agent id starts with this (repeatable)."),
+    ] = None,
+    shared_system: Annotated[
+        bool, typer.Option(help="Claude Code: one stand-in system prompt for all sessions of a kind.")
+    ] = False,
+    list_: Annotated[
+        bool, typer.Option("--list", help="Show each format and where each agent keeps its files.")
+    ] = False,
 ) -> None:
-    """Turn another tool's traces or transcripts into a replayable trace."""
+    """Turn what an agent left on disk (or another tool's traces) into a replayable trace."""
     from replay.commands.trace import ImportArgs, import_trace
 
-    raise typer.Exit(import_trace(ImportArgs(fmt=fmt, src=src, out=out), console))
+    args = ImportArgs(
+        fmt=fmt,
+        src=src,
+        out=out,
+        since=since,
+        until=until,
+        sessions=tuple(session or ()),
+        shared_system=shared_system,
+        list_formats=list_,
+    )
+    raise typer.Exit(import_trace(args, console))
 
 
 @app.command("export")

@@ -30,15 +30,34 @@ def validate(args: ValidateArgs, console: Console) -> int:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ImportArgs:
-    fmt: str
-    src: Path
-    out: Path
+    fmt: str | None
+    src: Path | None
+    out: Path | None
+    since: str | None = None  # ISO 8601 (local time unless it has an offset) or epoch seconds
+    until: str | None = None
+    sessions: tuple[str, ...] = ()
+    shared_system: bool = False
+    list_formats: bool = False
 
 
 def import_trace(args: ImportArgs, console: Console) -> int:
-    from replay.record.importers import run_import
+    """`--list`: the formats and where agents keep their files; else import with the filters."""
+    from replay.errors import UsageError
+    from replay.record.importers import list_formats, run_import
+    from replay.record.importing import ImportOptions, parse_when
 
-    console.print(run_import(args.fmt, args.src, args.out), highlight=False)
+    if args.list_formats:
+        console.print(list_formats(), highlight=False)
+        return 0
+    if args.fmt is None or args.src is None or args.out is None:
+        raise UsageError("replay import needs FORMAT SRC OUT (or --list)")
+    options = ImportOptions(
+        since=parse_when(args.since),
+        until=parse_when(args.until),
+        sessions=args.sessions,
+        shared_system=args.shared_system,
+    )
+    console.print(run_import(args.fmt, args.src, args.out, options), highlight=False)
     return 0
 
 

@@ -4,35 +4,54 @@ A transcript line is an entry (`type` user / assistant / system / summary / ...)
 parent by `parentUuid`; one API reply is written as one assistant line per content block, all
 sharing `message.id`. So each API call is the first line of an assistant message, and the request
 it answered is the chain of entries from the root down to that line's parent (following the chain
-rather than file order keeps abandoned branches out). Compaction starts a new root: a
-`compact_boundary` system entry, then a user entry marked `isCompactSummary`; the first request
-whose chain holds a new summary is tagged `compaction`. Sub-agents (`isSidechain`) become their
-own sessions with role `subagent`: by `agentId` (newer versions, `agent-*.jsonl` files), else one
-per sidechain root (older versions, inline).
+rather than file order keeps abandoned branches out; a rewind is a branch, encoded against the
+request it branches off, not a compaction). Compaction starts a new root: a `compact_boundary`
+system entry, then a user entry marked `isCompactSummary`; the first request whose chain holds a
+new summary is tagged `compaction`. Sub-agents (`isSidechain`) become their own sessions with role
+`subagent`: by `agentId` (newer versions, `<session>/subagents/agent-*.jsonl` files), else one per
+sidechain root (older versions, inline). A folder is read one session at a time (its main file and
+its sub-agents' files), merged in time order.
+
+A file may start mid-session (resumed, a sidechain) with an assistant record or a tool result; the
+API needs a user message first and a tool call before each result, so the least that satisfies it
+is made up and listed in the request's `synthetic`.
 
 Claude Code does not store its system prompt or tool definitions. Each session gets a synthetic
 system message standing in for them, sized from its first call's usage (prompt tokens the API
-reported minus what the messages count), with one seed per kind (main, sub-agent) so sessions of a
-kind share it as a prefix, as they would on a server.
+reported minus what the messages and the stand-in tools count), seeded per session (Claude Code's
+first system block is a per-session billing line) or, with `shared_system`, per kind (main,
+sub-agent). Tools are stand-ins named as the session used them; `max_tokens` is what the reply used.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from replay.errors import TraceError
+from replay.errors import TraceError, UsageError
+from replay.record.importing import (
+    ImportOptions,
+    SessionInfo,
+    Step,
+    estimate_tokens,
+    merge_by_time,
+    progress_bar,
+    stand_in_tools,
+    tree_size,
+    write_trace,
+)
 from replay.record.tokens import count_tokens
 from replay.record.wire import WireError, anthropic_assistant_turn, anthropic_user_turn
 from replay.trace.materialize import text_of
 from replay.trace.model import Message
-from replay.trace.writer import TraceWriter
 
 SYSTEM_SEEDS = {"interactive": 0x434C_4D41_494E, "subagent": 0x434C_5355_4241}
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
@@ -229,22 +248,42 @@ def _tokens(messages: list[Message]) -> int:
     return n
 
 
-def import_claude_code(src: str | Path, out: str | Path, system_tokens: int | None = None) -> dict[str, int]:
-    """Convert a transcript file, or every transcript under a directory, into a trace at `out`.
+def _session_of(path: Path) -> str:
+    """The session a file belongs to (its first `sessionId`), read from its first lines only."""
+    with open(path, "rb") as handle:
+        for raw in handle:
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("sessionId"), str):
+                return obj["sessionId"]
+    return path.stem
 
-    `system_tokens`: size of the stand-in system prompt; None sizes it from each session's first
-    reported usage, 0 leaves it out.
-    """
-    src = Path(src)
-    files = _files(src)
-    if not files:
-        raise TraceError(str(src), 0, "no Claude Code transcripts (*.jsonl) found")
+
+def _first_time(path: Path) -> float:
+    with open(path, "rb") as handle:
+        for raw in handle:
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(obj, dict) and obj.get("timestamp"):
+                return _Entry(obj, 0).time or 0.0
+    return 0.0
+
+
+def _build(src: Path, files: list[Path], seen_calls: set[str]) -> tuple[list[_Call], int]:
+    """The API calls of one session's files (the main transcript and its sub-agents')."""
     entries, bad = _read(files)
     by_uuid = {e.uuid: e for e in entries if e.uuid}
     _group(entries, by_uuid)
-    calls = _calls(entries, by_uuid)
-    if not calls:
-        raise TraceError(str(src), 0, "no assistant replies found: is this a Claude Code transcript?")
+    calls = [
+        c
+        for c in _calls(entries, by_uuid)
+        if str(c.first.message.get("id") or c.first.uuid) not in seen_calls
+    ]
+    seen_calls.update(str(c.first.message.get("id") or c.first.uuid) for c in calls)  # resumed copies
     results: dict[tuple[str, ...], dict[str, tuple[int, Message]]] = defaultdict(dict)
     for e in entries:
         if e.type == "user" and isinstance(e.message.get("content"), list):
@@ -279,75 +318,155 @@ def import_claude_code(src: str | Path, out: str | Path, system_tokens: int | No
             if reason
             else ("tool_calls" if call.reply.get("tool_calls") else "stop")
         )
-    return _write(calls, Path(out), system_tokens, len(files), bad)
+    return calls, bad
 
 
-def _write(
-    calls: list[_Call], out: Path, system_tokens: int | None, n_files: int, bad: int
-) -> dict[str, int]:
+def _valid_start(messages: list[Message]) -> tuple[list[Message], list[int]]:
+    """A transcript that starts mid-session (resumed, or a sidechain) may begin with a reply or a
+    tool result; the API needs a user message first and a tool call before each result. Make up
+    the least that satisfies it, and say which messages were made up."""
+    orphans: list[str] = []
+    for m in messages:
+        if m.get("role") != "tool":
+            break
+        orphans.append(str(m.get("tool_call_id")))
+    if messages and messages[0].get("role") == "user":
+        return messages, []
+    made: list[Message] = [{"role": "user", "content": "(the conversation before this transcript)"}]
+    if orphans:
+        made.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": c, "name": "earlier_tool", "arguments": "{}"} for c in orphans],
+            }
+        )
+    return [*made, *messages], list(range(len(made)))
+
+
+def _steps(
+    src: Path,
+    files: list[Path],
+    seen_calls: set[str],
+    options: ImportOptions,
+    counts: dict[str, int],
+    system_tokens: int | None,
+    short: dict[str, str],
+) -> Iterator[Step]:
+    calls, bad = _build(src, files, seen_calls)
+    counts["bad_lines"] += bad
     groups: dict[tuple[str, ...], list[_Call]] = defaultdict(list)
     for call in calls:
         groups[call.group].append(call)
-    names: dict[tuple[str, ...], str] = {}
+    out: list[Step] = []
     side = 0
-    for group in groups:
-        sid8 = group[1][:8] or "session"
+    for group, group_calls in groups.items():
+        sid8 = short.get(group[1], group[1][:8]) or "session"
+        role = "interactive" if group[0] == "main" else "subagent"
         if group[0] == "main":
-            names[group] = f"cc-{sid8}"
+            key = f"cc-{sid8}"
         elif group[0] == "agent":
-            names[group] = f"cc-{sid8}-agent-{group[2][:8]}"
+            key = f"cc-{sid8}-agent-{group[2][:8]}"
         else:
             side += 1
-            names[group] = f"cc-{sid8}-side-{side}"
-    t0 = min(c.t for c in calls)
-    for group_calls in groups.values():
-        prev = t0
+            key = f"cc-{sid8}-side-{side}"
+        model = str(group_calls[0].lines[0].message.get("model") or "default")
+        info = SessionInfo(
+            key=key,
+            role=role,
+            api="anthropic",
+            model=model,
+            labels={"source": "claude-code"},
+            agent_ids=(group[1],),
+        )
+        names = {c["name"] for call in group_calls for c in (call.reply or {}).get("tool_calls") or ()}
+        tools = stand_in_tools(names)
+        first = group_calls[0]
+        size = system_tokens
+        if size is None:
+            tool_tokens = (
+                estimate_tokens([{"role": "system", "content": orjson.dumps(tools).decode()}]) if tools else 0
+            )
+            size = max(0, (first.usage.get("prompt_tokens") or 0) - _tokens(first.messages) - tool_tokens)
+        seed = SYSTEM_SEEDS[role] if options.shared_system else _seed(key)
+        system = [{"role": "system", "content": {"synth": {"tokens": size, "seed": seed}}}] if size else []
+        prev = 0.0
         for call in group_calls:  # keep each session's order even if clocks stepped back
             call.t = max(call.t, prev)
             prev = call.t
-    order = sorted(calls, key=lambda c: (c.t, c.first.pos))
-    counts = {"files": n_files, "bad_lines": bad, "sessions": 0, "requests": 0, "compactions": 0}
-    notes = f"imported from {n_files} Claude Code transcript file(s); system prompt and tools are synthetic stand-ins"
-    with TraceWriter(out, source="import:claude-code", notes=notes) as writer:
-        system: dict[tuple[str, ...], Message | None] = {}
-        last: dict[tuple[str, ...], tuple[int, float]] = {}
-        for call in order:
-            group = call.group
-            role = "interactive" if group[0] == "main" else "subagent"
-            if group not in system:
-                model = str(call.lines[0].message.get("model") or "default")
-                writer.session(
-                    names[group], role=role, api="anthropic", model=model, labels={"source": "claude-code"}
-                )
-                counts["sessions"] += 1
-                size = system_tokens
-                if size is None:
-                    size = max(0, (call.usage.get("prompt_tokens") or 0) - _tokens(call.messages))
-                system[group] = (
-                    {"role": "system", "content": {"synth": {"tokens": size, "seed": SYSTEM_SEEDS[role]}}}
-                    if size
-                    else None
-                )
-            head = [system[group]] if system[group] is not None else []
-            after = None
-            if group in last:
-                prev_id, prev_done = last[group]
-                after = {"request": prev_id, "delay_s": round(max(0.0, call.t - prev_done), 3)}
-            reply = {"message": call.reply, "finish": call.finish}
+            messages, made = _valid_start(call.messages)
+            params: dict[str, Any] = {"stream": True}
             if "output_tokens" in call.usage:
-                reply["output_tokens"] = call.usage["output_tokens"]
-            rid = writer.request(
-                names[group],
-                round(call.t - t0, 3),
-                [*head, *call.messages],
-                params={"stream": True},
-                reply=reply,
-                usage=call.usage or None,
-                after=after,
-                tag="compaction" if call.compaction else "turn",
+                params["max_tokens"] = call.usage["output_tokens"]
+            if tools:
+                params["tools"] = tools
+            out.append(
+                Step(
+                    session=info,
+                    t=call.t,
+                    messages=[*system, *messages],
+                    reply=call.reply,
+                    finish=call.finish,
+                    output_tokens=call.usage.get("output_tokens"),
+                    usage=call.usage or None,
+                    tag="compaction" if call.compaction else "turn",
+                    done=max((x.time or call.t) for x in call.lines),
+                    params=params,
+                    synthetic=[i + len(system) for i in made] or None,
+                )
             )
-            done = max((x.time or call.t) for x in call.lines)
-            last[group] = (rid, done)
-            counts["requests"] += 1
-            counts["compactions"] += call.compaction
-    return counts
+        out[-1].ends = (info,)
+    out.sort(key=lambda st: st.t)
+    yield from out
+
+
+def _seed(key: str) -> int:
+    """A stand-in system prompt of its own per session: Claude Code's first system block is a
+    per-session billing line, so two sessions share no cached prefix."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=6).digest(), "big")
+
+
+def import_claude_code(
+    src: str | Path, out: str | Path, system_tokens: int | None = None, options: ImportOptions | None = None
+) -> dict[str, int]:
+    """Convert a transcript file, or every transcript under a folder (a project, or all of them),
+    into a trace at `out`.
+
+    `system_tokens`: size of the stand-in system prompt; None sizes it from each session's first
+    reported usage, 0 leaves it out.
+    """
+    options = options or ImportOptions()
+    src = Path(src)
+    files = _files(src)
+    if not files:
+        raise TraceError(str(src), 0, "no Claude Code transcripts (*.jsonl) found")
+    by_session: dict[str, list[Path]] = defaultdict(list)
+    for f in files:
+        by_session[_session_of(f)].append(f)
+    starts = sorted((min(_first_time(f) for f in fs), sid) for sid, fs in by_session.items())
+    counts = {"files": len(files), "bad_lines": 0}
+    prefixes = [sid[:8] for sid in by_session]
+    short = {sid: sid[:8] if prefixes.count(sid[:8]) == 1 else sid for sid in by_session}
+    seen_calls: set[str] = set()
+    with progress_bar(tree_size(files), "claude-code", options) as advance:
+
+        def session(sid: str) -> Iterator[Step]:
+            advance(tree_size(by_session[sid]))
+            return _steps(src, by_session[sid], seen_calls, options, counts, system_tokens, short)
+
+        steps = merge_by_time((t, partial(session, sid)) for t, sid in starts)
+        try:
+            written = write_trace(
+                steps,
+                Path(out),
+                "import:claude-code",
+                f"imported from {len(files)} Claude Code transcript file(s); system prompt and tools are synthetic stand-ins",
+                options,
+            )
+        except UsageError as exc:
+            if "no API calls" in str(exc):
+                raise TraceError(
+                    str(src), 0, "no assistant replies found: is this a Claude Code transcript?"
+                ) from None
+            raise
+    return {**counts, **written}

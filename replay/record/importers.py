@@ -3,22 +3,64 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from replay.errors import ReplayError, UsageError
 from replay.record.claude_code import import_claude_code
+from replay.record.codex import import_codex
+from replay.record.hermes import import_hermes
+from replay.record.importing import ImportOptions
 from replay.record.mooncake import export_mooncake, import_mooncake
+from replay.record.opencode import import_opencode
 from replay.record.sharegpt import import_sharegpt
 from replay.trace.reader import validate
 
-Converter = Callable[[Path, Path], dict[str, int]]
+Converter = Callable[..., dict[str, int]]
 
-IMPORTERS: dict[str, Converter] = {
-    "claude-code": import_claude_code,
-    "mooncake": import_mooncake,
-    "sharegpt": import_sharegpt,
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """An importable format: its converter, what SRC is, and where the agent keeps its files."""
+
+    convert: Converter
+    takes: str
+    linux: str
+    macos: str
+
+
+IMPORTS: dict[str, Format] = {
+    "claude-code": Format(
+        import_claude_code,
+        "a transcript (.jsonl), a project folder or the projects folder",
+        "~/.claude/projects/<project path, / as ->/<session>.jsonl ($CLAUDE_CONFIG_DIR)",
+        "~/.claude/projects/<project path, / as ->/<session>.jsonl ($CLAUDE_CONFIG_DIR)",
+    ),
+    "codex": Format(
+        import_codex,
+        "a rollout (.jsonl) or a folder of them",
+        "~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl ($CODEX_HOME)",
+        "~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl ($CODEX_HOME)",
+    ),
+    "hermes": Format(
+        import_hermes,
+        "state.db, or the folder holding it",
+        "~/.hermes/state.db ($HERMES_HOME)",
+        "~/.hermes/state.db ($HERMES_HOME)",
+    ),
+    "opencode": Format(
+        import_opencode,
+        "opencode.db, the storage folder, an `opencode export` file or a `run --format json` stream",
+        "~/.local/share/opencode/opencode.db, older: ~/.local/share/opencode/storage/ ($XDG_DATA_HOME)",
+        "~/.local/share/opencode/opencode.db, older: ~/.local/share/opencode/storage/ ($XDG_DATA_HOME)",
+    ),
+    "mooncake": Format(import_mooncake, "a Mooncake trace (.jsonl)", "-", "-"),
+    "sharegpt": Format(import_sharegpt, "ShareGPT conversations (.json or .jsonl)", "-", "-"),
 }
+IMPORTERS: dict[str, Converter] = {name: f.convert for name, f in IMPORTS.items()}
 EXPORTERS: dict[str, Converter] = {"mooncake": export_mooncake}
+# Converters that take `ImportOptions` (the others predate it and know no filters).
+_WITH_OPTIONS = {"claude-code", "codex", "hermes", "opencode", "mooncake"}
 
 
 def _check(fmt: str, table: dict[str, Converter], verb: str, src: Path, out: Path) -> Converter:
@@ -31,11 +73,16 @@ def _check(fmt: str, table: dict[str, Converter], verb: str, src: Path, out: Pat
     return table[fmt]
 
 
-def run_import(fmt: str, src: Path, out: Path) -> str:
+def run_import(fmt: str, src: Path, out: Path, options: ImportOptions | None = None) -> str:
     """Convert, validate what was written, and say what came out in one line."""
     convert = _check(fmt, IMPORTERS, "import", src, out)
     try:
-        counts = convert(src, out)
+        if fmt in _WITH_OPTIONS:
+            counts = convert(src, out, options=options or ImportOptions())
+        else:
+            if options is not None and (options.since or options.until or options.sessions):
+                raise UsageError(f"{fmt} has no timestamps or session ids to filter by")
+            counts = convert(src, out)
     except ReplayError:
         out.unlink(missing_ok=True)  # a half-written trace is no trace
         raise
@@ -43,6 +90,20 @@ def run_import(fmt: str, src: Path, out: Path) -> str:
     return (
         f"{out}: {checked['requests']} requests in {checked['sessions']} sessions from {fmt} ({_fmt(counts)})"
     )
+
+
+def list_formats() -> str:
+    """`replay import --list`: each format, what SRC is, and where the agent keeps its files."""
+    lines = []
+    for name, f in IMPORTS.items():
+        lines.append(f"{name}: {f.takes}")
+        if f.linux != "-":
+            if f.linux == f.macos:
+                lines.append(f"    Linux and macOS: {f.linux}")
+            else:
+                lines.append(f"    Linux: {f.linux}")
+                lines.append(f"    macOS: {f.macos}")
+    return "\n".join(lines)
 
 
 def run_export(fmt: str, src: Path, out: Path) -> str:

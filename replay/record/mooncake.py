@@ -4,8 +4,10 @@ and AIPerf / SGLang benchmarks.
 
 Import: block id h becomes synthetic text seeded by h, so two requests share prompt text exactly
 where their hash ids are equal (the last block may be partial: it is the prefix, in words, of the
-same id's full block). A request whose ids extend every full block of an earlier request continues
-that request's session; anything else starts a session. Each prompt is one user message whose
+same id's full block). Sessions come from the block-prefix tree: a request continues the session of
+an earlier request whose whole blocks it extends, but only where those reach beyond the blocks
+every request begins with (a shared system prompt says nothing about the conversation); anything
+else starts a session. Each prompt is one user message whose
 content is its blocks joined by newlines; each newline is a token, so a block after the first has
 one word fewer and the prompt is `input_length` tokens long (`replay.record.tokens`).
 
@@ -17,12 +19,14 @@ prefixes get equal ids. An imported trace exports to its original ids up to that
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from replay.errors import TraceError
+from replay.errors import TraceError, UsageError
+from replay.record.importing import ImportOptions, jsonl, progress_bar
 from replay.record.tokens import PART_SEPARATOR_TOKENS, tokens
 from replay.trace.materialize import materialize, recorded_reply
 from replay.trace.reader import read_trace
@@ -32,69 +36,118 @@ BLOCK = 512
 SEED_BASE = 0x4D43_0000_0000  # keeps block seeds apart from other synthetic seeds
 
 
-def _rows(src: Path) -> list[dict[str, Any]]:
-    rows = []
-    with open(src, "rb") as handle:
-        for n, raw in enumerate(handle, 1):
-            if not raw.strip():
-                continue
-            try:
-                row = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise TraceError(str(src), n, f"bad JSON: {exc}") from None
-            for key in ("timestamp", "input_length", "output_length", "hash_ids"):
-                if key not in row:
-                    raise TraceError(str(src), n, f"mooncake row is missing '{key}'")
-            ids, length = row["hash_ids"], row["input_length"]
-            if not isinstance(ids, list) or not all(isinstance(h, int) for h in ids):
-                raise TraceError(str(src), n, "hash_ids must be a list of integers")
-            if not isinstance(length, int) or length < 0 or len(ids) != -(-length // BLOCK):
-                raise TraceError(
-                    str(src), n, f"input_length {length} does not fit {len(ids)} blocks of {BLOCK}"
-                )
-            row["_line"] = n
-            rows.append(row)
-    return rows
+def _rows(src: Path, advance: Callable[[int], None] = lambda n: None) -> Iterator[dict[str, Any]]:
+    """The rows one at a time, each checked (a bad one is a `TraceError` at file:line)."""
+    for n, row in jsonl(src, advance):
+        if not isinstance(row, dict):
+            raise TraceError(str(src), n, "a mooncake row must be a JSON object")
+        for key in ("timestamp", "input_length", "output_length", "hash_ids"):
+            if key not in row:
+                raise TraceError(str(src), n, f"mooncake row is missing '{key}'")
+        ids, length = row["hash_ids"], row["input_length"]
+        if not isinstance(ids, list) or not all(isinstance(h, int) for h in ids):
+            raise TraceError(str(src), n, "hash_ids must be a list of integers")
+        if not isinstance(length, int) or length < 0 or len(ids) != -(-length // BLOCK):
+            raise TraceError(str(src), n, f"input_length {length} does not fit {len(ids)} blocks of {BLOCK}")
+        row["_line"] = n
+        yield row
+
+
+def _full(row: dict[str, Any]) -> int:
+    """How many of the row's blocks are whole (the last may be partial)."""
+    ids, length = row["hash_ids"], row["input_length"]
+    return len(ids) if length % BLOCK == 0 else len(ids) - 1
+
+
+def _shared(src: Path) -> tuple[int, int, float]:
+    """First pass: rows, whole blocks every row begins with (the common system prompt), first time."""
+    common: list[int] | None = None
+    rows = 0
+    t0 = float("inf")
+    for row in _rows(src):
+        rows += 1
+        t0 = min(t0, row["timestamp"])
+        ids = row["hash_ids"][: _full(row)]
+        if common is None:
+            common = list(ids)
+        else:
+            k = 0
+            while k < len(common) and k < len(ids) and common[k] == ids[k]:
+                k += 1
+            del common[k:]
+    return rows, len(common or ()), t0
 
 
 def import_mooncake(
-    src: str | Path, out: str | Path, api: str = "openai", model: str = "default"
+    src: str | Path,
+    out: str | Path,
+    api: str = "openai",
+    model: str = "default",
+    options: ImportOptions | None = None,
 ) -> dict[str, int]:
-    """Convert a Mooncake JSONL trace into a trace at `out`."""
+    """Convert a Mooncake JSONL trace into a trace at `out`.
+
+    Sessions by the block-prefix tree: a request continues the session of the latest earlier
+    request whose whole blocks it extends, provided they reach beyond the blocks every request
+    shares; otherwise it starts a session. Prefixes are kept as chained hashes, one per request.
+    """
+    options = options or ImportOptions()
+    if options.sessions:
+        raise UsageError("mooncake has no session ids to filter by (sessions are inferred)")
     src = Path(src)
-    rows = _rows(src)
+    rows, shared, t0 = _shared(src)
     if not rows:
         raise TraceError(str(src), 0, "no requests in the mooncake trace")
-    t0 = min(r["timestamp"] for r in rows)
-    # full-block prefix (as a tuple) -> session; a continuation must extend all of it
-    prefixes: dict[tuple[int, ...], str] = {}
-    counts = {"requests": 0, "sessions": 0, "blocks": 0, "shared_blocks": 0}
+    # chained hash of a whole-block prefix -> session; a continuation must extend more than `shared`
+    prefixes: dict[int, str] = {}
+    counts = {
+        "requests": 0,
+        "sessions": 0,
+        "blocks": 0,
+        "shared_blocks": 0,
+        "common_blocks": shared,
+        "filtered": 0,
+    }
     seen_blocks: set[int] = set()
     notes = f"imported from mooncake trace {src.name}; {BLOCK}-token blocks as synthetic text"
-    with TraceWriter(out, source="import:mooncake", notes=notes) as writer:
-        for row in rows:
+    with (
+        TraceWriter(out, source="import:mooncake", notes=notes) as writer,
+        progress_bar(src.stat().st_size, "mooncake", options) as advance,
+    ):
+        for row in _rows(src, advance):
             ids: list[int] = row["hash_ids"]
             length: int = row["input_length"]
+            when = t0_epoch(row["timestamp"])
+            if (options.since is not None and when < options.since) or (
+                options.until is not None and when >= options.until
+            ):
+                counts["filtered"] += 1
+                continue
+            full = _full(row)
+            chain: list[int] = []
+            h = 0
+            for block in ids[:full]:
+                h = hash((h, block))
+                chain.append(h)
             session = None
-            for k in range(len(ids), 0, -1):
-                session = prefixes.get(tuple(ids[:k]))
+            for k in range(full, shared, -1):
+                session = prefixes.get(chain[k - 1])
                 if session is not None:
                     break
             if session is None:
                 counts["sessions"] += 1
                 session = f"mc{counts['sessions']}"
                 writer.session(session, api=api, model=model, labels={"source": "mooncake"})
-            full = len(ids) if length % BLOCK == 0 else len(ids) - 1
-            if full:
-                prefixes[tuple(ids[:full])] = session
+            if full > shared:
+                prefixes[chain[full - 1]] = session
             parts = []
-            for i, h in enumerate(ids):
+            for i, h_id in enumerate(ids):
                 size = BLOCK if i < len(ids) - 1 or length % BLOCK == 0 else length % BLOCK
                 if i:
                     size -= PART_SEPARATOR_TOKENS  # the newline joining it to the previous block
-                parts.append({"synth": {"tokens": size, "seed": SEED_BASE + h}})
-                counts["shared_blocks"] += h in seen_blocks
-                seen_blocks.add(h)
+                parts.append({"synth": {"tokens": size, "seed": SEED_BASE + h_id}})
+                counts["shared_blocks"] += h_id in seen_blocks
+                seen_blocks.add(h_id)
             counts["blocks"] += len(ids)
             output = int(row["output_length"])
             writer.request(
@@ -106,6 +159,11 @@ def import_mooncake(
             )
             counts["requests"] += 1
     return counts
+
+
+def t0_epoch(ms: float) -> float:
+    """Mooncake timestamps are milliseconds (from the trace's start, or epoch): as seconds."""
+    return ms / 1000.0
 
 
 class _BlockIds:

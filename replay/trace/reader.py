@@ -391,6 +391,11 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
         for key in ("prompt_tokens", "cached_tokens", "cache_write_tokens", "output_tokens"):
             _count(check, usage, key, rid, "usage")
         _optional(check, usage, "raw", dict, rid, "usage")
+    synthetic = obj.get("synthetic")
+    if synthetic is not None and not (
+        isinstance(synthetic, list) and all(type(i) is int and 0 <= i < keep + len(append) for i in synthetic)
+    ):
+        raise check.fail(f"request {rid}: synthetic must list indices of its messages")
     after = obj.get("after")
     if after is not None:
         if type(after) is not dict:

@@ -88,6 +88,12 @@ class TraceWriter:
             {"kind": "session", "id": sid, "role": role, "api": api, "model": model, "labels": labels or {}}
         )
 
+    def forget(self, sid: str) -> None:
+        """Let go of a finished session's last message list (an importer streaming a large store
+        calls this); a later request of it is encoded without a parent."""
+        if sid in self._sessions:
+            self._sessions[sid] = _SessionState()
+
     def raw_line(self, obj: dict[str, Any]) -> None:
         """A line of a kind this writer has no method for (the recorder's `unrecorded` lines)."""
         self._line(obj)
@@ -111,12 +117,13 @@ class TraceWriter:
         tag: str = "turn",
         rid: int | None = None,
         base: tuple[int, list[Message], Message | None] | None = None,
+        synthetic: list[int] | None = None,
     ) -> int:
         """Write one request given its full message list; returns its id.
 
         It is encoded against the session's previous request, or against `base` (an earlier
         request's id, messages and reply message) when it extends another one, as a concurrent
-        turn does.
+        turn does. `synthetic`: indices of messages an importer made up (FORMAT.md).
         """
         state = self._sessions[session]
         rid = self._next_id if rid is None else rid
@@ -146,6 +153,8 @@ class TraceWriter:
             if value is not None:
                 obj[key] = value
         obj["tag"] = tag
+        if synthetic:
+            obj["synthetic"] = synthetic
         self._line(obj)
         state.last_id = rid
         state.messages = list(messages)

@@ -13,6 +13,7 @@ from replay.engine.run import EngineConfig
 from replay.errors import TraceError, UsageError
 from replay.record.claude_code import import_claude_code
 from replay.record.importers import run_export, run_import
+from replay.record.importing import ImportOptions, estimate_tokens
 from replay.record.mooncake import BLOCK, export_mooncake, import_mooncake
 from replay.record.sharegpt import import_sharegpt
 from replay.record.tokens import tokens
@@ -29,7 +30,14 @@ def messages(trace, req):
 
 def test_claude_code_sessions_subagents_compaction_and_tool_calls(tmp_path):
     counts = import_claude_code(DATA / "claude_code", tmp_path / "cc.jsonl")
-    assert counts == {"files": 2, "bad_lines": 1, "sessions": 3, "requests": 8, "compactions": 1}
+    assert counts == {
+        "files": 2,
+        "bad_lines": 1,
+        "sessions": 3,
+        "requests": 8,
+        "compactions": 1,
+        "filtered": 0,
+    }
     validate(tmp_path / "cc.jsonl")
     trace = read_trace(tmp_path / "cc.jsonl")
     roles = {sid: s.role for sid, s in trace.sessions.items()}
@@ -62,9 +70,13 @@ def test_claude_code_sessions_subagents_compaction_and_tool_calls(tmp_path):
         for r in trace.requests
         for m in messages(trace, r)[-1:]
     )
-    # The system stand-in: sized from the first call's usage, shared by sessions of a kind.
+    # The system stand-in: sized from the first call's usage less the messages and the tools.
     sys_main = messages(trace, main[0])[0]
-    assert sys_main["role"] == "system" and len(sys_main["content"].split()) == 5004 - 8
+    tools = main[0].params["tools"]
+    assert [t["function"]["name"] for t in tools] == ["Read", "Task"]  # as the transcript used them
+    tool_tokens = estimate_tokens([{"role": "system", "content": orjson.dumps(tools).decode()}])
+    assert sys_main["role"] == "system" and len(sys_main["content"].split()) == 5004 - 8 - tool_tokens
+    assert main[0].params["max_tokens"] == 40  # what the reply used, as the transcript says
     compacted = main[-1]
     msgs = messages(trace, compacted)
     assert compacted.keep == 1 and compacted.is_compaction
@@ -73,9 +85,17 @@ def test_claude_code_sessions_subagents_compaction_and_tool_calls(tmp_path):
     side = [r for r in trace.requests if r.session.endswith("side-1")]
     assert len(side) == 2 and messages(trace, side[0])[1]["content"] == "Search for all callers of parse()"
     assert side[1].append[0] == {"$reply": side[0].id}
+    # One stand-in per session (Claude Code's billing line makes sessions share no prefix) ...
     agent_sys = messages(trace, next(r for r in trace.requests if "agent" in r.session))[0]["content"]
     side_sys = messages(trace, side[0])[0]["content"]
-    assert agent_sys.split()[:100] == side_sys.split()[:100] != sys_main["content"].split()[:100]
+    assert len({" ".join(x.split()[:50]) for x in (agent_sys, side_sys, sys_main["content"])}) == 3
+    # ... or one per kind with --shared-system.
+    import_claude_code(
+        DATA / "claude_code", tmp_path / "shared.jsonl", options=ImportOptions(shared_system=True)
+    )
+    shared = read_trace(tmp_path / "shared.jsonl")
+    firsts = {r.session: messages(shared, r)[0]["content"].split()[:50] for r in shared.requests}
+    assert firsts["cc-0a1b2c3d-side-1"] == firsts["cc-0a1b2c3d-agent-7f3e9a01"] != firsts["cc-0a1b2c3d"]
 
 
 def test_claude_code_parallel_tool_results_on_sibling_entries(tmp_path):
@@ -142,7 +162,14 @@ def test_claude_code_rejects_what_is_not_a_transcript(tmp_path):
 
 def test_mooncake_import_shares_blocks_exactly_where_hash_ids_are_equal(tmp_path):
     counts = import_mooncake(DATA / "mooncake.jsonl", tmp_path / "t.jsonl")
-    assert counts == {"requests": 5, "sessions": 3, "blocks": 17, "shared_blocks": 8}
+    assert counts == {
+        "requests": 5,
+        "sessions": 3,
+        "blocks": 17,
+        "shared_blocks": 8,
+        "common_blocks": 0,
+        "filtered": 0,
+    }
     validate(tmp_path / "t.jsonl")
     trace = read_trace(tmp_path / "t.jsonl")
     words = [list(tokens(messages(trace, r)[0]["content"])) for r in trace.requests]
