@@ -664,7 +664,7 @@ def _metavar(param: Any) -> str | None:
     name = param.name or ""
     if name in METAVARS:
         return METAVARS[name]
-    kind = getattr(param.type, "name", "")
+    kind = getattr(getattr(param, "type", None), "name", "")
     many = "..." if param.nargs != 1 or getattr(param, "multiple", False) else ""
     if kind == "path":
         folder = name.endswith("dir") or (param.type.dir_okay and not param.type.file_okay)
