@@ -103,7 +103,8 @@ def reasoning_blocks(reasoning: str) -> tuple[Block, ...]:
 @lru_cache(maxsize=64)
 def _tools_block(tools_json: bytes) -> Block:
     tools = orjson.loads(tools_json)
-    lines = [orjson.dumps(t.get("function", t)).decode() for t in tools]
+    # Servers check tools are objects; a trace or a sizing input may still hold anything.
+    lines = [orjson.dumps(t.get("function", t) if isinstance(t, dict) else t).decode() for t in tools]
     return tokenize("\n".join(lines))
 
 

@@ -18,7 +18,13 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from replay.serving.errors import api_of_path, error_payload
+from replay.serving.fields import FieldError, load_body
+from replay.serving.guard import BodyGuard, Limits
+from replay.serving.schema import openapi
 from replay.sim.model import events as ev
+from replay.sim.model.job import ContextTooLong, build_job
+from replay.sim.model.reply import Reply
 from replay.sim.server.api import (
     PREFILL_COMMENT,
     AnthropicStream,
@@ -26,13 +32,10 @@ from replay.sim.server.api import (
     ChatRequest,
     OpenAIStream,
     anthropic_body,
-    error_body,
     openai_body,
     parse_anthropic,
     parse_openai,
 )
-from replay.sim.model.job import ContextTooLong, build_job
-from replay.sim.model.reply import Reply
 from replay.sim.server.runtime import JobHandle, SimRuntime
 
 PREFILL_COMMENT_EVERY_S = 5.0
@@ -44,8 +47,11 @@ def json_response(data: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
-def error_response(message: str, status: int = 400, kind: str = "invalid_request_error") -> Response:
-    return json_response(error_body(message, kind), status)
+def error_response(
+    message: str, status: int = 400, kind: str | None = None, api: str = "openai", param: str | None = None
+) -> Response:
+    """An error in the API's own shape (OpenAI's is ds4's), on one line."""
+    return json_response(error_payload(api, message, status, kind, param), status)
 
 
 class LazyStreamingResponse(StreamingResponse):
@@ -91,8 +97,10 @@ class ConnectionClose:
         await self.app(scope, receive, send_close)
 
 
-def create_app(runtime: SimRuntime) -> ASGIApp:
+def create_app(runtime: SimRuntime, limits: Limits | None = None) -> ASGIApp:
+    """The simulator's ASGI app; `limits` bound request bodies (see replay.serving.guard)."""
     cfg = runtime.cfg
+    limits = limits or Limits()
     started = time.perf_counter()
 
     def model_object(model_id: str) -> dict[str, Any]:
@@ -111,7 +119,7 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
     async def model(request: Request) -> Response:
         model_id = request.path_params["model_id"]
         if model_id != cfg.model_id:
-            return error_response("unknown endpoint", 404)
+            return error_response("unknown endpoint", 404, api="openai")
         return json_response(model_object(model_id))
 
     async def health(request: Request) -> Response:
@@ -130,17 +138,14 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
 
     async def _chat(request: Request, api: str) -> Response:
         try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError:
-            return error_response("invalid JSON in request body")
-        if not isinstance(body, dict):
-            return error_response("request body must be a JSON object")
-        try:
-            creq = parse_openai(body) if api == "openai" else parse_anthropic(body)
+            body = load_body(await request.body()).raw
+            creq = parse_openai(body, ctx=cfg.ctx) if api == "openai" else parse_anthropic(body, ctx=cfg.ctx)
+        except FieldError as exc:
+            return error_response(str(exc), api=api, param=exc.path or None)
         except BadRequest as exc:
-            return error_response(str(exc), exc.status)
+            return error_response(str(exc), exc.status, api=api)
         if runtime.stopping:
-            return error_response("server is shutting down", 503, "server_error")
+            return error_response("server is shutting down", 503, api=api)
         finish = request.headers.get(FINISH_HEADER, "stop").strip().lower()
         try:
             job = build_job(
@@ -154,7 +159,7 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
                 thinking=creq.thinking,
             )
         except ContextTooLong as exc:
-            return error_response(f"{exc} (context_length_exceeded)")
+            return error_response(f"{exc} (context_length_exceeded)", api=api)
         reply = job.reply
         handle = runtime.submit(job)
         if creq.stream:
@@ -168,7 +173,7 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
         result = handle.result
         assert result is not None
         if result.error:
-            return error_response(result.error, 503, "server_error")
+            return error_response(result.error, 503, api=api)
         build = openai_body if api == "openai" else anthropic_body
         return json_response(build(creq, reply, result))
 
@@ -191,10 +196,27 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
                     yield stream.finish(event.result)
 
     async def not_found(request: Request) -> Response:
-        return error_response("unknown endpoint", 404)
+        return error_response("unknown endpoint", 404, api=api_of_path(request.url.path))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        """Starlette's 404 and 405 (a known path, another method: OPTIONS, FOO, ...)."""
+        status = getattr(exc, "status_code", 404)
+        api = api_of_path(request.url.path)
+        if status == 405:
+            response = error_response(f"method {request.method} not allowed", 405, api=api)
+            allow = (getattr(exc, "headers", None) or {}).get("Allow")
+            if allow:
+                response.headers["Allow"] = allow
+            return response
+        return error_response("unknown endpoint", status, api=api)
 
     async def on_error(request: Request, exc: Exception) -> Response:
-        return error_response(f"internal error: {type(exc).__name__}: {exc}", 500, "server_error")
+        return error_response(
+            f"internal error: {type(exc).__name__}: {exc}", 500, api=api_of_path(request.url.path)
+        )
+
+    async def schema(request: Request) -> Response:
+        return json_response(openapi("simulator"))
 
     routes = [
         Route("/v1/models", models, methods=["GET"]),
@@ -205,7 +227,8 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
         Route("/v1/stats", stats, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
+        Route("/openapi.json", schema, methods=["GET"]),
         Route("/{path:path}", not_found, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found, Exception: on_error})
-    return ConnectionClose(app)
+    app = Starlette(routes=routes, exception_handlers={404: http_error, 405: http_error, Exception: on_error})
+    return ConnectionClose(BodyGuard(app, limits))

@@ -18,11 +18,13 @@ from collections.abc import Iterator
 from typing import TextIO
 
 import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from replay.errors import UsageError
+from replay.serving.guard import uvicorn_options
+from replay.sim.model.config import SimConfig
 from replay.sim.server import log as simlog
 from replay.sim.server.app import create_app
-from replay.sim.model.config import SimConfig
 from replay.sim.server.options import ServeOptions, parse
 from replay.sim.server.runtime import LogSink, SimRuntime
 
@@ -67,11 +69,12 @@ async def _main(cfg: SimConfig, opts: ServeOptions, stream: TextIO) -> int:
         await runtime.close()
         return 1
     config = uvicorn.Config(
-        create_app(runtime),
+        create_app(runtime, opts.limits),
         lifespan="off",
         log_level="error",
         access_log=False,
         timeout_graceful_shutdown=60,
+        **uvicorn_options(opts.limits, AutoHTTPProtocol),
     )
     server = _Server(config)
     stop = asyncio.Event()
