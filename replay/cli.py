@@ -405,11 +405,48 @@ def record(
         bool, typer.Option(help="Write synthetic text of the same token counts (needs --key).")
     ] = False,
     key: Annotated[str | None, typer.Option(help="Secret for --anonymize: equal text stays equal.")] = None,
+    keep_rejected: Annotated[
+        bool,
+        typer.Option(
+            help="Record requests the upstream refused (HTTP >= 400) in full, not as 'rejected' lines."
+        ),
+    ] = False,
+    max_body: Annotated[
+        str, typer.Option(help="Largest request body accepted (413 above), e.g. 64MiB.")
+    ] = "64MiB",
+    header_timeout: Annotated[
+        float, typer.Option(help="Seconds a client has to send a request's headers.")
+    ] = 30.0,
+    body_timeout: Annotated[
+        float, typer.Option(help="Seconds a client has to send a whole request body.")
+    ] = 120.0,
+    keep_alive_timeout: Annotated[
+        float, typer.Option(help="Idle seconds before a connection is closed.")
+    ] = 5.0,
+    max_connections: Annotated[int, typer.Option(help="Requests served at once (503 beyond).")] = 1024,
 ) -> None:
     """Pass an agent's traffic through to the server unchanged, and write it as a trace."""
+    from replay.errors import UsageError
     from replay.record.serve import record as run_record
+    from replay.serving.guard import Limits
+    from replay.sim.server.options import parse_bytes
 
-    code = run_record(upstream, listen, out, anonymize=anonymize, key=key, console=console)
+    try:
+        limits = Limits(
+            parse_bytes(max_body), header_timeout, body_timeout, keep_alive_timeout, max_connections
+        ).check()
+    except ValueError as exc:
+        raise UsageError(f"--{exc}") from None
+    code = run_record(
+        upstream,
+        listen,
+        out,
+        anonymize=anonymize,
+        key=key,
+        console=console,
+        limits=limits,
+        keep_rejected=keep_rejected,
+    )
     raise typer.Exit(code)
 
 

@@ -30,12 +30,15 @@ import httpx
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from replay.engine.apis import make_client
 from replay.record.recorder import Outcome, Pending, Recorder
 from replay.record.sessions import Label
 from replay.record.wire import ReplyTap
+from replay.serving.guard import BodyGuard, Limits
+from replay.serving.schema import PROXY_SCHEMA_PATH, openapi
 
 HOP_BY_HOP = frozenset(
     {
@@ -116,9 +119,19 @@ class _State:
 
 
 class RecordingProxy:
-    """The ASGI app (`.app`); `recorder` None makes it a plain passthrough proxy."""
+    """The ASGI app (`.app`); `recorder` None makes it a plain passthrough proxy.
 
-    def __init__(self, upstream: str, recorder: Recorder | None, connect_timeout_s: float = 10.0) -> None:
+    Request bodies reach it whole, within `limits` (replay.serving.guard: 413, 408, a client that
+    leaves mid-body is let go quietly); what passes is relayed whatever it holds.
+    """
+
+    def __init__(
+        self,
+        upstream: str,
+        recorder: Recorder | None,
+        connect_timeout_s: float = 10.0,
+        limits: Limits | None = None,
+    ) -> None:
         self.upstream = upstream.rstrip("/")
         self.recorder = recorder
         self.connect_timeout_s = connect_timeout_s
@@ -126,9 +139,14 @@ class RecordingProxy:
         self.in_flight = 0
         self.passthrough = 0
         self.internal_errors = 0
-        self.app = Starlette(
-            routes=[Route("/{path:path}", self._handle, methods=METHODS)], lifespan=self._lifespan
-        )
+        routes = [
+            Route(PROXY_SCHEMA_PATH, self._schema, methods=["GET"]),
+            Route("/{path:path}", self._handle, methods=METHODS),
+        ]
+        self.app = BodyGuard(Starlette(routes=routes, lifespan=self._lifespan), limits or Limits())
+
+    async def _schema(self, _request: Request) -> Response:
+        return Response(orjson.dumps(openapi("proxy")), media_type="application/json")
 
     @asynccontextmanager
     async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:

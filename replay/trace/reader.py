@@ -17,7 +17,7 @@ import orjson
 from replay.errors import TraceError
 from replay.trace.model import APIS, FORMAT, Request, Session, Trace, TraceHeader
 
-KINDS = ("trace", "session", "blob", "request")
+KINDS = ("trace", "session", "blob", "request", "rejected")
 _MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -191,9 +191,22 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         if bid in check.blobs:
             raise check.fail(f"blob {bid!r} defined twice")
         check.blobs[bid] = obj["value"]
+    elif kind == "rejected":
+        _validate_rejected(check, obj)
     else:
         _validate_request(check, obj)
     return obj
+
+
+def _validate_rejected(check: _Checker, obj: dict[str, Any]) -> None:
+    """A request the upstream refused, kept as its size and hash only: nothing to replay."""
+    status = check.need(obj, "status", int)
+    if not 100 <= status <= 599:
+        raise check.fail(f"rejected: status {status} is not an HTTP status")
+    if check.need(obj, "bytes", int) < 0:
+        raise check.fail("rejected: bytes must be >= 0")
+    check.need(obj, "sha256", str)
+    check.need(obj, "t", (int, float))
 
 
 def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
