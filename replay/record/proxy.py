@@ -114,6 +114,7 @@ class _State:
     status: str | None = None
     error: str | None = None
     sent_bytes: int = 0
+    http_status: int | None = None  # what the agent got
     t_first_byte: int | None = None
     t_last_byte: int | None = None
 
@@ -203,6 +204,7 @@ class _Relay:
         self.upstream = upstream
         self.api = api
         self._begin = begin
+        self.arrived_ns = begin.args[-1] if isinstance(begin, functools.partial) else time.perf_counter_ns()
         self.pending: Pending | None = None
         self.tap: ReplyTap | None = None
         timeout = httpx.Timeout(None, connect=proxy.connect_timeout_s).as_dict()
@@ -247,6 +249,8 @@ class _Relay:
             self._start_recording()
             if self.pending is not None:
                 self._record(state)
+            elif self.tap is None and self.api is not None and (state.http_status or 0) >= 400:
+                self._refused(state.http_status or 0)
             self.proxy.in_flight -= 1
         if state.abort:
             raise UpstreamBroke(state.error)
@@ -264,6 +268,7 @@ class _Relay:
             return
         tap = self.tap
         try:
+            state.http_status = response.status_code
             if tap is not None:
                 tap.start(response.status_code, response.headers.get("content-type", ""))
             await send(
@@ -299,6 +304,16 @@ class _Relay:
         state.complete = True
         await send({"type": "http.response.start", "status": 502, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _refused(self, http_status: int) -> None:
+        """A body the recorder could not read, and the upstream refused too."""
+        recorder = self.proxy.recorder
+        if recorder is None:
+            return
+        try:
+            recorder.refused_unread(self.api or "", self.upstream.content, http_status, self.arrived_ns)
+        except Exception as exc:  # a recorder bug must never take the proxy down
+            self.proxy._internal(exc)
 
     def _record(self, state: _State) -> None:
         assert self.pending is not None and self.tap is not None and self.proxy.recorder is not None

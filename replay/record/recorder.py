@@ -125,15 +125,28 @@ class Recorder:
         return rid if rid is not None else -1
 
     def _reject(self, pending: Pending, http_status: int, error: str | None) -> None:
-        self.stats.rejected[http_status] = self.stats.rejected.get(http_status, 0) + 1
-        self.stats.last_problem = f"upstream rejected a request: {error or f'HTTP {http_status}'}"[:200]
         self.inference.withdraw(pending.assignment)
-        digest = hashlib.sha256(pending.body).hexdigest()
+        self._rejected_line(pending.parsed.api, pending.body, http_status, pending.arrived_ns)
+        self.stats.last_problem = f"upstream rejected a request: {error or f'HTTP {http_status}'}"[:200]
+
+    def refused_unread(self, api: str, body: bytes, http_status: int, arrived_ns: int) -> None:
+        """A body `begin` could not read (counted as not recordable) that the upstream refused as
+        well: a rejection, not a gap in the recording."""
+        if self.keep_rejected:
+            return
+        self.stats.unrecorded -= 1
+        self._rejected_line(api, body, http_status, arrived_ns)
+
+    def _rejected_line(self, api: str, body: bytes, http_status: int, arrived_ns: int) -> None:
+        self.stats.rejected[http_status] = self.stats.rejected.get(http_status, 0) + 1
+        digest = hashlib.sha256(body).hexdigest()
         if self.anonymizer is not None:  # a bare hash would let anyone confirm a guessed prompt
             digest = self.anonymizer.name(digest)
-        t = max(0, pending.arrived_ns - (self.t0_ns or pending.arrived_ns)) / 1e9
+        if self.t0_ns is None:
+            self.t0_ns = arrived_ns
+        t = max(0, arrived_ns - self.t0_ns) / 1e9
         try:
-            self.writer.rejected(t, pending.parsed.api, http_status, len(pending.body), digest)
+            self.writer.rejected(t, api, http_status, len(body), digest)
         except OSError as exc:
             self.stats.write_errors += 1
             self.stats.last_problem = f"trace write failed: {exc}"

@@ -138,6 +138,7 @@ def parse_openai(body: dict[str, Any], *, ctx: int = COUNT_LIMIT) -> ChatRequest
             msg["tool_call_id"] = m.text("tool_call_id") or m.text("name") or ""
         messages.append(msg)
     options = f.obj("stream_options")
+    f.number("temperature")  # not modelled, but a server would refuse one that is not a number
     return ChatRequest(
         api="openai",
         model=f.text("model") or "",
@@ -178,6 +179,7 @@ def parse_anthropic(body: dict[str, Any], *, ctx: int = COUNT_LIMIT) -> ChatRequ
             }
             for t in f.objects("tools")
         ]
+    f.number("temperature")
     return ChatRequest(
         api="anthropic",
         model=f.text("model") or "",
