@@ -16,6 +16,9 @@ Three layers, because uvicorn covers only part of it:
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from replay.serving.errors import api_of_path, error_bytes
 
 MIB = 1024 * 1024
+TRIM_AFTER_BYTES = 4 * MIB  # after a body this large, hand freed memory back to the OS
 _TIMEOUT_408 = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
 
@@ -92,7 +96,15 @@ class BodyGuard:
         body = await self._read(scope, receive, send)
         if body is None:
             return
-        await self.app(scope, _Replay(body, receive), send)
+        size = len(body)
+        replay = _Replay(body, receive)
+        del body  # the app's request holds it now, and lets it go when it is done
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            if size >= TRIM_AFTER_BYTES:  # now, and once the server's own buffers are gone too
+                release_freed_memory()
+                asyncio.get_running_loop().call_later(1.0, release_freed_memory)
 
     async def _read(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         """The whole body, or None once an error was sent (or the client left)."""
@@ -138,6 +150,29 @@ class _Replay:
         return await self.receive()
 
 
+def _malloc_trim() -> Callable[[], object]:
+    """glibc keeps freed heap memory for reuse, so a server that once parsed a 60 MB body stays
+    that large; `malloc_trim(0)` gives it back. Elsewhere (no glibc) a no-op."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+_trim = _malloc_trim()
+
+
+def release_freed_memory() -> None:
+    """After a huge request: collect the cycles that still hold its body (a finished request's
+    task, exception and closures reference each other, and nothing else may trigger the
+    collector for a long while), then hand the freed memory back to the OS."""
+    gc.collect()
+    _trim()
+
+
 def _content_length(scope: Scope) -> int | None:
     for key, value in scope.get("headers", ()):
         if key == b"content-length":
@@ -155,12 +190,14 @@ def guarded_protocol(base: type[asyncio.Protocol], header_timeout_s: float) -> t
     class HeaderDeadline(proto):  # type: ignore[misc, valid-type]
         _head_timer: asyncio.TimerHandle | None = None
         _head_bytes = False  # bytes of the next request's head have arrived
+        _bytes_in = 0  # over the connection's life: its parser's buffers grew with them
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
             self._arm()
 
         def data_received(self, data: bytes) -> None:
+            self._bytes_in += len(data)
             if self._waiting():
                 self._head_bytes = True
             super().data_received(data)
@@ -176,6 +213,8 @@ def guarded_protocol(base: type[asyncio.Protocol], header_timeout_s: float) -> t
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
+            if self._bytes_in >= TRIM_AFTER_BYTES:  # once the transport has let its buffers go
+                self.loop.call_later(0.05, release_freed_memory)
 
         def _waiting(self) -> bool:
             """No request is being served: the connection is waiting for a request head."""

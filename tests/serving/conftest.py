@@ -16,7 +16,7 @@ from serverkit import TEST_LIMITS, Child, start_proxy, start_sim  # noqa: E402
 
 @pytest.fixture(scope="session")
 def sim() -> Iterator[Child]:
-    server = start_sim(*TEST_LIMITS)
+    server = start_sim(*TEST_LIMITS, "--ctx", "8192", "--tokens", "8")  # short replies: a fuzz runs fast
     yield server
     server.stop()
 
