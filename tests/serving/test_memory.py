@@ -7,6 +7,7 @@ by count only) and the proxy recorded refused bodies whole; now neither holds th
 
 from __future__ import annotations
 
+import functools
 import gc
 import threading
 import time
@@ -22,8 +23,18 @@ PROMPT_BYTES = 9 * 2**20
 RETAINED_MAX_MIB = 40  # one prompt's text and tokens alone are ~25 MiB: three kept would be ~75
 
 
+def _word(n: int) -> str:
+    """12 letters: one token of the simulator's tokenizer (cheap to tokenize), distinct per n."""
+    out = []
+    for _ in range(12):
+        n, r = divmod(n, 26)
+        out.append(chr(97 + r))
+    return "".join(out)
+
+
+@functools.cache
 def _prompt(seed: int) -> bytes:
-    words = " ".join(f"w{seed}x{i}" for i in range(PROMPT_BYTES // 8))[:PROMPT_BYTES]
+    words = " ".join(_word(seed * 10**7 + i) for i in range(PROMPT_BYTES // 13 + 1))[:PROMPT_BYTES]
     return orjson.dumps({"model": "m", "messages": [{"role": "user", "content": words}], "max_tokens": 1})
 
 

@@ -38,6 +38,8 @@ def tokenize(text: str) -> Block:
     """The tokens of `text`; cached, so equal texts share one tuple (fast identity comparison)."""
     block = _cache.get(text)
     if block is None:
+        if len(text) > _TEXT_MAX:  # never kept, so not interned either: the interned table
+            return tuple(_TOKEN.findall(text))  # would stay at its largest size for good
         block = tuple(map(sys.intern, _TOKEN.findall(text))) if text else EMPTY
         remember(text, block)
     return block
