@@ -22,15 +22,15 @@ from rich.table import Table
 from replay.errors import UsageError
 from replay.sim.model import events as ev
 from replay.sim.model import policy
-from replay.sim.server.api import thinking_requested
 from replay.sim.model.config import DEFAULT_PRESET, PRESETS, MiB, SimConfig, config_for
 from replay.sim.model.disk import Checkpoint
 from replay.sim.model.engine import CacheModel
 from replay.sim.model.job import ContextTooLong, Job, build_job, plan_job
-from replay.sim.server.options import parse_bytes, parse_tokens
 from replay.sim.model.render import Rendered
 from replay.sim.model.seq import TokenSeq
 from replay.sim.model.sequential import DiskLane, Live, LiveSlots, Walk, save_room
+from replay.sim.server.api import thinking_requested
+from replay.sim.server.options import parse_bytes, parse_tokens
 from replay.trace.model import Request
 
 PLANS: tuple[str, ...] = ("sequential", "timed")

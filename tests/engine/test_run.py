@@ -9,14 +9,16 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
 import orjson
 import pytest
 from scripted_server import Script
 
 from replay.engine.plans import make_plan
-from replay.engine.run import EngineConfig
+from replay.engine.run import Engine, EngineConfig
+from replay.metrics.record import RequestRecord
 from replay.metrics.results import read_results
-from replay.runs.pipeline import TraceRun, run_trace, run_traces
+from replay.runs.recording import Recording, run_recordings, run_trace
 from replay.trace import TraceWriter, read_trace
 
 SAMPLE = Path("traces/sample.jsonl")
@@ -59,6 +61,34 @@ def test_sample_replay_writes_every_field_and_classifies_switches(scripted_serve
         assert r["latency_s"] >= r["ttft_s"]
     assert res.summary_line["outcome"] == "done"
     assert res.summary.classes["switch"].count == 7
+    for r in recs:  # the stamps before the first token reach the results too
+        assert r["connect_s"] >= 0 and 0 < r["headers_s"] <= r["first_byte_s"] <= r["ttft_s"]
+
+
+def test_the_sink_gets_each_request_record_with_every_moment_stamped_in_order(scripted_server):
+    scripted_server.default = Script(first_token_delay_s=0.01, usage=USAGE)
+    got: list[RequestRecord] = []
+    trace = read_trace(SAMPLE)
+    engine = Engine(trace, make_plan("alternate"), EngineConfig(base_url=scripted_server.url), got.append)
+    anyio.run(engine.run)
+    assert sorted(r.request_id for r in got) == [r.id for r in trace.requests]
+    for r in got:
+        assert r.ok, r.error
+        assert r.message is not None and r.output_sha1 is not None
+        stamps = [
+            r.t_origin,
+            r.t_scheduled,
+            r.t_start,
+            r.t_connected,
+            r.t_sent,
+            r.t_headers,
+            r.t_first_byte,
+            r.t_first_token,
+            r.t_last_token,
+            r.t_end,
+        ]
+        assert None not in stamps and stamps == sorted(stamps), stamps
+        assert r.ttft_us == round(r.ttft_s * 1e6)
 
 
 def test_live_history_splices_the_servers_reply_and_maps_tool_ids(scripted_server, tmp_path):
@@ -116,20 +146,21 @@ def test_overlap_never_exceeds_k_in_flight(scripted_server, tmp_path):
     assert any("concurrent" in r["switch"] for r in outcome.results)
 
 
-def test_run_traces_replays_side_by_side_into_separate_files(scripted_server, tmp_path):
+def test_recordings_replay_side_by_side_into_separate_files(scripted_server, tmp_path):
     scripted_server.default = Script(first_token_delay_s=0.05, usage=USAGE)
     config = EngineConfig(base_url=scripted_server.url, timeout_s=5.0, run_id="t")
     runs = [
-        TraceRun(
+        Recording(
             read_trace(_many_sessions(tmp_path / f"{name}.jsonl", sessions=1, turns=4)),
             make_plan("alternate"),
             config,
             tmp_path / f"{name}.results.jsonl",
             {"kind": name},
+            keep_records=True,
         )
         for name in ("a", "b")
     ]
-    outcomes = run_traces(runs, keep_records=True)
+    outcomes = run_recordings(runs, None)
     assert [o.requests for o in outcomes] == [4, 4]
     assert [read_results(o.out).run["target"]["kind"] for o in outcomes] == ["a", "b"]
     # Each trace is one request at a time; only running both at once puts two in flight.
