@@ -37,6 +37,7 @@ from replay.engine.apis import make_client
 from replay.record.recorder import Outcome, Pending, Recorder
 from replay.record.sessions import Label
 from replay.record.wire import ReplyTap
+from replay.serving.errors import api_of_path, error_payload
 from replay.serving.guard import BodyGuard, Limits
 from replay.serving.schema import PROXY_SCHEMA_PATH, openapi
 
@@ -299,7 +300,8 @@ class _Relay:
                 await response.aclose()
 
     async def _bad_gateway(self, send: Any, state: _State) -> None:
-        body = orjson.dumps({"error": {"message": f"replay record: {state.error}", "type": "upstream_error"}})
+        api = api_of_path(self.upstream.url.path)  # the agent's SDK reads its own API's shape
+        body = orjson.dumps(error_payload(api, f"replay record: {state.error}", 502, "upstream_error"))
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         state.complete = True
         await send({"type": "http.response.start", "status": 502, "headers": headers})
