@@ -15,6 +15,7 @@ class RecordArgs:
     listen: str = "127.0.0.1:8001"
     anonymize: bool = False
     key: str | None = None
+    log: Path | None = None  # a line per call: method, path, status, bytes, recorded
     keep_rejected: bool = False
     max_body: str = "64MiB"
     header_timeout: float = 30.0
@@ -49,4 +50,5 @@ def record(args: RecordArgs, console: Console) -> int:
         console=console,
         limits=limits,
         keep_rejected=args.keep_rejected,
+        log=args.log,
     )

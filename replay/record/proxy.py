@@ -34,6 +34,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from replay.engine.apis import make_client
+from replay.record.calls import CallLog
 from replay.record.recorder import Outcome, Pending, Recorder
 from replay.record.sessions import Label
 from replay.record.wire import ReplyTap
@@ -60,6 +61,8 @@ RECORDED_ROUTES = {
     "/v1/chat/completions": "openai",
     "/chat/completions": "openai",
     "/v1/messages": "anthropic",
+    "/v1/responses": "openai-responses",
+    "/responses": "openai-responses",
 }
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 log = logging.getLogger("replay.record")
@@ -141,6 +144,7 @@ class RecordingProxy:
         self.in_flight = 0
         self.passthrough = 0
         self.internal_errors = 0
+        self.calls = CallLog()  # every call's end; replaced by one with a log file for `--log`
         routes = [
             Route(PROXY_SCHEMA_PATH, self._schema, methods=["GET"]),
             Route("/{path:path}", self._handle, methods=METHODS),
@@ -177,7 +181,13 @@ class RecordingProxy:
             headers=_request_headers(request.headers.raw, recorded=api is not None),
             content=body,
         )
-        return _Relay(self, upstream, api, begin)
+        relay = _Relay(self, upstream, api, begin)
+        relay.method, relay.path = request.method, path
+        if begin is None:
+            relay.reason = (
+                "not a recorded route" if api is None or self.recorder is not None else "no recorder"
+            )
+        return relay
 
     def _internal(self, exc: Exception) -> None:
         self.internal_errors += 1
@@ -208,6 +218,8 @@ class _Relay:
         self.arrived_ns = begin.args[-1] if isinstance(begin, functools.partial) else time.perf_counter_ns()
         self.pending: Pending | None = None
         self.tap: ReplyTap | None = None
+        self.method, self.path = upstream.method, upstream.url.path
+        self.reason: str | None = None  # why this call is not recorded, when it is not
         timeout = httpx.Timeout(None, connect=proxy.connect_timeout_s).as_dict()
         upstream.extensions = {**upstream.extensions, "timeout": timeout, "trace": self._trace}
 
@@ -224,7 +236,10 @@ class _Relay:
             self.pending = begin()
         except Exception as exc:  # a recorder bug must never stop the traffic
             self.proxy._internal(exc)
+            self.reason = f"recorder error: {type(exc).__name__}"
             return
+        if self.pending is None:
+            self.reason = self.proxy.recorder.stats.last_problem[:200] or "not recordable"
         if self.pending is not None and self.api is not None:
             self.tap = ReplyTap(self.api)
 
@@ -248,11 +263,18 @@ class _Relay:
                 tg.cancel_scope.cancel()
         finally:
             self._start_recording()
+            rejected = False  # written as a `rejected` line: not a call missing from the trace
             if self.pending is not None:
                 self._record(state)
             elif self.tap is None and self.api is not None and (state.http_status or 0) >= 400:
-                self._refused(state.http_status or 0)
+                rejected = self._refused(state.http_status or 0)
             self.proxy.in_flight -= 1
+            try:
+                recorded = self.pending is not None or rejected
+                reason = None if recorded else self.reason or "not recorded"
+                self.proxy.calls.done(self.method, self.path, state.http_status, state.sent_bytes, reason)
+            except Exception as exc:  # accounting must never take the proxy down
+                self.proxy._internal(exc)
         if state.abort:
             raise UpstreamBroke(state.error)
 
@@ -304,18 +326,23 @@ class _Relay:
         body = orjson.dumps(error_payload(api, f"replay record: {state.error}", 502, "upstream_error"))
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         state.complete = True
+        state.http_status = 502
         await send({"type": "http.response.start", "status": 502, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
-    def _refused(self, http_status: int) -> None:
-        """A body the recorder could not read, and the upstream refused too."""
+    def _refused(self, http_status: int) -> bool:
+        """A body the recorder could not read, and the upstream refused too; True if it went to
+        the trace as a `rejected` line."""
         recorder = self.proxy.recorder
         if recorder is None:
-            return
+            return False
         try:
-            recorder.refused_unread(self.api or "", self.upstream.content, http_status, self.arrived_ns)
+            return recorder.refused_unread(
+                self.api or "", self.upstream.content, http_status, self.arrived_ns
+            )
         except Exception as exc:  # a recorder bug must never take the proxy down
             self.proxy._internal(exc)
+            return False
 
     def _record(self, state: _State) -> None:
         assert self.pending is not None and self.tap is not None and self.proxy.recorder is not None

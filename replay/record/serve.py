@@ -20,6 +20,7 @@ from rich.console import Console
 
 from replay.errors import UsageError
 from replay.record.anonymize import Anonymizer
+from replay.record.calls import CallLog
 from replay.record.live import RecordView, live_view
 from replay.record.proxy import QuietUpstreamBroke, RecordingProxy
 from replay.record.recorder import Recorder
@@ -88,6 +89,7 @@ class RecordingServer:
         notes: str = "",
         limits: Limits | None = None,
         keep_rejected: bool = False,
+        log: str | Path | None = None,
     ) -> None:
         if not upstream.startswith(("http://", "https://")):
             raise UsageError(f"--upstream must be an http(s) URL, not {upstream!r}")
@@ -100,6 +102,8 @@ class RecordingServer:
         self.recorder = Recorder(self.writer, inference, anonymizer, keep_rejected=keep_rejected)
         self.limits = limits or Limits()
         self.proxy = RecordingProxy(self.upstream, self.recorder, limits=self.limits)
+        if log is not None:
+            self.proxy.calls = CallLog(log)
         self.host, self._port = host, port
         self.port = 0
         self._sock: socket.socket | None = None
@@ -176,6 +180,13 @@ class RecordingServer:
         if self._sock is not None:
             self._sock.close()
         self._server = self._thread = self._sock = None
+        if not self.writer.closed:
+            try:
+                self.proxy.calls.write_to(self.writer)
+            except OSError as exc:
+                self.recorder.stats.write_errors += 1
+                self.recorder.stats.last_problem = f"trace write failed: {exc}"
+        self.proxy.calls.close()
         self.writer.close()
 
     def __enter__(self) -> RecordingServer:
@@ -215,6 +226,7 @@ def record(
     console: Console | None = None,
     limits: Limits | None = None,
     keep_rejected: bool = False,
+    log: str | Path | None = None,
 ) -> int:
     """`replay record`: proxy and record until interrupted; returns the exit code."""
     if anonymize and not key:
@@ -228,6 +240,7 @@ def record(
         anonymize_key=key if anonymize else None,
         limits=limits,
         keep_rejected=keep_rejected,
+        log=log,
     )
     console = console or Console(stderr=True)
     server.bind()
@@ -254,4 +267,10 @@ def record(
         highlight=False,
         soft_wrap=True,
     )
+    if server.proxy.calls.missing:
+        console.print(
+            f"[yellow]warning:[/yellow] {server.proxy.calls.summary()} (written to the trace as 'unrecorded' lines)",
+            highlight=False,
+            soft_wrap=True,
+        )
     return 0 if not stats.write_errors else 1

@@ -30,8 +30,10 @@ from replay.metrics.record import RequestRecord
 from replay.serving.fields import FieldError, Fields, NotJson, join, load_body, snippet
 from replay.trace.model import Message
 
-# Body fields stored in their own place in the trace (or deliberately not stored: `metadata`
-# carries Anthropic's user id, `user` OpenAI's); everything else goes to `params.extra`.
+_CACHE = "_cache_control"  # where a message's cache mark waits until it becomes an index
+
+# Body fields stored in their own place in the trace (or deliberately not stored: `user` carries
+# OpenAI's user id); everything else, Anthropic's `metadata` included, goes to `params.extra`.
 _NOT_EXTRA = {
     "model",
     "messages",
@@ -42,7 +44,6 @@ _NOT_EXTRA = {
     "stream",
     "stream_options",
     "tools",
-    "metadata",
     "user",
 }
 _T = TypeVar("_T")
@@ -86,8 +87,10 @@ class Parsed:
     model: str
     messages: list[Message]
     params: dict[str, Any]
-    user_id: str | None = None  # Anthropic metadata.user_id: a label, never stored
+    user_id: str | None = None  # Anthropic metadata.user_id: scopes session inference
     dropped_parts: int = 0
+    previous_response_id: str | None = None  # Responses API: the recorder resolves it
+    has_instructions: bool = False  # Responses API: messages[0] is `instructions`
 
 
 def _text_parts(content: Any, counter: list[int], path: str = "content") -> str | list[str]:
@@ -174,7 +177,11 @@ def anthropic_to_neutral(system: Any, messages: Any, counter: list[int] | None =
     elif isinstance(system, list):
         for i, block in enumerate(system):
             if isinstance(block, dict) and block.get("type") == "text":
-                out.append({"role": "system", "content": Fields(block, join("system", i)).text("text") or ""})
+                sys_block = Fields(block, join("system", i))
+                msg: Message = {"role": "system", "content": sys_block.text("text") or ""}
+                if isinstance(block.get("cache_control"), dict):
+                    msg[_CACHE] = block["cache_control"]
+                out.append(msg)
             else:
                 counter[0] += 1
     elif system is not None:
@@ -183,17 +190,39 @@ def anthropic_to_neutral(system: Any, messages: Any, counter: list[int] | None =
         m = Fields(raw, join("messages", i))
         role = m.text("role")
         if role == "user":
-            out.extend(anthropic_user_turn(m.value("content"), counter, path=m.at("content")))
+            out.extend(anthropic_user_turn(m.value("content"), counter, path=m.at("content"), marks=True))
         elif role == "assistant":
-            out.append(anthropic_assistant_turn(m.value("content"), counter, path=m.at("content")))
+            out.append(
+                anthropic_assistant_turn(m.value("content"), counter, path=m.at("content"), marks=True)
+            )
+        elif role == "system":
+            # Claude Code puts entries of its own (agent and skill lists) here: kept in place.
+            for msg in anthropic_user_turn(m.value("content"), counter, path=m.at("content"), marks=True):
+                out.append({**msg, "role": "system", "inline": True})
         else:
             raise WireError(f"'{m.at('role')}' is an unknown message role: {role!r}")
     return out
 
 
+def take_cache_marks(messages: list[Message]) -> list[dict[str, Any]]:
+    """The messages' cache marks as `params.cache_control` entries (index, value), taken off them:
+    a mark moves to the newest turn with every request, so on the message it would break the
+    delta encoding of every turn."""
+    marks = []
+    for i, m in enumerate(messages):
+        if _CACHE in m:
+            marks.append({"message": i, "value": m.pop(_CACHE)})
+    return marks
+
+
 @_checked
-def anthropic_user_turn(content: Any, counter: list[int], path: str = "content") -> list[Message]:
-    """One user turn: tool results become tool messages, text blocks user messages, in order."""
+def anthropic_user_turn(
+    content: Any, counter: list[int], path: str = "content", marks: bool = False
+) -> list[Message]:
+    """One user turn: tool results become tool messages, text blocks user messages, in order.
+
+    With `marks`, a block's `cache_control` ends the message it is in and rides on it under
+    `_CACHE` (see `take_cache_marks`)."""
     if content is None or isinstance(content, str):
         return [{"role": "user", "content": content or ""}]
     if not isinstance(content, list):
@@ -215,12 +244,18 @@ def anthropic_user_turn(content: Any, counter: list[int], path: str = "content")
             continue
         block = Fields(raw, join(path, i))
         btype = block.value("type")
+        mark = raw.get("cache_control") if marks else None
         if btype == "text":
             texts.append(block.text("text") or "")
+            if isinstance(mark, dict):
+                flush()
+                out[-1][_CACHE] = mark
         elif btype == "tool_result":
             flush()
             result = _text_parts(block.value("content"), counter, block.at("content"))
             out.append({"role": "tool", "tool_call_id": block.text("tool_use_id") or "", "content": result})
+            if isinstance(mark, dict):
+                out[-1][_CACHE] = mark
         else:
             counter[0] += 1
     flush()
@@ -228,7 +263,9 @@ def anthropic_user_turn(content: Any, counter: list[int], path: str = "content")
 
 
 @_checked
-def anthropic_assistant_turn(content: Any, counter: list[int], path: str = "content") -> Message:
+def anthropic_assistant_turn(
+    content: Any, counter: list[int], path: str = "content", marks: bool = False
+) -> Message:
     """Text blocks join with no separator, as the stream reader joins text deltas."""
     if content is None or isinstance(content, str):
         return {"role": "assistant", "content": content or ""}
@@ -264,6 +301,9 @@ def anthropic_assistant_turn(content: Any, counter: list[int], path: str = "cont
         msg["tool_calls"] = calls
     if reasoning:
         msg["reasoning"] = "".join(reasoning)
+    last = content[-1] if content else None
+    if marks and isinstance(last, dict) and isinstance(last.get("cache_control"), dict):
+        msg[_CACHE] = last["cache_control"]
     return msg
 
 
@@ -280,7 +320,10 @@ def anthropic_tools_to_openai(tools: Any) -> list[dict[str, Any]]:
         if t.get("description"):
             fn["description"] = t["description"]
         fn["parameters"] = (tool.obj("input_schema") or Fields({"type": "object", "properties": {}})).raw
-        out.append({"type": "function", "function": fn})
+        entry: dict[str, Any] = {"type": "function", "function": fn}
+        if isinstance(t.get("cache_control"), dict):
+            entry["cache_control"] = t["cache_control"]
+        out.append(entry)
     return out
 
 
@@ -293,6 +336,13 @@ def parse_request(api: str, body: bytes) -> Parsed:
         raise WireError(str(exc)) from None
     obj = f.raw
     counter = [0]
+    cache_marks: list[dict[str, Any]] = []
+    if api == "openai-responses":
+        from replay.record.responses import parse_responses  # it builds on this module
+
+        parsed, previous = parse_responses(obj)
+        parsed.previous_response_id = previous
+        return parsed
     if api == "openai":
         messages = openai_to_neutral(f.value("messages"), counter)
         tools = f.items("tools") or None
@@ -304,6 +354,7 @@ def parse_request(api: str, body: bytes) -> Parsed:
         user_id = None
     elif api == "anthropic":
         messages = anthropic_to_neutral(f.value("system"), f.value("messages"), counter)
+        cache_marks = take_cache_marks(messages)
         tools = anthropic_tools_to_openai(f.value("tools")) or None
         max_tokens = f.count("max_tokens")
         meta = obj.get("metadata")
@@ -322,6 +373,8 @@ def parse_request(api: str, body: bytes) -> Parsed:
         params["temperature"] = temperature
     if tools:
         params["tools"] = tools
+    if cache_marks:
+        params["cache_control"] = cache_marks
     extra = {k: v for k, v in obj.items() if k not in _NOT_EXTRA}
     if extra:
         params["extra"] = extra
@@ -350,6 +403,7 @@ class TapResult:
     raw_usage: dict[str, Any] | None = None
     t_first_token: int | None = None
     n_events: int = 0
+    response_id: str | None = None  # Responses API: what a later previous_response_id names
 
 
 class ReplyTap:
@@ -422,6 +476,7 @@ class ReplyTap:
             self._whole()
         self.reader.fill(res)
         out.message, out.finish, out.usage, out.raw_usage = res.message, res.finish, res.usage, res.raw_usage
+        out.response_id = res.response_id
         out.t_first_token = self.t_first_token
         if self.malformed is not None:
             out.status, out.error = "malformed", f"malformed reply: {self.malformed}"
@@ -429,9 +484,10 @@ class ReplyTap:
             out.status, out.error = "server_error", f"server error in stream: {self.reader.error}"
         elif not self.reader.done:
             out.status, out.error = "stream_broken", f"reply ended without {self.reader.terminal}"
-        if out.message and self.api == "anthropic":
+        if out.message and self.api != "openai":
             for call in out.message.get("tool_calls") or ():
-                call["arguments"] = canonical_arguments(call["arguments"])
+                if call.get("type") != "custom":  # free-form input is text, not JSON
+                    call["arguments"] = canonical_arguments(call["arguments"])
         return out
 
     def _whole(self) -> None:

@@ -99,7 +99,7 @@ ANTHROPIC_MESSAGES: dict[str, Any] = {
                 "type": "object",
                 "required": ["role"],
                 "properties": {
-                    "role": {"enum": ["user", "assistant"]},
+                    "role": {"enum": ["user", "assistant", "system"]},
                     "content": {
                         "oneOf": [
                             {"type": "string"},

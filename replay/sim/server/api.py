@@ -161,8 +161,10 @@ def parse_anthropic(body: dict[str, Any], *, ctx: int = COUNT_LIMIT) -> ChatRequ
     if system:
         messages.append({"role": "system", "content": system})
     for m in raw:
-        role = m.choice("role", ("user", "assistant"), required=True)
-        if role == "assistant":
+        role = m.choice("role", ("user", "assistant", "system"), required=True)
+        if role == "system":  # Claude Code's own entries (agent and skill lists), kept in place
+            messages.append({"role": "system", "content": content_of(m)})
+        elif role == "assistant":
             messages.append(_anthropic_assistant(m))
         else:
             messages.extend(_anthropic_user(m))

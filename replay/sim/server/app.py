@@ -25,6 +25,8 @@ from replay.serving.schema import openapi
 from replay.sim.model import events as ev
 from replay.sim.model.job import ContextTooLong, build_job
 from replay.sim.model.reply import Reply
+from replay.sim.server import responses as rsp
+from replay.sim.server.agentic import AgentOptions, tool_choice
 from replay.sim.server.api import (
     PREFILL_COMMENT,
     AnthropicStream,
@@ -36,6 +38,7 @@ from replay.sim.server.api import (
     parse_anthropic,
     parse_openai,
 )
+from replay.sim.server.probes import probe_routes
 from replay.sim.server.runtime import JobHandle, SimRuntime
 
 PREFILL_COMMENT_EVERY_S = 5.0
@@ -97,11 +100,15 @@ class ConnectionClose:
         await self.app(scope, receive, send_close)
 
 
-def create_app(runtime: SimRuntime, limits: Limits | None = None) -> ASGIApp:
+def create_app(
+    runtime: SimRuntime, agent: AgentOptions | None = None, limits: Limits | None = None
+) -> ASGIApp:
     """The simulator's ASGI app; `limits` bound request bodies (see replay.serving.guard)."""
     cfg = runtime.cfg
+    agent = agent or AgentOptions()
     limits = limits or Limits()
     started = time.perf_counter()
+    store = rsp.ResponseStore()
 
     def model_object(model_id: str) -> dict[str, Any]:
         return {
@@ -136,10 +143,18 @@ def create_app(runtime: SimRuntime, limits: Limits | None = None) -> ASGIApp:
     async def messages(request: Request) -> Response:
         return await _chat(request, "anthropic")
 
+    async def responses(request: Request) -> Response:
+        return await _chat(request, rsp.API)
+
     async def _chat(request: Request, api: str) -> Response:
         try:
             body = load_body(await request.body()).raw
-            creq = parse_openai(body, ctx=cfg.ctx) if api == "openai" else parse_anthropic(body, ctx=cfg.ctx)
+            if api == rsp.API:
+                creq = rsp.parse_responses(body, store)
+            elif api == "openai":
+                creq = parse_openai(body, ctx=cfg.ctx)
+            else:
+                creq = parse_anthropic(body, ctx=cfg.ctx)
         except FieldError as exc:
             return error_response(str(exc), api=api, param=exc.path or None)
         except BadRequest as exc:
@@ -147,6 +162,12 @@ def create_app(runtime: SimRuntime, limits: Limits | None = None) -> ASGIApp:
         if runtime.stopping:
             return error_response("server is shutting down", 503, api=api)
         finish = request.headers.get(FINISH_HEADER, "stop").strip().lower()
+        tool_name = request.headers.get(TOOL_HEADER)
+        arguments = None
+        if FINISH_HEADER not in request.headers:
+            picked = tool_choice(agent, creq.messages, creq.tools)
+            if picked is not None:
+                finish, tool_name, arguments = "tool_calls", picked[0], picked[1]
         try:
             job = build_job(
                 runtime.next_id(),
@@ -155,16 +176,18 @@ def create_app(runtime: SimRuntime, limits: Limits | None = None) -> ASGIApp:
                 creq.max_tokens,
                 cfg,
                 finish=finish,
-                tool_name=request.headers.get(TOOL_HEADER),
+                tool_name=tool_name,
                 thinking=creq.thinking,
+                tool_arguments=arguments,
             )
         except ContextTooLong as exc:
             return error_response(f"{exc} (context_length_exceeded)", api=api)
         reply = job.reply
         handle = runtime.submit(job)
+        rid = rsp.new_response_id()
         if creq.stream:
             return LazyStreamingResponse(
-                _stream(handle, creq, reply),
+                _stream(handle, creq, reply, body, rid),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
@@ -174,11 +197,20 @@ def create_app(runtime: SimRuntime, limits: Limits | None = None) -> ASGIApp:
         assert result is not None
         if result.error:
             return error_response(result.error, 503, api=api)
+        if api == rsp.API:
+            rsp.remember(store, body, creq, reply, rid)
+            return json_response(rsp.responses_body(creq, reply, result, rid))
         build = openai_body if api == "openai" else anthropic_body
         return json_response(build(creq, reply, result))
 
-    async def _stream(handle: JobHandle, creq: ChatRequest, reply: Reply) -> AsyncIterator[bytes]:
-        stream = OpenAIStream(creq, reply) if creq.api == "openai" else AnthropicStream(creq, reply)
+    async def _stream(
+        handle: JobHandle, creq: ChatRequest, reply: Reply, body: dict[str, Any], rid: str
+    ) -> AsyncIterator[bytes]:
+        stream: OpenAIStream | AnthropicStream | rsp.ResponsesStream
+        if creq.api == rsp.API:
+            stream = rsp.ResponsesStream(creq, reply, rid)
+        else:
+            stream = OpenAIStream(creq, reply) if creq.api == "openai" else AnthropicStream(creq, reply)
         last_comment: float | None = None
         async for event in handle.events():
             match event:
@@ -193,6 +225,8 @@ def create_app(runtime: SimRuntime, limits: Limits | None = None) -> ASGIApp:
                 case ev.Decoded():
                     yield stream.progress(event.gen)
                 case ev.Finished():
+                    if creq.api == rsp.API and not event.result.error:
+                        rsp.remember(store, body, creq, reply, rid)
                     yield stream.finish(event.result)
 
     async def not_found(request: Request) -> Response:
@@ -228,6 +262,8 @@ def create_app(runtime: SimRuntime, limits: Limits | None = None) -> ASGIApp:
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/openapi.json", schema, methods=["GET"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        *probe_routes(cfg, json_response),
         Route("/{path:path}", not_found, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
     app = Starlette(routes=routes, exception_handlers={404: http_error, 405: http_error, Exception: on_error})
