@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 
 import httpx
 import orjson
@@ -134,12 +135,14 @@ def test_the_proxy_passes_the_simulators_refusals_through_and_records_them_as_re
     body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": 5}]})
     r = httpx.post(proxy.url + "/v1/messages", content=body, headers={"content-type": "application/json"})
     assert r.status_code == 400 and "'messages[0].content'" in r.json()["error"]["message"]
-    lines = [orjson.loads(line) for line in proxy.trace.read_bytes().splitlines()]  # type: ignore[attr-defined]
-    rejected = [
-        line
-        for line in lines
-        if line["kind"] == "rejected" and line["sha256"] == hashlib.sha256(body).hexdigest()
-    ]
+    digest = hashlib.sha256(body).hexdigest()
+    deadline = time.monotonic() + 10  # the line is written once the reply has gone to the agent
+    while True:
+        lines = [orjson.loads(line) for line in proxy.trace.read_bytes().splitlines()]  # type: ignore[attr-defined]
+        rejected = [line for line in lines if line["kind"] == "rejected" and line["sha256"] == digest]
+        if rejected or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert rejected and rejected[0]["status"] == 400 and rejected[0]["bytes"] == len(body)
     assert "Traceback" not in proxy.log()
 
