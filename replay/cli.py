@@ -454,6 +454,25 @@ def record(
         bool, typer.Option(help="Write synthetic text of the same token counts (needs --key).")
     ] = False,
     key: Annotated[str | None, typer.Option(help="Secret for --anonymize: equal text stays equal.")] = None,
+    keep_rejected: Annotated[
+        bool,
+        typer.Option(
+            help="Record requests the upstream refused (HTTP >= 400) in full, not as 'rejected' lines."
+        ),
+    ] = False,
+    max_body: Annotated[
+        str, typer.Option(help="Largest request body accepted (413 above), e.g. 64MiB.")
+    ] = "64MiB",
+    header_timeout: Annotated[
+        float, typer.Option(help="Seconds a client has to send a request's headers.")
+    ] = 30.0,
+    body_timeout: Annotated[
+        float, typer.Option(help="Seconds a client has to send a whole request body.")
+    ] = 120.0,
+    keep_alive_timeout: Annotated[
+        float, typer.Option(help="Idle seconds before a connection is closed.")
+    ] = 5.0,
+    max_connections: Annotated[int, typer.Option(help="Requests served at once (503 beyond).")] = 1024,
     log: Annotated[
         Path | None, typer.Option(help="Append a line per call: method, path, status, bytes, recorded.")
     ] = None,
@@ -462,7 +481,20 @@ def record(
     from replay.commands.record import RecordArgs
     from replay.commands.record import record as replay_record
 
-    args = RecordArgs(upstream=upstream, out=out, listen=listen, anonymize=anonymize, key=key, log=log)
+    args = RecordArgs(
+        upstream=upstream,
+        out=out,
+        listen=listen,
+        anonymize=anonymize,
+        key=key,
+        keep_rejected=keep_rejected,
+        max_body=max_body,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        keep_alive_timeout=keep_alive_timeout,
+        max_connections=max_connections,
+        log=log,
+    )
     raise typer.Exit(replay_record(args, console))
 
 

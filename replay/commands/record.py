@@ -16,11 +16,31 @@ class RecordArgs:
     anonymize: bool = False
     key: str | None = None
     log: Path | None = None  # a line per call: method, path, status, bytes, recorded
+    keep_rejected: bool = False
+    max_body: str = "64MiB"
+    header_timeout: float = 30.0
+    body_timeout: float = 120.0
+    keep_alive_timeout: float = 5.0
+    max_connections: int = 1024
 
 
 def record(args: RecordArgs, console: Console) -> int:
+    from replay.errors import UsageError
     from replay.record.serve import record as run_record
+    from replay.serving.guard import Limits
+    from replay.sim.server.options import parse_bytes
 
+    limits = Limits(
+        max_body_bytes=parse_bytes(args.max_body),
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        keep_alive_s=args.keep_alive_timeout,
+        max_connections=args.max_connections,
+    )
+    try:
+        limits.check()
+    except ValueError as exc:
+        raise UsageError(f"--{exc}") from None
     return run_record(
         args.upstream,
         args.listen,
@@ -28,5 +48,7 @@ def record(args: RecordArgs, console: Console) -> int:
         anonymize=args.anonymize,
         key=args.key,
         console=console,
+        limits=limits,
+        keep_rejected=args.keep_rejected,
         log=args.log,
     )

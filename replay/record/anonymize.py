@@ -308,6 +308,8 @@ def anonymize_trace(
                 obj = {**obj, "id": anon.name(obj["id"]), "value": anon.blob_value(obj["value"])}
             elif kind == "unrecorded":
                 pass  # method, path, counts and the recorder's reason: no text of the agent's
+            elif kind == "rejected":
+                obj = {**obj, "sha256": anon.name(obj["sha256"])}
             else:
                 counts["requests"] += 1
                 counts["messages"] += len(obj.get("append") or ())

@@ -34,6 +34,8 @@ class RecordView:
             str(stats.recorded),
             ("  errors ", "bold"),
             (str(stats.errors), "red" if stats.errors else ""),
+            ("  rejected ", "bold"),
+            (str(sum(stats.rejected.values())), "yellow" if stats.rejected else ""),
             ("  in flight ", "bold"),
             str(self.proxy.in_flight),
             ("  passthrough ", "bold"),

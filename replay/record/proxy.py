@@ -30,6 +30,7 @@ import httpx
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from replay.engine.apis import make_client
@@ -37,6 +38,9 @@ from replay.record.calls import CallLog
 from replay.record.recorder import Outcome, Pending, Recorder
 from replay.record.sessions import Label
 from replay.record.wire import ReplyTap
+from replay.serving.errors import api_of_path, error_payload
+from replay.serving.guard import BodyGuard, Limits
+from replay.serving.schema import PROXY_SCHEMA_PATH, openapi
 
 HOP_BY_HOP = frozenset(
     {
@@ -120,9 +124,19 @@ class _State:
 
 
 class RecordingProxy:
-    """The ASGI app (`.app`); `recorder` None makes it a plain passthrough proxy."""
+    """The ASGI app (`.app`); `recorder` None makes it a plain passthrough proxy.
 
-    def __init__(self, upstream: str, recorder: Recorder | None, connect_timeout_s: float = 10.0) -> None:
+    Request bodies reach it whole, within `limits` (replay.serving.guard: 413, 408, a client that
+    leaves mid-body is let go quietly); what passes is relayed whatever it holds.
+    """
+
+    def __init__(
+        self,
+        upstream: str,
+        recorder: Recorder | None,
+        connect_timeout_s: float = 10.0,
+        limits: Limits | None = None,
+    ) -> None:
         self.upstream = upstream.rstrip("/")
         self.recorder = recorder
         self.connect_timeout_s = connect_timeout_s
@@ -131,9 +145,14 @@ class RecordingProxy:
         self.passthrough = 0
         self.internal_errors = 0
         self.calls = CallLog()  # every call's end; replaced by one with a log file for `--log`
-        self.app = Starlette(
-            routes=[Route("/{path:path}", self._handle, methods=METHODS)], lifespan=self._lifespan
-        )
+        routes = [
+            Route(PROXY_SCHEMA_PATH, self._schema, methods=["GET"]),
+            Route("/{path:path}", self._handle, methods=METHODS),
+        ]
+        self.app = BodyGuard(Starlette(routes=routes, lifespan=self._lifespan), limits or Limits())
+
+    async def _schema(self, _request: Request) -> Response:
+        return Response(orjson.dumps(openapi("proxy")), media_type="application/json")
 
     @asynccontextmanager
     async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
@@ -196,6 +215,7 @@ class _Relay:
         self.upstream = upstream
         self.api = api
         self._begin = begin
+        self.arrived_ns = begin.args[-1] if isinstance(begin, functools.partial) else time.perf_counter_ns()
         self.pending: Pending | None = None
         self.tap: ReplyTap | None = None
         self.method, self.path = upstream.method, upstream.url.path
@@ -243,11 +263,15 @@ class _Relay:
                 tg.cancel_scope.cancel()
         finally:
             self._start_recording()
+            rejected = False  # written as a `rejected` line: not a call missing from the trace
             if self.pending is not None:
                 self._record(state)
+            elif self.tap is None and self.api is not None and (state.http_status or 0) >= 400:
+                rejected = self._refused(state.http_status or 0)
             self.proxy.in_flight -= 1
             try:
-                reason = None if self.pending is not None else self.reason or "not recorded"
+                recorded = self.pending is not None or rejected
+                reason = None if recorded else self.reason or "not recorded"
                 self.proxy.calls.done(self.method, self.path, state.http_status, state.sent_bytes, reason)
             except Exception as exc:  # accounting must never take the proxy down
                 self.proxy._internal(exc)
@@ -298,12 +322,27 @@ class _Relay:
                 await response.aclose()
 
     async def _bad_gateway(self, send: Any, state: _State) -> None:
-        body = orjson.dumps({"error": {"message": f"replay record: {state.error}", "type": "upstream_error"}})
+        api = api_of_path(self.upstream.url.path)  # the agent's SDK reads its own API's shape
+        body = orjson.dumps(error_payload(api, f"replay record: {state.error}", 502, "upstream_error"))
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         state.complete = True
         state.http_status = 502
         await send({"type": "http.response.start", "status": 502, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _refused(self, http_status: int) -> bool:
+        """A body the recorder could not read, and the upstream refused too; True if it went to
+        the trace as a `rejected` line."""
+        recorder = self.proxy.recorder
+        if recorder is None:
+            return False
+        try:
+            return recorder.refused_unread(
+                self.api or "", self.upstream.content, http_status, self.arrived_ns
+            )
+        except Exception as exc:  # a recorder bug must never take the proxy down
+            self.proxy._internal(exc)
+            return False
 
     def _record(self, state: _State) -> None:
         assert self.pending is not None and self.tap is not None and self.proxy.recorder is not None

@@ -1,7 +1,10 @@
 """What the proxy calls at each request's arrival and end: session inference plus the trace writer.
 
 One trace `request` line is appended and flushed per completed request (ids in completion order,
-`t` the arrival), so a crash loses only the requests in flight. Each request is delta-encoded
+`t` the arrival), so a crash loses only the requests in flight. A request the upstream refused
+(HTTP status >= 400) is not a request of the workload: it is counted per status and written as a
+short `rejected` line (status, size, sha256; never the body) unless `keep_rejected`, and its
+session inference is withdrawn, as if it had never arrived. Each request is delta-encoded
 against the request it extends (its inferred `base`), not merely the session's last written one,
 so a concurrent turn does not make its neighbours look like compactions.
 """
@@ -32,6 +35,7 @@ class Pending:
     parsed: Parsed
     assignment: Assignment
     arrived_ns: int
+    body: bytes = b""  # the raw body, hashed only if the upstream rejects it
 
 
 @dataclass(slots=True)
@@ -55,6 +59,7 @@ class RecorderStats:
     write_errors: int = 0
     last_problem: str = ""
     statuses: dict[str, int] = field(default_factory=dict)
+    rejected: dict[int, int] = field(default_factory=dict)  # HTTP status -> requests the upstream refused
 
 
 class Recorder:
@@ -64,8 +69,10 @@ class Recorder:
         inference: SessionInference | None = None,
         anonymizer: Anonymizer | None = None,
         t0_ns: int | None = None,
+        keep_rejected: bool = False,
     ) -> None:
         self.writer = writer
+        self.keep_rejected = keep_rejected
         self.inference = inference or SessionInference()
         self.anonymizer = anonymizer
         self.t0_ns = t0_ns  # the first request's arrival unless given: the trace starts there
@@ -96,7 +103,7 @@ class Recorder:
         assignment = self.inference.arrive(
             parsed.messages, api, parsed.model, now_ns, tools=tools, label=label, role_hint=role_hint
         )
-        return Pending(parsed, assignment, now_ns)
+        return Pending(parsed, assignment, now_ns, body)
 
     def _chain(self, parsed: Parsed) -> None:
         """A request sent with `previous_response_id` carries only its new input: the trace gets
@@ -115,8 +122,11 @@ class Recorder:
         parsed.params["previous_response"] = rid
 
     def finish(self, pending: Pending, outcome: Outcome) -> int:
-        """Append the request's trace line; returns its id."""
+        """Append the request's trace line; returns its id (-1 when none was written)."""
         tap = outcome.tap
+        if tap.http_status is not None and tap.http_status >= 400 and not self.keep_rejected:
+            self._reject(pending, tap.http_status, tap.error)
+            return -1
         status = outcome.status or tap.status
         error = outcome.error if outcome.status else tap.error
         a = pending.assignment
@@ -140,6 +150,35 @@ class Recorder:
             self.stats.last_problem = f"{a.session.id}: {status}: {error or ''}"[:200]
         self.inference.done(a, outcome.t_done, rid, tap.message, status, tap.usage.prompt_tokens)
         return rid if rid is not None else -1
+
+    def _reject(self, pending: Pending, http_status: int, error: str | None) -> None:
+        self.inference.withdraw(pending.assignment)
+        self._rejected_line(pending.parsed.api, pending.body, http_status, pending.arrived_ns)
+        self.stats.last_problem = f"upstream rejected a request: {error or f'HTTP {http_status}'}"[:200]
+
+    def refused_unread(self, api: str, body: bytes, http_status: int, arrived_ns: int) -> bool:
+        """A body `begin` could not read (counted as not recordable) that the upstream refused as
+        well: a rejection, not a gap in the recording. False with `keep_rejected` (it stays a
+        call the trace misses: there is no request line to keep it in)."""
+        if self.keep_rejected:
+            return False
+        self.stats.unrecorded -= 1
+        self._rejected_line(api, body, http_status, arrived_ns)
+        return True
+
+    def _rejected_line(self, api: str, body: bytes, http_status: int, arrived_ns: int) -> None:
+        self.stats.rejected[http_status] = self.stats.rejected.get(http_status, 0) + 1
+        digest = hashlib.sha256(body).hexdigest()
+        if self.anonymizer is not None:  # a bare hash would let anyone confirm a guessed prompt
+            digest = self.anonymizer.name(digest)
+        if self.t0_ns is None:
+            self.t0_ns = arrived_ns
+        t = max(0, arrived_ns - self.t0_ns) / 1e9
+        try:
+            self.writer.rejected(t, api, http_status, len(body), digest)
+        except OSError as exc:
+            self.stats.write_errors += 1
+            self.stats.last_problem = f"trace write failed: {exc}"
 
     def _write(self, pending: Pending, outcome: Outcome, status: str, error: str | None) -> int:
         parsed, a = pending.parsed, pending.assignment

@@ -25,6 +25,7 @@ from replay.record.live import RecordView, live_view
 from replay.record.proxy import QuietUpstreamBroke, RecordingProxy
 from replay.record.recorder import Recorder
 from replay.record.sessions import SessionInference
+from replay.serving.guard import Limits, uvicorn_options
 from replay.trace.writer import TraceWriter
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -86,6 +87,8 @@ class RecordingServer:
         anonymize_key: str | None = None,
         inference: SessionInference | None = None,
         notes: str = "",
+        limits: Limits | None = None,
+        keep_rejected: bool = False,
         log: str | Path | None = None,
     ) -> None:
         if not upstream.startswith(("http://", "https://")):
@@ -96,8 +99,9 @@ class RecordingServer:
         notes = notes or f"recorded through replay record (upstream {self.upstream})"
         self.writer = TraceWriter(self.out, source="record", notes=notes)
         anonymizer = Anonymizer(anonymize_key) if anonymize_key else None
-        self.recorder = Recorder(self.writer, inference, anonymizer)
-        self.proxy = RecordingProxy(self.upstream, self.recorder)
+        self.recorder = Recorder(self.writer, inference, anonymizer, keep_rejected=keep_rejected)
+        self.limits = limits or Limits()
+        self.proxy = RecordingProxy(self.upstream, self.recorder, limits=self.limits)
         if log is not None:
             self.proxy.calls = CallLog(log)
         self.host, self._port = host, port
@@ -134,7 +138,6 @@ class RecordingServer:
         config = uvicorn.Config(
             self.proxy.app,
             loop="asyncio",
-            http="h11",
             lifespan="on",
             log_level="warning",
             access_log=False,
@@ -143,6 +146,7 @@ class RecordingServer:
             date_header=False,
             timeout_graceful_shutdown=5,
             backlog=2048,
+            **uvicorn_options(self.limits),  # h11, with a deadline on request heads
         )
         self._server = _Server(config)
         return self._server
@@ -201,8 +205,16 @@ class RecordingServer:
                 view = RecordView(self.recorder, self.proxy, self.upstream, self.out)
                 with live_view(view, console):
                     server.run(sockets=[self._sock])
+                if not console.is_terminal:  # rich ends a terminal's last frame with a newline, not a file's
+                    console.line()
         finally:
             self._close()
+
+
+def rejected_text(rejected: dict[int, int]) -> str:
+    """`3 rejected by the upstream (HTTP 400 x2, HTTP 503 x1)`."""
+    per = ", ".join(f"HTTP {status} x{n}" for status, n in sorted(rejected.items()))
+    return f"{sum(rejected.values())} rejected by the upstream ({per})"
 
 
 def record(
@@ -212,6 +224,8 @@ def record(
     anonymize: bool = False,
     key: str | None = None,
     console: Console | None = None,
+    limits: Limits | None = None,
+    keep_rejected: bool = False,
     log: str | Path | None = None,
 ) -> int:
     """`replay record`: proxy and record until interrupted; returns the exit code."""
@@ -219,7 +233,14 @@ def record(
         raise UsageError("--anonymize needs --key SECRET (the same key gives the same synthetic text)")
     host, port = parse_listen(listen)
     server = RecordingServer(
-        upstream, out, host=host, port=port, anonymize_key=key if anonymize else None, log=log
+        upstream,
+        out,
+        host=host,
+        port=port,
+        anonymize_key=key if anonymize else None,
+        limits=limits,
+        keep_rejected=keep_rejected,
+        log=log,
     )
     console = console or Console(stderr=True)
     server.bind()
@@ -240,6 +261,7 @@ def record(
         f"{server.out}: {stats.recorded} requests recorded in {len(server.recorder.inference.sessions)} sessions"
         f" ({stats.errors} with errors, {stats.unrecorded} not recordable"
         + (f", {stats.dropped_parts} image/document parts left out" if stats.dropped_parts else "")
+        + (f", {rejected_text(stats.rejected)}" if stats.rejected else "")
         + ")"
         + (f"; stopped by {server.stopped_by}" if server.stopped_by else ""),
         highlight=False,

@@ -369,6 +369,27 @@ class SessionInference:
             if self._index.get((session.scope, old.chain)) is old:
                 del self._index[(session.scope, old.chain)]
 
+    def withdraw(self, assignment: Assignment) -> None:
+        """Undo an arrival (the upstream refused the request): it is no prefix, no session's
+        latest request, and a session it alone started is gone."""
+        head, session = assignment.head, assignment.session
+        session.in_flight -= 1
+        session.requests -= 1
+        if head in session.heads:
+            session.heads.remove(head)
+        if self._index.get((session.scope, head.chain)) is head:
+            del self._index[(session.scope, head.chain)]
+            for older in reversed(session.heads):  # an earlier request with the same messages
+                if older.chain == head.chain:
+                    self._index[(session.scope, head.chain)] = older
+                    break
+        if session.last is head:
+            session.last = session.heads[-1] if session.heads else None
+        if assignment.delay_s is not None and session.gaps and session.gaps[-1] == assignment.delay_s:
+            session.gaps.pop()
+        if assignment.new_session and session.requests == 0 and session.in_flight == 0:
+            self.sessions.pop(session.id, None)
+
     # --- completion --------------------------------------------------------------------
 
     def done(

@@ -14,9 +14,11 @@ them, and `dropped_parts` counts them.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -26,6 +28,7 @@ from replay.engine.exchange import Reader, error_text
 from replay.engine.sse import SseParser
 from replay.engine.usage import Usage
 from replay.metrics.record import RequestRecord
+from replay.serving.fields import FieldError, Fields, NotJson, join, load_body, snippet
 from replay.trace.model import Message
 
 _CACHE = "_cache_control"  # where a message's cache mark waits until it becomes an index
@@ -44,12 +47,27 @@ _NOT_EXTRA = {
     "tools",
     "user",
 }
+_T = TypeVar("_T")
 _ERROR_BODY_MAX = 64 * 1024
 _REPLY_BODY_MAX = 256 * 1024 * 1024
 
 
 class WireError(ValueError):
-    """The body is not a request this module can express as neutral messages."""
+    """The body is not a request this module can express as neutral messages; the message names
+    the field at fault (`messages[2].tool_calls[0].function must be an object, got "x"`)."""
+
+
+def _checked(fn: Callable[..., _T]) -> Callable[..., _T]:
+    """Fields read through `replay.serving.fields` raise FieldError; callers catch WireError."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> _T:
+        try:
+            return fn(*args, **kwargs)
+        except FieldError as exc:
+            raise WireError(str(exc)) from None
+
+    return wrapper
 
 
 def canonical_arguments(arguments: Any) -> str:
@@ -76,20 +94,20 @@ class Parsed:
     has_instructions: bool = False  # Responses API: messages[0] is `instructions`
 
 
-def _text_parts(content: Any, counter: list[int]) -> str | list[str]:
+def _text_parts(content: Any, counter: list[int], path: str = "content") -> str | list[str]:
     """OpenAI/Anthropic content (text or a list of parts) as neutral content."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise WireError("message content must be text or a list of parts")
+        raise FieldError(path, "text or a list of parts", content)
     texts: list[str] = []
-    for part in content:
+    for i, part in enumerate(content):
         if isinstance(part, str):
             texts.append(part)
         elif isinstance(part, dict) and part.get("type") in ("text", "input_text", "output_text"):
-            texts.append(str(part.get("text", "")))
+            texts.append(Fields(part, join(path, i)).text("text") or "")
         else:
             counter[0] += 1
     if len(texts) == 1:
@@ -97,89 +115,93 @@ def _text_parts(content: Any, counter: list[int]) -> str | list[str]:
     return texts if texts else ""
 
 
+@_checked
 def openai_to_neutral(messages: Any, counter: list[int] | None = None) -> list[Message]:
     """OpenAI chat messages -> neutral messages."""
     if not isinstance(messages, list):
-        raise WireError("'messages' must be a list")
+        raise FieldError("messages", "a list", messages)
     counter = counter if counter is not None else [0]
     out: list[Message] = []
-    for m in messages:
-        if not isinstance(m, dict):
-            raise WireError("each message must be an object")
-        role = m.get("role")
+    for i, raw in enumerate(messages):
+        m = Fields(raw, join("messages", i))
+        role = m.text("role")
         if role == "developer":
             role = "system"
         if role in ("system", "user"):
-            out.append({"role": role, "content": _text_parts(m.get("content"), counter)})
+            out.append({"role": role, "content": _text_parts(m.value("content"), counter, m.at("content"))})
         elif role == "assistant":
-            msg: Message = {"role": "assistant", "content": _text_parts(m.get("content"), counter)}
-            calls = [_openai_call(tc) for tc in m.get("tool_calls") or ()]
+            msg: Message = {
+                "role": "assistant",
+                "content": _text_parts(m.value("content"), counter, m.at("content")),
+            }
+            calls = [_openai_call(tc) for tc in m.objects("tool_calls")]
             if calls:
                 msg["tool_calls"] = calls
-            reasoning = m.get("reasoning_content") or m.get("reasoning")
+            reasoning = m.value("reasoning_content") or m.value("reasoning")
             if isinstance(reasoning, str) and reasoning:
                 msg["reasoning"] = reasoning
             out.append(msg)
         elif role in ("tool", "function"):
-            call_id = m.get("tool_call_id") if role == "tool" else m.get("name")
+            call_id = m.text("tool_call_id") if role == "tool" else m.text("name")
             out.append(
                 {
                     "role": "tool",
-                    "tool_call_id": str(call_id or ""),
-                    "content": _text_parts(m.get("content"), counter),
+                    "tool_call_id": call_id or "",
+                    "content": _text_parts(m.value("content"), counter, m.at("content")),
                 }
             )
         else:
-            raise WireError(f"unknown message role {role!r}")
+            raise WireError(f"'{m.at('role')}' is an unknown message role: {role!r}")
     return out
 
 
-def _openai_call(tc: Any) -> dict[str, str]:
-    if not isinstance(tc, dict):
-        raise WireError("each tool call must be an object")
-    fn = tc.get("function") or {}
-    args = fn.get("arguments", "")
+def _openai_call(tc: Fields) -> dict[str, str]:
+    fn = tc.obj("function") or Fields({}, tc.at("function"))
+    args = fn.raw.get("arguments", "")
     return {
-        "id": str(tc.get("id", "")),
-        "name": str(fn.get("name", "")),
+        "id": tc.text("id") or "",
+        "name": fn.text("name") or "",
         "arguments": args if isinstance(args, str) else canonical_arguments(args),
     }
 
 
+@_checked
 def anthropic_to_neutral(system: Any, messages: Any, counter: list[int] | None = None) -> list[Message]:
     """Anthropic `system` + `messages` -> neutral messages (one system message per system block)."""
     if not isinstance(messages, list):
-        raise WireError("'messages' must be a list")
+        raise FieldError("messages", "a list", messages)
     counter = counter if counter is not None else [0]
     out: list[Message] = []
     if isinstance(system, str):
         if system:
             out.append({"role": "system", "content": system})
     elif isinstance(system, list):
-        for block in system:
+        for i, block in enumerate(system):
             if isinstance(block, dict) and block.get("type") == "text":
-                msg: Message = {"role": "system", "content": str(block.get("text", ""))}
+                sys_block = Fields(block, join("system", i))
+                msg: Message = {"role": "system", "content": sys_block.text("text") or ""}
                 if isinstance(block.get("cache_control"), dict):
                     msg[_CACHE] = block["cache_control"]
                 out.append(msg)
             else:
                 counter[0] += 1
     elif system is not None:
-        raise WireError("'system' must be text or a list of blocks")
-    for m in messages:
-        if not isinstance(m, dict):
-            raise WireError("each message must be an object")
-        role = m.get("role")
+        raise FieldError("system", "text or a list of blocks", system)
+    for i, raw in enumerate(messages):
+        m = Fields(raw, join("messages", i))
+        role = m.text("role")
         if role == "user":
-            out.extend(anthropic_user_turn(m.get("content"), counter, marks=True))
+            out.extend(anthropic_user_turn(m.value("content"), counter, path=m.at("content"), marks=True))
         elif role == "assistant":
-            out.append(anthropic_assistant_turn(m.get("content"), counter, marks=True))
+            out.append(
+                anthropic_assistant_turn(m.value("content"), counter, path=m.at("content"), marks=True)
+            )
         elif role == "system":
             # Claude Code puts entries of its own (agent and skill lists) here: kept in place.
-            for msg in anthropic_user_turn(m.get("content"), counter, marks=True):
+            for msg in anthropic_user_turn(m.value("content"), counter, path=m.at("content"), marks=True):
                 out.append({**msg, "role": "system", "inline": True})
         else:
-            raise WireError(f"unknown message role {role!r}")
+            raise WireError(f"'{m.at('role')}' is an unknown message role: {role!r}")
     return out
 
 
@@ -194,7 +216,10 @@ def take_cache_marks(messages: list[Message]) -> list[dict[str, Any]]:
     return marks
 
 
-def anthropic_user_turn(content: Any, counter: list[int], marks: bool = False) -> list[Message]:
+@_checked
+def anthropic_user_turn(
+    content: Any, counter: list[int], path: str = "content", marks: bool = False
+) -> list[Message]:
     """One user turn: tool results become tool messages, text blocks user messages, in order.
 
     With `marks`, a block's `cache_control` ends the message it is in and rides on it under
@@ -202,7 +227,7 @@ def anthropic_user_turn(content: Any, counter: list[int], marks: bool = False) -
     if content is None or isinstance(content, str):
         return [{"role": "user", "content": content or ""}]
     if not isinstance(content, list):
-        raise WireError("user content must be text or a list of blocks")
+        raise FieldError(path, "text or a list of blocks", content)
     out: list[Message] = []
     texts: list[str] = []
 
@@ -211,49 +236,61 @@ def anthropic_user_turn(content: Any, counter: list[int], marks: bool = False) -
             out.append({"role": "user", "content": texts[0] if len(texts) == 1 else list(texts)})
             texts.clear()
 
-    for block in content:
-        btype = block.get("type") if isinstance(block, dict) else None
-        mark = block.get("cache_control") if marks and isinstance(block, dict) else None
+    for i, raw in enumerate(content):
+        if isinstance(raw, str):
+            texts.append(raw)
+            continue
+        if not isinstance(raw, dict):
+            counter[0] += 1
+            continue
+        block = Fields(raw, join(path, i))
+        btype = block.value("type")
+        mark = raw.get("cache_control") if marks else None
         if btype == "text":
-            texts.append(str(block.get("text", "")))
+            texts.append(block.text("text") or "")
             if isinstance(mark, dict):
                 flush()
                 out[-1][_CACHE] = mark
         elif btype == "tool_result":
             flush()
-            result = _text_parts(block.get("content"), counter)
-            out.append({"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": result})
+            result = _text_parts(block.value("content"), counter, block.at("content"))
+            out.append({"role": "tool", "tool_call_id": block.text("tool_use_id") or "", "content": result})
             if isinstance(mark, dict):
                 out[-1][_CACHE] = mark
-        elif isinstance(block, str):
-            texts.append(block)
         else:
             counter[0] += 1
     flush()
     return out or [{"role": "user", "content": ""}]
 
 
-def anthropic_assistant_turn(content: Any, counter: list[int], marks: bool = False) -> Message:
+@_checked
+def anthropic_assistant_turn(
+    content: Any, counter: list[int], path: str = "content", marks: bool = False
+) -> Message:
     """Text blocks join with no separator, as the stream reader joins text deltas."""
     if content is None or isinstance(content, str):
         return {"role": "assistant", "content": content or ""}
     if not isinstance(content, list):
-        raise WireError("assistant content must be text or a list of blocks")
+        raise FieldError(path, "text or a list of blocks", content)
     texts: list[str] = []
     reasoning: list[str] = []
     calls: list[dict[str, str]] = []
-    for block in content:
-        btype = block.get("type") if isinstance(block, dict) else None
+    for i, raw in enumerate(content):
+        if not isinstance(raw, dict):
+            counter[0] += 1
+            continue
+        block = Fields(raw, join(path, i))
+        btype = block.value("type")
         if btype == "text":
-            texts.append(str(block.get("text", "")))
+            texts.append(block.text("text") or "")
         elif btype == "thinking":
-            reasoning.append(str(block.get("thinking", "")))
+            reasoning.append(block.text("thinking") or "")
         elif btype == "tool_use":
             calls.append(
                 {
-                    "id": str(block.get("id", "")),
-                    "name": str(block.get("name", "")),
-                    "arguments": canonical_arguments(block.get("input")),
+                    "id": block.text("id") or "",
+                    "name": block.text("name") or "",
+                    "arguments": canonical_arguments(block.value("input")),
                 }
             )
         elif btype == "redacted_thinking":
@@ -274,28 +311,31 @@ def anthropic_assistant_turn(content: Any, counter: list[int], marks: bool = Fal
 def anthropic_tools_to_openai(tools: Any) -> list[dict[str, Any]]:
     """Anthropic tool definitions as the OpenAI function tools the trace stores."""
     out = []
-    for t in tools or ():
+    if tools is not None and not isinstance(tools, list):
+        raise WireError(f"'tools' must be a list, got {snippet(tools)}")
+    for i, t in enumerate(tools or ()):
         if not isinstance(t, dict):
             continue
-        fn: dict[str, Any] = {"name": str(t.get("name", t.get("type", "")))}
+        tool = Fields(t, join("tools", i))
+        fn: dict[str, Any] = {"name": tool.text("name") or str(t.get("type", ""))}
         if t.get("description"):
             fn["description"] = t["description"]
-        fn["parameters"] = t.get("input_schema") or {"type": "object", "properties": {}}
-        tool: dict[str, Any] = {"type": "function", "function": fn}
+        fn["parameters"] = (tool.obj("input_schema") or Fields({"type": "object", "properties": {}})).raw
+        entry: dict[str, Any] = {"type": "function", "function": fn}
         if isinstance(t.get("cache_control"), dict):
-            tool["cache_control"] = t["cache_control"]
-        out.append(tool)
+            entry["cache_control"] = t["cache_control"]
+        out.append(entry)
     return out
 
 
+@_checked
 def parse_request(api: str, body: bytes) -> Parsed:
-    """A request body as neutral messages and trace params; raises WireError if it cannot be."""
+    """A request body as neutral messages and trace params; raises WireError naming the field."""
     try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise WireError(f"request body is not JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        raise WireError("request body is not a JSON object")
+        f = load_body(body)
+    except NotJson as exc:
+        raise WireError(str(exc)) from None
+    obj = f.raw
     counter = [0]
     cache_marks: list[dict[str, Any]] = []
     if api == "openai-responses":
@@ -305,15 +345,19 @@ def parse_request(api: str, body: bytes) -> Parsed:
         parsed.previous_response_id = previous
         return parsed
     if api == "openai":
-        messages = openai_to_neutral(obj.get("messages"), counter)
-        tools = obj.get("tools") or None
-        max_tokens = obj.get("max_tokens", obj.get("max_completion_tokens"))
+        messages = openai_to_neutral(f.value("messages"), counter)
+        tools = f.items("tools") or None
+        for i, tool in enumerate(tools or ()):
+            Fields(tool, join("tools", i))
+        max_tokens = f.count("max_tokens")
+        if max_tokens is None:
+            max_tokens = f.count("max_completion_tokens")
         user_id = None
     elif api == "anthropic":
-        messages = anthropic_to_neutral(obj.get("system"), obj.get("messages"), counter)
+        messages = anthropic_to_neutral(f.value("system"), f.value("messages"), counter)
         cache_marks = take_cache_marks(messages)
-        tools = anthropic_tools_to_openai(obj.get("tools")) or None
-        max_tokens = obj.get("max_tokens")
+        tools = anthropic_tools_to_openai(f.value("tools")) or None
+        max_tokens = f.count("max_tokens")
         meta = obj.get("metadata")
         user_id = (
             meta.get("user_id") if isinstance(meta, dict) and isinstance(meta.get("user_id"), str) else None
@@ -321,12 +365,13 @@ def parse_request(api: str, body: bytes) -> Parsed:
     else:
         raise WireError(f"unknown api {api!r}")
     if not messages:
-        raise WireError("request has no messages")
-    params: dict[str, Any] = {"stream": bool(obj.get("stream", False))}
-    if isinstance(max_tokens, int) and not isinstance(max_tokens, bool):
+        raise WireError("'messages' is empty: the request has no messages")
+    params: dict[str, Any] = {"stream": bool(f.boolean("stream"))}
+    if max_tokens is not None:
         params["max_tokens"] = max_tokens
-    if isinstance(obj.get("temperature"), int | float):
-        params["temperature"] = obj["temperature"]
+    temperature = f.number("temperature")
+    if temperature is not None:
+        params["temperature"] = temperature
     if tools:
         params["tools"] = tools
     if cache_marks:
@@ -334,9 +379,10 @@ def parse_request(api: str, body: bytes) -> Parsed:
     extra = {k: v for k, v in obj.items() if k not in _NOT_EXTRA}
     if extra:
         params["extra"] = extra
+    model = f.value("model")
     return Parsed(
         api=api,
-        model=str(obj.get("model") or "default"),
+        model=model if isinstance(model, str) and model else "default",
         messages=messages,
         params=params,
         user_id=user_id,

@@ -18,7 +18,7 @@ import orjson
 from replay.errors import TraceError
 from replay.trace.model import APIS, FORMAT, Request, Session, Trace, TraceHeader
 
-KINDS = ("trace", "session", "blob", "request", "unrecorded")
+KINDS = ("trace", "session", "blob", "request", "unrecorded", "rejected")
 _MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
 COUNT_LIMIT = 1 << 53  # counts and ids: exact in every JSON reader
 MAX_SECONDS = 1e7  # times in a trace (115 days): more is a typo, and overflows nanosecond clocks
@@ -266,6 +266,8 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         count = check.need(obj, "count", int)
         if count < 1:
             raise check.fail("unrecorded: count must be >= 1")
+    elif kind == "rejected":
+        _validate_rejected(check, obj)
     else:
         _validate_request(check, obj)
     return obj
@@ -328,6 +330,17 @@ def _short(value: Any) -> str:
 def _request_id(check: _Checker, value: Any) -> bool:
     """An earlier request's id (a bool is never one, though `True == 1`)."""
     return type(value) is int and value in check.n_messages
+
+
+def _validate_rejected(check: _Checker, obj: dict[str, Any]) -> None:
+    """A request the upstream refused, kept as its size and hash only: nothing to replay."""
+    status = check.need(obj, "status", int)
+    if not 100 <= status <= 599:
+        raise check.fail(f"rejected: status {status} is not an HTTP status")
+    if check.need(obj, "bytes", int) < 0:
+        raise check.fail("rejected: bytes must be >= 0")
+    check.need(obj, "sha256", str)
+    check.need(obj, "t", (int, float))
 
 
 def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:

@@ -105,6 +105,19 @@ class TraceWriter:
             self._line({"kind": "blob", "id": bid, "value": value})
         return {"$blob": bid}
 
+    def rejected(self, t: float, api: str, status: int, size: int, sha256: str) -> None:
+        """A request the upstream refused: when, its status, and its body's size and hash only."""
+        self._line(
+            {
+                "kind": "rejected",
+                "t": round(t, 6),
+                "api": api,
+                "status": status,
+                "bytes": size,
+                "sha256": sha256,
+            }
+        )
+
     def request(
         self,
         session: str,

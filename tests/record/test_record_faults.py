@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import anyio
@@ -58,7 +59,6 @@ CASES = {
     "evterror": (Script(fault="event_error", fault_after=1, error_message="overloaded"), True),
 }
 EXPECT = {
-    "http500": ("http_error", "upstream exploded"),
     "badjson": ("malformed", "not JSON"),
     "badbody": ("malformed", "not JSON"),
     "nodone": ("stream_broken", "[DONE]"),
@@ -80,7 +80,13 @@ def test_bad_upstream_replies_pass_through_unchanged_and_are_recorded(scripted_s
         reply = recs[marker]["reply"]
         assert reply["status"] == status, marker
         assert text in reply["error"], (marker, reply["error"])
-    assert recs["http500"]["reply"]["http_status"] == 500
+    # the upstream refused this one: a `rejected` line (status, size, hash), not a request
+    assert "http500" not in recs
+    (rejected,) = [line for line in jsonl(recording.out) if line["kind"] == "rejected"]
+    body = chat("http500")
+    assert rejected["status"] == 500 and rejected["bytes"] == len(body)
+    assert rejected["sha256"] == hashlib.sha256(body).hexdigest()
+    assert recording.recorder.stats.rejected == {500: 1}
     assert recs["badjson"]["reply"]["message"]["content"] == "tok0 tok1 "  # what arrived before the bad line
 
 

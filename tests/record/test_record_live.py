@@ -44,15 +44,16 @@ def test_live_table_shows_sessions_depth_and_last_request(scripted_server, recor
         RecordView(recording.recorder, recording.proxy, "up", "t.jsonl")
     )
     text = out.getvalue()
-    assert re.search(r"recorded\s+4\s+errors\s+1", text)
+    # the upstream refused the last one: counted, not recorded, not part of the session
+    assert re.search(r"recorded\s+3\s+errors\s+0\s+rejected\s+1", text)
     rows = {
         line.split()[0]: line.split()
         for line in text.splitlines()
         if line.strip().startswith(("s1", "cron-backup"))
     }
     assert rows["s1"][1:5] == ["interactive", "openai", "2", "4"]  # 2 requests, the last of 4 messages
-    assert rows["cron-backup"][1:5] == ["cron", "anthropic", "2", "4"]
-    assert "http_error" in rows["cron-backup"] and "cron-backup: http_error: HTTP 503" in text
+    assert rows["cron-backup"][1:5] == ["cron", "anthropic", "1", "2"]
+    assert "ok" in rows["cron-backup"] and "upstream rejected a request: HTTP 503" in text
 
 
 def test_replay_record_runs_in_the_foreground_until_sigterm(scripted_server, tmp_path):
@@ -82,6 +83,8 @@ def test_replay_record_runs_in_the_foreground_until_sigterm(scripted_server, tmp
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
         assert reply.status_code == 200
+        # a body the recorder cannot read leaves a problem line under the live table
+        httpx.post(url + "/v1/chat/completions", json={"model": "m", "messages": "not a list"})
         os.kill(proc.pid, signal.SIGTERM)
         rc = proc.wait(15)
         rest = proc.stderr.read()
@@ -90,6 +93,8 @@ def test_replay_record_runs_in_the_foreground_until_sigterm(scripted_server, tmp
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(5)
     assert rc == 0
+    assert any(line.startswith(f"{out}: 1 requests") for line in rest.splitlines()), rest  # its own line
+    assert rest.endswith("\n")
     summary = " ".join(rest.split())
     assert f"{out}: 1 requests recorded in 1 sessions" in summary and "stopped by SIGTERM" in summary
     assert validate(out)["requests"] == 1

@@ -102,15 +102,26 @@ def reasoning_blocks(reasoning: str) -> tuple[Block, ...]:
 
 @lru_cache(maxsize=64)
 def _tools_block(tools_json: bytes) -> Block:
+    return _render_tools(tools_json)
+
+
+def _render_tools(tools_json: bytes) -> Block:
     tools = orjson.loads(tools_json)
-    lines = [orjson.dumps(t.get("function", t)).decode() for t in tools]
+    # Servers check tools are objects; a trace or a sizing input may still hold anything.
+    lines = [orjson.dumps(t.get("function", t) if isinstance(t, dict) else t).decode() for t in tools]
     return tokenize("\n".join(lines))
+
+
+_TOOLS_CACHED_MAX = 1 << 20  # larger tool lists are rendered each time rather than kept
 
 
 def tools_block(tools: list[dict[str, Any]] | None) -> Block:
     if not tools:
         return ()
-    return _tools_block(orjson.dumps(tools))
+    key = orjson.dumps(tools)
+    if len(key) > _TOOLS_CACHED_MAX:
+        return _render_tools(key)
+    return _tools_block(key)
 
 
 @dataclass(init=False, slots=True)

@@ -24,15 +24,22 @@ EMPTY: Block = ()
 
 
 # Recent texts and their tokens (insertion order, the oldest dropped first): equal texts share one
-# tuple, which is what makes comparing two renderings mostly identity checks.
+# tuple, which is what makes comparing two renderings mostly identity checks. Bounded in entries and
+# in characters, so a server that once saw a 60 MB prompt does not keep it (and its tokens) for good;
+# a text larger than a whole context's worth is never kept.
 _CACHE_SIZE = 1 << 16
+_CACHE_CHARS = 1 << 26  # 64 Mi characters: a few dozen long conversations
+_TEXT_MAX = 1 << 23  # 8 Mi characters: about 1.5M tokens
 _cache: OrderedDict[str, Block] = OrderedDict()
+_cached_chars = [0]
 
 
 def tokenize(text: str) -> Block:
     """The tokens of `text`; cached, so equal texts share one tuple (fast identity comparison)."""
     block = _cache.get(text)
     if block is None:
+        if len(text) > _TEXT_MAX:  # never kept, so not interned either: the interned table
+            return tuple(_TOKEN.findall(text))  # would stay at its largest size for good
         block = tuple(map(sys.intern, _TOKEN.findall(text))) if text else EMPTY
         remember(text, block)
     return block
@@ -40,9 +47,17 @@ def tokenize(text: str) -> Block:
 
 def remember(text: str, block: Block) -> None:
     """Put a text whose tokens are already known (a generated reply) in the cache."""
+    size = len(text)
+    if text in _cache:
+        _cache[text] = block  # a generated reply's own tokens win over the regex's
+        return
+    if size > _TEXT_MAX:
+        return
     _cache[text] = block
-    if len(_cache) > _CACHE_SIZE:
-        _cache.popitem(last=False)
+    _cached_chars[0] += size
+    while len(_cache) > _CACHE_SIZE or _cached_chars[0] > _CACHE_CHARS:
+        old, _ = _cache.popitem(last=False)
+        _cached_chars[0] -= len(old)
 
 
 def count_tokens(text: str) -> int:

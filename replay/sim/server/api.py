@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
+from replay.serving.fields import COUNT_LIMIT, FieldError, Fields
 from replay.sim.model.events import Result
-from replay.sim.model.render import content_text
 from replay.sim.model.reply import Reply
 
 Message = dict[str, Any]
@@ -56,129 +56,169 @@ class ChatRequest:
     thinking: bool = True
 
 
-def _int_or_none(body: dict[str, Any], *keys: str) -> int | None:
-    for key in keys:
-        if key in body and body[key] is not None:
-            value = body[key]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise BadRequest(f"'{key}' must be a non-negative integer")
-            return value
-    return None
+# Every field is read through `Fields` (replay.serving.fields): a wrong type or shape anywhere is
+# a `FieldError` naming the field, which the app answers 400. One parser per API; a new API is a
+# new `parse_*` returning a `ChatRequest`.
+
+OPENAI_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
-def _arguments(value: Any) -> str:
+def content_of(f: Fields, key: str = "content") -> str:
+    """Text of an OpenAI/Anthropic content value: a string, or text parts joined (others skipped)."""
+    value = f.value(key)
+    if value is None or isinstance(value, str):
+        return value or ""
+    if not isinstance(value, list):
+        raise FieldError(f.at(key), "text or an array of parts", value)
+    parts = value
+    at = f.at(key)
+    texts: list[str] = []
+    for i, part in enumerate(parts):
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        block = Fields(part, f"{at}[{i}]")
+        text = block.text("text")
+        if text is not None:
+            texts.append(text)
+    return "\n".join(texts)
+
+
+def _arguments(f: Fields, key: str) -> str:
+    value = f.value(key)
     if isinstance(value, str):
         return value
     return orjson.dumps(value if value is not None else {}).decode()
 
 
-def parse_openai(body: dict[str, Any]) -> ChatRequest:
-    raw = body.get("messages")
-    if not isinstance(raw, list) or not raw:
+def _max_tokens(f: Fields, ctx: int, *keys: str) -> int | None:
+    """The reply cap: at most the context (2**63 or 2e9 would decode to the full context)."""
+    for key in keys:
+        value = f.count(key, ctx, "the context size")
+        if value is not None:
+            return value
+    return None
+
+
+def _openai_tools(f: Fields) -> list[dict[str, Any]] | None:
+    """Function tools, `{"type": "function", "function": {...}}` or the flat `{"name", ...}` form."""
+    tools = f.objects("tools")
+    for t in tools:
+        fn = t.obj("function") or t
+        fn.text("name")
+        fn.text("description")
+        fn.obj("parameters")
+    return [t.raw for t in tools] or None
+
+
+def parse_openai(body: dict[str, Any], *, ctx: int = COUNT_LIMIT) -> ChatRequest:
+    f = Fields(body)
+    raw = f.objects("messages", required=True)
+    if not raw:
         raise BadRequest("'messages' must be a non-empty array")
     messages: list[Message] = []
     for m in raw:
-        if not isinstance(m, dict):
-            raise BadRequest("each message must be an object")
-        role = m.get("role")
-        if role == "developer":
-            role = "system"
-        if role not in ("system", "user", "assistant", "tool"):
-            raise BadRequest(f"unsupported message role {role!r}")
-        msg: Message = {"role": role, "content": content_text(m.get("content"))}
-        if role == "assistant" and m.get("tool_calls"):
+        role = m.choice("role", OPENAI_ROLES, required=True)
+        role = {"developer": "system", "function": "tool"}.get(role or "", role)
+        msg: Message = {"role": role, "content": content_of(m)}
+        if role == "assistant":
             calls = []
-            for tc in m["tool_calls"]:
-                fn = tc.get("function") or tc  # tolerate the flat {"name", "arguments"} form
+            for tc in m.objects("tool_calls"):
+                fn = tc.obj("function") or tc  # tolerate the flat {"name", "arguments"} form
                 calls.append(
                     {
-                        "id": tc.get("id", ""),
-                        "name": fn.get("name", ""),
-                        "arguments": _arguments(fn.get("arguments")),
+                        "id": tc.text("id") or "",
+                        "name": fn.text("name") or "",
+                        "arguments": _arguments(fn, "arguments"),
                     }
                 )
-            msg["tool_calls"] = calls
+            if calls:
+                msg["tool_calls"] = calls
         if role == "tool":
-            msg["tool_call_id"] = m.get("tool_call_id", "")
+            msg["tool_call_id"] = m.text("tool_call_id") or m.text("name") or ""
         messages.append(msg)
-    tools = body.get("tools") or None
-    if tools is not None and not isinstance(tools, list):
-        raise BadRequest("'tools' must be an array")
-    options = body.get("stream_options") or {}
+    options = f.obj("stream_options")
+    f.number("temperature")  # not modelled, but a server would refuse one that is not a number
     return ChatRequest(
         api="openai",
-        model=str(body.get("model") or ""),
+        model=f.text("model") or "",
         messages=messages,
-        tools=tools,
-        max_tokens=_int_or_none(body, "max_completion_tokens", "max_tokens"),
-        stream=bool(body.get("stream")),
-        include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
+        tools=_openai_tools(f),
+        max_tokens=_max_tokens(f, ctx, "max_completion_tokens", "max_tokens"),
+        stream=bool(f.boolean("stream")),
+        include_usage=bool(options is not None and options.boolean("include_usage")),
         thinking=thinking_requested(body),
     )
 
 
-def parse_anthropic(body: dict[str, Any]) -> ChatRequest:
-    raw = body.get("messages")
-    if not isinstance(raw, list) or not raw:
+def parse_anthropic(body: dict[str, Any], *, ctx: int = COUNT_LIMIT) -> ChatRequest:
+    f = Fields(body)
+    raw = f.objects("messages", required=True)
+    if not raw:
         raise BadRequest("'messages' must be a non-empty array")
     messages: list[Message] = []
-    system = body.get("system")
+    system = content_of(f, "system")
     if system:
-        messages.append({"role": "system", "content": content_text(system)})
+        messages.append({"role": "system", "content": system})
     for m in raw:
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
-            raise BadRequest("each message must be an object with role 'user', 'assistant' or 'system'")
-        content = m.get("content")
-        if m["role"] == "system":  # Claude Code's own entries (agent and skill lists), kept in place
-            messages.append({"role": "system", "content": content_text(content)})
-        elif m["role"] == "assistant":
-            messages.append(_anthropic_assistant(content))
+        role = m.choice("role", ("user", "assistant", "system"), required=True)
+        if role == "system":  # Claude Code's own entries (agent and skill lists), kept in place
+            messages.append({"role": "system", "content": content_of(m)})
+        elif role == "assistant":
+            messages.append(_anthropic_assistant(m))
         else:
-            messages.extend(_anthropic_user(content))
+            messages.extend(_anthropic_user(m))
     tools = None
-    if body.get("tools"):
-        if not isinstance(body["tools"], list):
-            raise BadRequest("'tools' must be an array")
+    if f.items("tools"):
         tools = [
             {
                 "type": "function",
                 "function": {
-                    "name": t.get("name", ""),
-                    "description": t.get("description", ""),
-                    "parameters": t.get("input_schema", {}),
+                    "name": t.text("name") or "",
+                    "description": t.text("description") or "",
+                    "parameters": (t.obj("input_schema") or Fields({})).raw,
                 },
             }
-            for t in body["tools"]
-            if isinstance(t, dict)
+            for t in f.objects("tools")
         ]
+    f.number("temperature")
     return ChatRequest(
         api="anthropic",
-        model=str(body.get("model") or ""),
+        model=f.text("model") or "",
         messages=messages,
         tools=tools,
-        max_tokens=_int_or_none(body, "max_tokens"),
-        stream=bool(body.get("stream")),
+        max_tokens=_max_tokens(f, ctx, "max_tokens"),
+        stream=bool(f.boolean("stream")),
         include_usage=True,
         thinking=thinking_requested(body),
     )
 
 
-def _anthropic_assistant(content: Any) -> Message:
-    if not isinstance(content, list):
-        return {"role": "assistant", "content": content_text(content)}
+def _blocks(m: Fields) -> list[Fields] | None:
+    """An Anthropic message's content blocks, or None when the content is plain text."""
+    value = m.value("content")
+    if value is None or isinstance(value, str):
+        return None
+    at = m.at("content")  # bare strings among blocks are skipped, as they always were
+    return [Fields(b, f"{at}[{i}]") for i, b in enumerate(m.items("content")) if not isinstance(b, str)]
+
+
+def _anthropic_assistant(m: Fields) -> Message:
+    blocks = _blocks(m)
+    if blocks is None:
+        return {"role": "assistant", "content": content_of(m)}
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
-    for block in content:
-        if not isinstance(block, dict):
-            continue
-        if block.get("type") == "text":
-            texts.append(str(block.get("text", "")))
-        elif block.get("type") == "tool_use":
+    for block in blocks:
+        kind = block.text("type")
+        if kind == "text":
+            texts.append(block.text("text") or "")
+        elif kind == "tool_use":
             calls.append(
                 {
-                    "id": block.get("id", ""),
-                    "name": block.get("name", ""),
-                    "arguments": _arguments(block.get("input")),
+                    "id": block.text("id") or "",
+                    "name": block.text("name") or "",
+                    "arguments": _arguments(block, "input"),
                 }
             )
     msg: Message = {"role": "assistant", "content": "\n".join(texts)}
@@ -187,27 +227,27 @@ def _anthropic_assistant(content: Any) -> Message:
     return msg
 
 
-def _anthropic_user(content: Any) -> list[Message]:
-    if not isinstance(content, list):
-        return [{"role": "user", "content": content_text(content)}]
+def _anthropic_user(m: Fields) -> list[Message]:
+    blocks = _blocks(m)
+    if blocks is None:
+        return [{"role": "user", "content": content_of(m)}]
     out: list[Message] = []
     texts: list[str] = []
-    for block in content:
-        if not isinstance(block, dict):
-            continue
-        if block.get("type") == "tool_result":
+    for block in blocks:
+        kind = block.text("type")
+        if kind == "tool_result":
             if texts:
                 out.append({"role": "user", "content": "\n".join(texts)})
                 texts = []
             out.append(
                 {
                     "role": "tool",
-                    "tool_call_id": block.get("tool_use_id", ""),
-                    "content": content_text(block.get("content")),
+                    "tool_call_id": block.text("tool_use_id") or "",
+                    "content": content_of(block),
                 }
             )
-        elif block.get("type") == "text":
-            texts.append(str(block.get("text", "")))
+        elif kind == "text":
+            texts.append(block.text("text") or "")
     if texts or not out:
         out.append({"role": "user", "content": "\n".join(texts)})
     return out

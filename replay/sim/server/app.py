@@ -18,6 +18,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from replay.serving.errors import api_of_path, error_payload
+from replay.serving.fields import FieldError, load_body
+from replay.serving.guard import BodyGuard, Limits
+from replay.serving.schema import openapi
 from replay.sim.model import events as ev
 from replay.sim.model.job import ContextTooLong, build_job
 from replay.sim.model.reply import Reply
@@ -30,7 +34,6 @@ from replay.sim.server.api import (
     ChatRequest,
     OpenAIStream,
     anthropic_body,
-    error_body,
     openai_body,
     parse_anthropic,
     parse_openai,
@@ -47,8 +50,11 @@ def json_response(data: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(data), status_code=status, media_type="application/json")
 
 
-def error_response(message: str, status: int = 400, kind: str = "invalid_request_error") -> Response:
-    return json_response(error_body(message, kind), status)
+def error_response(
+    message: str, status: int = 400, kind: str | None = None, api: str = "openai", param: str | None = None
+) -> Response:
+    """An error in the API's own shape (OpenAI's is ds4's), on one line."""
+    return json_response(error_payload(api, message, status, kind, param), status)
 
 
 class LazyStreamingResponse(StreamingResponse):
@@ -94,9 +100,13 @@ class ConnectionClose:
         await self.app(scope, receive, send_close)
 
 
-def create_app(runtime: SimRuntime, agent: AgentOptions | None = None) -> ASGIApp:
+def create_app(
+    runtime: SimRuntime, agent: AgentOptions | None = None, limits: Limits | None = None
+) -> ASGIApp:
+    """The simulator's ASGI app; `limits` bound request bodies (see replay.serving.guard)."""
     cfg = runtime.cfg
     agent = agent or AgentOptions()
+    limits = limits or Limits()
     started = time.perf_counter()
     store = rsp.ResponseStore()
 
@@ -116,7 +126,7 @@ def create_app(runtime: SimRuntime, agent: AgentOptions | None = None) -> ASGIAp
     async def model(request: Request) -> Response:
         model_id = request.path_params["model_id"]
         if model_id != cfg.model_id:
-            return error_response("unknown endpoint", 404)
+            return error_response("unknown endpoint", 404, api="openai")
         return json_response(model_object(model_id))
 
     async def health(request: Request) -> Response:
@@ -138,20 +148,19 @@ def create_app(runtime: SimRuntime, agent: AgentOptions | None = None) -> ASGIAp
 
     async def _chat(request: Request, api: str) -> Response:
         try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError:
-            return error_response("invalid JSON in request body")
-        if not isinstance(body, dict):
-            return error_response("request body must be a JSON object")
-        try:
+            body = load_body(await request.body()).raw
             if api == rsp.API:
                 creq = rsp.parse_responses(body, store)
+            elif api == "openai":
+                creq = parse_openai(body, ctx=cfg.ctx)
             else:
-                creq = parse_openai(body) if api == "openai" else parse_anthropic(body)
+                creq = parse_anthropic(body, ctx=cfg.ctx)
+        except FieldError as exc:
+            return error_response(str(exc), api=api, param=exc.path or None)
         except BadRequest as exc:
-            return error_response(str(exc), exc.status)
+            return error_response(str(exc), exc.status, api=api)
         if runtime.stopping:
-            return error_response("server is shutting down", 503, "server_error")
+            return error_response("server is shutting down", 503, api=api)
         finish = request.headers.get(FINISH_HEADER, "stop").strip().lower()
         tool_name = request.headers.get(TOOL_HEADER)
         arguments = None
@@ -172,7 +181,7 @@ def create_app(runtime: SimRuntime, agent: AgentOptions | None = None) -> ASGIAp
                 tool_arguments=arguments,
             )
         except ContextTooLong as exc:
-            return error_response(f"{exc} (context_length_exceeded)")
+            return error_response(f"{exc} (context_length_exceeded)", api=api)
         reply = job.reply
         handle = runtime.submit(job)
         rid = rsp.new_response_id()
@@ -187,7 +196,7 @@ def create_app(runtime: SimRuntime, agent: AgentOptions | None = None) -> ASGIAp
         result = handle.result
         assert result is not None
         if result.error:
-            return error_response(result.error, 503, "server_error")
+            return error_response(result.error, 503, api=api)
         if api == rsp.API:
             rsp.remember(store, body, creq, reply, rid)
             return json_response(rsp.responses_body(creq, reply, result, rid))
@@ -221,10 +230,27 @@ def create_app(runtime: SimRuntime, agent: AgentOptions | None = None) -> ASGIAp
                     yield stream.finish(event.result)
 
     async def not_found(request: Request) -> Response:
-        return error_response("unknown endpoint", 404)
+        return error_response("unknown endpoint", 404, api=api_of_path(request.url.path))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        """Starlette's 404 and 405 (a known path, another method: OPTIONS, FOO, ...)."""
+        status = getattr(exc, "status_code", 404)
+        api = api_of_path(request.url.path)
+        if status == 405:
+            response = error_response(f"method {request.method} not allowed", 405, api=api)
+            allow = (getattr(exc, "headers", None) or {}).get("Allow")
+            if allow:
+                response.headers["Allow"] = allow
+            return response
+        return error_response("unknown endpoint", status, api=api)
 
     async def on_error(request: Request, exc: Exception) -> Response:
-        return error_response(f"internal error: {type(exc).__name__}: {exc}", 500, "server_error")
+        return error_response(
+            f"internal error: {type(exc).__name__}: {exc}", 500, api=api_of_path(request.url.path)
+        )
+
+    async def schema(request: Request) -> Response:
+        return json_response(openapi("simulator"))
 
     routes = [
         Route("/v1/models", models, methods=["GET"]),
@@ -235,9 +261,10 @@ def create_app(runtime: SimRuntime, agent: AgentOptions | None = None) -> ASGIAp
         Route("/v1/stats", stats, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
+        Route("/openapi.json", schema, methods=["GET"]),
         Route("/v1/responses", responses, methods=["POST"]),
         *probe_routes(cfg, json_response),
         Route("/{path:path}", not_found, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found, Exception: on_error})
-    return ConnectionClose(app)
+    app = Starlette(routes=routes, exception_handlers={404: http_error, 405: http_error, Exception: on_error})
+    return ConnectionClose(BodyGuard(app, limits))

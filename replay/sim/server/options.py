@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 from replay.errors import UsageError
+from replay.serving.guard import Limits
 from replay.sim.model.config import (
     CONTINUED_TRIGGERS,
     DEFAULT_PRESET,
@@ -67,6 +68,7 @@ class ServeOptions:
     kv_dir: str | None = None
     time_scale: float = 1.0
     log: str | None = None
+    limits: Limits = Limits()
     tool_call_rate: float = 0.0
     tool_call_max: int = 3
     seed: int = 0
@@ -115,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="A,B",
         help="call only these tools when a request offers them (e.g. read-only ones); default: any",
     )
+    add_limit_flags(p)
     m = p.add_argument_group("model")
     m.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET)
     m.add_argument("-m", "--model", dest="model_id", help="model id to serve (default: the preset's)")
@@ -257,6 +260,60 @@ _CONFIG_FIELDS = (
 )
 
 
+def add_limit_flags(p: argparse.ArgumentParser) -> None:
+    """What one client may hold (replay.serving.guard); the defaults are far above agents' traffic."""
+    d = Limits()
+    g = p.add_argument_group("client limits")
+    g.add_argument(
+        "--max-body",
+        type=_bytes_arg,
+        default=d.max_body_bytes,
+        help="largest request body (413 above), e.g. 64MiB",
+    )
+    g.add_argument(
+        "--header-timeout",
+        type=float,
+        default=d.header_timeout_s,
+        metavar="S",
+        help="seconds for a request's headers",
+    )
+    g.add_argument(
+        "--body-timeout",
+        type=float,
+        default=d.body_timeout_s,
+        metavar="S",
+        help="seconds for a whole request body",
+    )
+    g.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=d.keep_alive_s,
+        metavar="S",
+        help="idle seconds before a connection closes",
+    )
+    g.add_argument(
+        "--max-connections",
+        type=int,
+        default=d.max_connections,
+        metavar="N",
+        help="requests served at once (503 beyond)",
+    )
+
+
+def limits_from(ns: argparse.Namespace) -> Limits:
+    limits = Limits(
+        max_body_bytes=ns.max_body,
+        header_timeout_s=ns.header_timeout,
+        body_timeout_s=ns.body_timeout,
+        keep_alive_s=ns.keep_alive_timeout,
+        max_connections=ns.max_connections,
+    )
+    try:
+        return limits.check()
+    except ValueError as exc:
+        raise UsageError(f"--{exc}") from None
+
+
 def parse(argv: list[str] | None = None) -> tuple[SimConfig, ServeOptions]:
     ns = build_parser().parse_args(argv)
     overrides = {name: getattr(ns, name) for name in _CONFIG_FIELDS}
@@ -287,6 +344,7 @@ def parse(argv: list[str] | None = None) -> tuple[SimConfig, ServeOptions]:
         kv_dir=ns.kv_disk_dir,
         time_scale=ns.time_scale,
         log=ns.log,
+        limits=limits_from(ns),
         tool_call_rate=ns.tool_call_rate,
         tool_call_max=ns.tool_call_max,
         seed=ns.seed,

@@ -18,8 +18,10 @@ from collections.abc import Iterator
 from typing import TextIO
 
 import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from replay.errors import UsageError
+from replay.serving.guard import uvicorn_options
 from replay.sim.model.config import SimConfig
 from replay.sim.server import log as simlog
 from replay.sim.server.agentic import AgentOptions
@@ -79,12 +81,15 @@ async def _main(cfg: SimConfig, opts: ServeOptions, stream: TextIO) -> int:
         return 1
     config = uvicorn.Config(
         create_app(
-            runtime, AgentOptions(opts.tool_call_rate, opts.tool_call_max, opts.seed, opts.tool_names)
+            runtime,
+            AgentOptions(opts.tool_call_rate, opts.tool_call_max, opts.seed, opts.tool_names),
+            limits=opts.limits,
         ),
         lifespan="off",
         log_level="error",
         access_log=False,
         timeout_graceful_shutdown=60,
+        **uvicorn_options(opts.limits, AutoHTTPProtocol),
     )
     server = _Server(config)
     stop = asyncio.Event()
