@@ -86,7 +86,10 @@ def chain(
     files: list[ChainFile] = []
 
     def save(n: int, reason: str) -> int:
-        files.append(ChainFile(n, cfg.file_bytes(n), reason))
+        # The store keeps one file per prefix (`DiskStore.find_same`): a cut that lands where a file
+        # already is (the restored one, or a continued save at the same length) writes nothing.
+        if n != start and all(f.tokens != n for f in files):
+            files.append(ChainFile(n, cfg.file_bytes(n), reason))
         return n
 
     last = start

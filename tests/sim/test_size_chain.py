@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from replay.sim.model import events as ev
@@ -54,6 +54,7 @@ def test_the_reports_77k_read_after_the_system_prefix_leaves_seven_files() -> No
     assert round(c.total_bytes / 2**30, 1) == 11.6
 
 
+@example(4096, 0.0, 4096, 0, 5000, 0, True)  # a continued save and the cold cut on one length
 @settings(max_examples=60, deadline=None)
 @given(
     tokens=st.integers(600, 60_000),
