@@ -131,7 +131,13 @@ def build_key(target: Target, identity: dict[str, Any]) -> str:
     """A short name for this build, for directories whose files are not portable between builds."""
     checkout = identity.get("checkout") or identity.get("source") or {}
     binary = identity.get("binary") or {}
-    tag = checkout.get("commit", "")[:12] or binary.get("sha256", "")[:12] or "unversioned"
+    package = identity.get("package") or {}
+    tag = (
+        checkout.get("commit", "")[:12]
+        or (binary.get("combined_sha256") or binary.get("sha256", ""))[:12]
+        or "-".join(filter(None, [package.get("version"), package.get("combined_sha256", "")[:12]]))
+        or "unversioned"
+    )
     if checkout.get("dirty"):
         tag += "-dirty"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in target.name)

@@ -100,6 +100,11 @@ def run(
 
 
 def report(paths: list[Path], as_json: bool, console: Console, html: Path | None = None) -> None:
+    from replay.report.ab_html import is_ab, show_ab
+
+    if len(paths) == 1 and is_ab(paths[0]):
+        show_ab(paths[0], as_json=as_json, console=console, html=html)
+        return
     results = [read_results(p) for p in paths]
     if html is not None:
         from replay.report.html import write_report

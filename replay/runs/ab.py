@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from datetime import UTC, datetime
+
 import orjson
 from rich.console import Console
 
@@ -34,6 +36,10 @@ from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.metrics.results import append_records, read_results
 from replay.report.ab import ArmRun, analyze, render
+from replay.report.ab_html import write_ab_report
+from replay.report.ab_stats import CONFIDENCE
+from replay.runs.ab_arms import check_arms
+from replay.runs.ab_refs import resolve_refs
 from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, RunOptions, replay_on
 from replay.runs.serverlog import server_records
 from replay.trace.model import Trace
@@ -44,13 +50,11 @@ _KV_FLAG = "--kv-disk-dir"
 
 
 def arm_order(repeat: int) -> list[str]:
-    """Each arm `repeat` times as adjacent pairs A B, B A, A B, ...: drift hits both arms alike."""
+    """`repeat` blocks of A B B A (adjacent pairs A B, B A, ...): drift hits both arms alike, and
+    even one block gives two pairs in both orders."""
     if repeat < 1:
-        raise UsageError("--repeat must be at least 1")
-    order: list[str] = []
-    for i in range(repeat):
-        order += ["A", "B"] if i % 2 == 0 else ["B", "A"]
-    return order
+        raise UsageError("--repeat must be at least 1 (one block is A B B A)")
+    return ["A", "B", "B", "A"] * repeat
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +145,8 @@ def run_arm(
     plan.workdir.mkdir(parents=True, exist_ok=not plan.fresh)
     target = cache_target(target, plan.workdir, plan.fresh)
     kv = _kv_dir(target, plan.workdir)
-    fresh = kv is not None and (not kv.exists() or not any(kv.iterdir()))
+    # A new server process starts with empty memory caches; only a disk cache can carry over.
+    fresh = kv is None or not kv.exists() or not any(kv.iterdir())
     header = {"ab": {"arm": plan.arm, "run": plan.index, "of": total, "cache_fresh": fresh}}
     with start_target(target, plan.workdir, adopt=adopt) as served:
         done = replay_on(served, target.kind, loaded, options, plan.results, header=header, say=say)
@@ -179,15 +184,25 @@ def run_ab(
     keep_cache: bool = False,
     service: Path | None = None,
     say: Callable[[str], None] | None = None,
+    allow_identical: bool = False,
+    confidence: float = CONFIDENCE,
+    refs: dict[str, str] | None = None,
 ) -> AbOutcome:
-    """Run every arm run in order and write `ab.json`; stops early (and says so) on Ctrl-C/SIGTERM."""
+    """Run every arm run in order and write `ab.json` and the report; stops early (and says so) on
+    Ctrl-C/SIGTERM."""
     say = say or (lambda _msg: None)
+    if not 0.5 <= confidence < 1:
+        raise UsageError("--confidence must be in [0.5, 1), e.g. 0.95")
     targets = {"A": load_target(a), "B": load_target(b)}
     out_dir = out_dir or Path(f"ab-{uuid.uuid4().hex[:8]}")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise UsageError(f"{out_dir} is not empty; give a new --out-dir for each A/B")
     plans = plan_runs(out_dir, repeat, reuse_cache)
     loaded = read_trace(trace)  # validated fully before any server starts
+    targets = resolve_refs(targets, refs or {}, say=say)
+    arms = check_arms(targets, out_dir / "work" / "plan", allow_identical)
+    for w in arms["warnings"]:
+        say(f"[bold yellow]warning:[/bold yellow] {w}")
     options = options or RunOptions(plan=make_plan("alternate"))
     temp0 = {r.id for r in loaded.requests if not r.params.get("temperature")}
     header = {
@@ -196,6 +211,9 @@ def run_ab(
             arm: {"name": t.name, "file": str(t.path), "kind": t.kind, "flags": list(t.flags)}
             for arm, t in targets.items()
         },
+        "identity": arms["identity"],
+        "differences": arms["differences"],
+        "warnings": arms["warnings"],
         "repeat": repeat,
         "reuse_cache": reuse_cache,
         "plan": options.plan.describe(),
@@ -204,6 +222,7 @@ def run_ab(
     out_dir.mkdir(parents=True, exist_ok=True)
     summary_path = out_dir / SUMMARY_FILE
     runs: list[ArmRun] = []
+    run_times: list[dict[str, Any]] = []
     code = EXIT_OK
     try:
         with ExitStack() as stack:
@@ -213,10 +232,13 @@ def run_ab(
             for plan in plans:
                 t = targets[plan.arm]
                 say(f"{plan.name}: {t.name} ({t.kind}), run {plan.index} of {len(plans)}")
+                started = datetime.now(UTC).isoformat(timespec="seconds")
                 run = run_arm(
                     loaded, t, plan, options, len(plans), adopt=adopt, keep_cache=keep_cache, say=say
                 )
                 runs.append(run)
+                ended = datetime.now(UTC).isoformat(timespec="seconds")
+                run_times.append({"index": plan.index, "arm": plan.arm, "started": started, "ended": ended})
                 summary = run.results.summary_line or {}
                 say(
                     f"{plan.name}: {summary.get('requests', 0)} requests, {summary.get('errors', 0)} failed, "
@@ -228,8 +250,15 @@ def run_ab(
                 if run.exit_code != EXIT_OK:
                     code = EXIT_FAILED
     finally:
-        doc = analyze(runs, temp0, {**header, "complete": len(runs) == len(plans), "out_dir": str(out_dir)})
+        doc = analyze(
+            runs,
+            temp0,
+            {**header, "complete": len(runs) == len(plans), "out_dir": str(out_dir)},
+            confidence=confidence,
+        )
+        doc["run_times"] = run_times
         summary_path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        write_ab_report(doc, out_dir / "report")
     return AbOutcome(doc, summary_path, code)
 
 
@@ -254,6 +283,10 @@ def ab(
     service: Path | None = None,
     as_json: bool = False,
     console: Console | None = None,
+    allow_identical: bool = False,
+    confidence: float = CONFIDENCE,
+    a_ref: str | None = None,
+    b_ref: str | None = None,
 ) -> int:
     """`replay ab`: run, then print the report (or its JSON); returns the exit code."""
     options = RunOptions(
@@ -277,10 +310,16 @@ def ab(
         keep_cache=keep_cache,
         service=service,
         say=lambda msg: progress.print(msg, highlight=False),
+        allow_identical=allow_identical,
+        confidence=confidence,
+        refs={arm: ref for arm, ref in (("A", a_ref), ("B", b_ref)) if ref},
     )
     if as_json:
         sys.stdout.write(orjson.dumps(outcome.doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         render(outcome.doc, console or Console())
-        (console or Console()).print(f"summary in {outcome.summary_path}", highlight=False)
+        (console or Console()).print(
+            f"summary in {outcome.summary_path}; report in {outcome.summary_path.parent / 'report' / 'index.html'}",
+            highlight=False,
+        )
     return outcome.exit_code
