@@ -301,3 +301,60 @@ def test_reuse_cache_keeps_one_cache_per_arm_and_the_daily_service_is_stopped_on
     assert round1_cached(first_a["results"]) == [0, 0, 0]
     # The second A run's first round restores what the first A run saved.
     assert all(c > 1500 for c in round1_cached(last_a["results"]))
+
+
+def write_twin(path: Path, name: str) -> Path:
+    """A simulator arm slow enough (time scale 5) that TTFT is the modelled time, not start-up jitter."""
+    flags = ", ".join(f'"{f}"' for f in ["--batched-session", "2", "--time-scale", "5", "--hidden-reasoning"])
+    path.write_text(f'kind = "sim"\nname = "{name}"\nkv_disk_dir = "auto"\nflags = [{flags}]\n')
+    return path
+
+
+def test_identical_arms_are_refused_before_anything_starts(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "t.jsonl")
+    a, b = write_twin(tmp_path / "a.toml", "twin-a"), write_twin(tmp_path / "b.toml", "twin-b")
+    with pytest.raises(UsageError, match="identical.*--allow-identical"):
+        run_ab(trace, a, b, out_dir=tmp_path / "ab")
+    assert not list((tmp_path / "ab").glob("*.jsonl"))
+    cli = subprocess.run(
+        [sys.executable, "-m", "replay", "ab", str(trace), "--a", str(a), "--b", str(b), "--out-dir", str(tmp_path / "c")],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 2 and "--allow-identical" in cli.stderr
+
+
+@pytest.mark.e2e
+def test_an_aa_check_detects_no_difference_in_any_metric_and_reports_it(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "t.jsonl")
+    a, b = write_twin(tmp_path / "a.toml", "twin-a"), write_twin(tmp_path / "b.toml", "twin-b")
+    out = tmp_path / "ab"
+    outcome = run_ab(trace, a, b, repeat=1, out_dir=out, options=THINKING, allow_identical=True)
+    doc = outcome.doc
+    assert outcome.exit_code == 0 and doc["order"] == ["A", "B", "B", "A"]
+    assert doc["stats"] and all(not r["difference"] for r in doc["stats"]), doc["stats"]
+    assert doc["verdict"]["text"] == "no difference detected in any metric; outputs identical"
+    assert doc["differences"] == [] and any("A/A check" in w for w in doc["warnings"])
+    # Per-arm caches say fresh, agreeing with each run's header.
+    for run in doc["runs"]:
+        assert run["cache"]["fresh"] is read_results(run["results"]).run["target"]["ab"]["cache_fresh"] is True
+
+    # The report: written beside ab.json, and `replay report` redraws it from ab.json or the folder.
+    page = (out / "report" / "index.html").read_text()
+    assert "no difference detected in any metric" in page and "<script" not in page
+    assert page.count('data-plot="timeline"') == 4 and "Run order" in page
+    md = (out / "report" / "summary.md").read_text()
+    assert md.startswith("# A/B: twin-a vs twin-b") and "| class | metric |" in md
+    for arg in (out / "ab.json", out):
+        cli = subprocess.run(
+            [sys.executable, "-m", "replay", "report", str(arg), "--html", str(tmp_path / "again")],
+            capture_output=True,
+            text=True,
+        )
+        assert cli.returncode == 0, cli.stderr
+        assert "verdict: no difference detected" in cli.stdout
+        assert (tmp_path / "again" / "index.html").is_file()
+    as_json = subprocess.run(
+        [sys.executable, "-m", "replay", "report", str(out / "ab.json"), "--json"], capture_output=True, text=True
+    )
+    assert orjson.loads(as_json.stdout)["verdict"] == doc["verdict"]
