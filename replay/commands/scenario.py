@@ -1,35 +1,50 @@
-"""What `replay scenario list|show|generate|run` do, with plain arguments (the CLI only parses)."""
+"""`replay scenario list|show|generate|run`: the built-in scenarios, their traces and their arms."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from replay.report.html import DIGEST_ROWS, Written, digest, write_report
-from replay.runs.scenario import ArmRun, run_arms
-from replay.scenario.build import generate
+from replay.runs.scenario import ArmResult, run_arms
+from replay.scenario.build import generate as write_trace
 from replay.scenario.catalog import find_scenario, list_scenarios
 from replay.scenario.show import describe, list_table
 from replay.scenario.spec import Scenario, parse_params
 
 
-def list_command(console: Console) -> int:
+def list_(console: Console) -> int:
+    """`replay scenario list`: one line per built-in scenario."""
     console.print(list_table(list_scenarios()))
     return 0
 
 
-def show_command(name: str, console: Console, params: list[str] | None = None) -> int:
-    console.print(describe(find_scenario(name, parse_params(params or []))))
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShowArgs:
+    name: str  # scenario name or spec file
+    params: list[str] = field(default_factory=list)  # k=v overrides
+
+
+def show(args: ShowArgs, console: Console) -> int:
+    console.print(describe(find_scenario(args.name, parse_params(args.params))))
     return 0
 
 
-def generate_command(name: str, out: Path | None, params: list[str], console: Console) -> int:
-    """Write the trace (default `NAME.jsonl` in the current directory) and say what is in it."""
-    spec = find_scenario(name, parse_params(params))
-    path = out or Path(f"{spec.name}.jsonl")
-    result = generate(spec, path)
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GenerateArgs:
+    name: str
+    out: Path | None = None  # default NAME.jsonl in the current directory
+    params: list[str] = field(default_factory=list)
+
+
+def generate(args: GenerateArgs, console: Console) -> int:
+    """Write the trace and say what is in it."""
+    spec = find_scenario(args.name, parse_params(args.params))
+    path = args.out or Path(f"{spec.name}.jsonl")
+    result = write_trace(spec, path)
     tags = ", ".join(f"{n} {tag}" for tag, n in sorted(result.tags.items()))
     console.print(
         f"{path}: {result.requests} requests ({tags}) in {result.sessions} sessions from scenario {spec.name}",
@@ -58,7 +73,7 @@ def run_and_report(
     console: Console,
     arms: list[str] | None = None,
     time_scale: float | None = None,
-) -> tuple[int, list[ArmRun], Written | None]:
+) -> tuple[int, list[ArmResult], Written | None]:
     """Each arm on its own simulator (all at once), then the HTML report of all of them in
     `out_dir/report`."""
     chosen = arms or [a.name for a in spec.arms]
@@ -79,18 +94,20 @@ def run_and_report(
     return 0, runs, written
 
 
-def run_command(
-    name: str,
-    out_dir: Path,
-    params: list[str],
-    console: Console,
-    arms: list[str] | None = None,
-    time_scale: float | None = None,
-) -> int:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScenarioRunArgs:
+    name: str
+    out: Path = Path("replay-scenario")  # results and the HTML report
+    params: list[str] = field(default_factory=list)
+    arms: list[str] | None = None  # only these arms (default: every one)
+    time_scale: float | None = None  # simulator speed-up over modelled time
+
+
+def run(args: ScenarioRunArgs, console: Console) -> int:
     """`replay scenario run NAME`: every arm (or `--arm`s) on the simulator, compared, reported."""
-    spec = find_scenario(name, parse_params(params))
+    spec = find_scenario(args.name, parse_params(args.params))
     console.print(f"[bold]{spec.name}[/bold]: {spec.title}", highlight=False)
-    code, _, written = run_and_report(spec, out_dir, console, arms=arms, time_scale=time_scale)
+    code, _, written = run_and_report(spec, args.out, console, arms=args.arms, time_scale=args.time_scale)
     if written is None:
         return code
     console.print(digest_table(written, f"{spec.name}: what each switch cost"))

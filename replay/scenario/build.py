@@ -24,6 +24,7 @@ import orjson
 from replay.errors import TraceError
 from replay.scenario.spec import Scenario, SessionSpec, Step
 from replay.trace.model import Trace
+from replay.trace.select import PROBE_TAG
 from replay.trace.writer import TraceWriter
 
 Message = dict[str, Any]
@@ -33,7 +34,6 @@ NOMINAL_DECODE_TPS = 40.0
 CALL_TOKENS = 14  # what a short tool-call message in the history costs, about
 MIN_TOOL_RESULT = 8
 MAX_TURNS = 10_000
-PROBE_TAG = "probe"
 PROBE_NOTICE = (
     "{n} request(s) tagged 'probe' ({ids}) stand for 'save the slot, restart the server, restore, "
     "resend': they need a driver that restarts the server before them. `replay probe --server FILE` "

@@ -6,9 +6,32 @@ from rich.console import Group, RenderableType
 from rich.markdown import Markdown
 from rich.table import Table
 
-from replay.runs.scenario import run_command
 from replay.scenario.build import plan_requests
-from replay.scenario.spec import Scenario, Step
+from replay.scenario.spec import Arm, Scenario, Step
+
+
+def arm_sim_flags(arm: Arm, time_scale: float) -> list[str]:
+    """The arm's simulator flags with the time scale (an arm's own `--time-scale` wins)."""
+    flags = list(arm.sim)
+    if "--time-scale" not in flags:
+        flags += ["--time-scale", f"{time_scale:g}"]
+    return flags
+
+
+def run_command_line(spec: Scenario, arm: Arm, trace: str = "TRACE.jsonl") -> str:
+    """The `replay run` command line that replays one arm by hand (shown by `scenario show`)."""
+    flags = arm_sim_flags(arm, spec.run.time_scale)
+    parts = ["replay run", trace, "--target sim", f"--plan {spec.run.plan}"]
+    if spec.run.concurrency:
+        parts.append(f"--concurrency {spec.run.concurrency}")
+    if spec.run.round_robin:
+        parts.append("--round-robin")
+    if spec.run.think != "off":
+        parts.append(f"--think {spec.run.think}")
+    if spec.run.plan in ("timed", "closed-loop"):
+        parts.append(f"--speed {spec.run.time_scale:g}")
+    parts.append(f"--sim-args '{' '.join(flags)}'")
+    return " ".join(parts)
 
 
 def list_table(scenarios: list[Scenario]) -> Table:
@@ -110,7 +133,7 @@ def describe(spec: Scenario) -> RenderableType:
     md += ["", "## Run it", "```", f"replay scenario generate {spec.name} -o {spec.name}.jsonl"]
     for arm in spec.arms:
         md.append(
-            run_command(spec, arm, f"{spec.name}.jsonl").replace(
+            run_command_line(spec, arm, f"{spec.name}.jsonl").replace(
                 "replay run", f"replay run --out {spec.name}-{arm.name}.jsonl", 1
             )
         )

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from replay.commands import scenario as commands
 from replay.errors import TraceError, UsageError
 from replay.scenario import find_scenario, generate, list_scenarios, load_spec, parse_params, plan_requests
-from replay.commands.scenario import generate_command, list_command, show_command
 from replay.scenario.build import PROBE_TAG
 from replay.trace import read_trace, validate
 
@@ -222,7 +222,7 @@ def test_spec_errors_name_file_and_line(
 @pytest.mark.parametrize("name", NAMES)
 def test_show_explains_each_scenario(name: str) -> None:
     buf = io.StringIO()
-    assert show_command(name, Console(file=buf, width=200)) == 0
+    assert commands.show(commands.ShowArgs(name=name), Console(file=buf, width=200)) == 0
     text = buf.getvalue()
     for heading in (
         "Reproduces",
@@ -244,14 +244,16 @@ def test_show_explains_each_scenario(name: str) -> None:
 def test_list_and_generate_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     buf = io.StringIO()
     console = Console(file=buf, width=200)
-    assert list_command(console) == 0
+    assert commands.list_(console) == 0
     assert all(name in buf.getvalue() for name in NAMES)
     monkeypatch.chdir(tmp_path)
-    assert generate_command("cache-probe", None, ["document=4000"], console) == 0
+    assert (
+        commands.generate(commands.GenerateArgs(name="cache-probe", params=["document=4000"]), console) == 0
+    )
     trace = read_trace(tmp_path / "cache-probe.jsonl")
     assert trace.requests[0].messages()[0]["content"][0]["synth"]["tokens"] == 250  # 4000 / 16 paragraphs
     assert "need a driver" in buf.getvalue()
     out = tmp_path / "sub" / "x.jsonl"
     out.parent.mkdir()
-    assert generate_command("depth-sweep", out, [], console) == 0
+    assert commands.generate(commands.GenerateArgs(name="depth-sweep", out=out), console) == 0
     assert validate(out)["requests"] == 17

@@ -1,0 +1,80 @@
+"""`replay ab`: two builds on the same trace, A B B A, then the report (or its JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from replay.commands import print_json
+from replay.engine.plans import make_plan
+from replay.report.ab import render
+from replay.report.ab_stats import CONFIDENCE
+from replay.runs.ab import run_ab
+from replay.runs.pipeline import RunOptions
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AbArgs:
+    trace: Path
+    a: Path  # target TOML of build A
+    b: Path
+    repeat: int = 2
+    out_dir: Path | None = None
+    plan: str = "alternate"
+    concurrency: int | None = None
+    speed: float = 1.0
+    round_robin: bool = False
+    api: str | None = None
+    model: str | None = None
+    history: str = "live"
+    think: str = "off"
+    timeout: float = 1800.0
+    max_duration: float | None = None
+    reuse_cache: bool = False
+    keep_cache: bool = False
+    service: Path | None = None
+    as_json: bool = False
+    allow_identical: bool = False  # an A/A noise check instead of refusing arms that do not differ
+    confidence: float = CONFIDENCE
+    a_ref: str | None = None  # a git ref of A's checkout, built in its own worktree
+    b_ref: str | None = None
+
+
+def ab(args: AbArgs, console: Console) -> int:
+    """Run every arm run, then print the report; returns the exit code."""
+    options = RunOptions(
+        plan=make_plan(
+            args.plan, concurrency=args.concurrency, speed=args.speed, round_robin=args.round_robin
+        ),
+        api=args.api,
+        model=args.model,
+        history=args.history,
+        think=args.think,
+        timeout=args.timeout,
+        max_duration=args.max_duration,
+    )
+    progress = Console(stderr=True)
+    outcome = run_ab(
+        args.trace,
+        args.a,
+        args.b,
+        repeat=args.repeat,
+        out_dir=args.out_dir,
+        options=options,
+        reuse_cache=args.reuse_cache,
+        keep_cache=args.keep_cache,
+        service=args.service,
+        say=lambda msg: progress.print(msg, highlight=False),
+        allow_identical=args.allow_identical,
+        confidence=args.confidence,
+        refs={arm: ref for arm, ref in (("A", args.a_ref), ("B", args.b_ref)) if ref},
+    )
+    if args.as_json:
+        print_json(outcome.doc)
+    else:
+        render(outcome.doc, console)
+        page = outcome.summary_path.parent / "report" / "index.html"
+        console.print(f"summary in {outcome.summary_path}; report in {page}", highlight=False)
+    return outcome.exit_code
