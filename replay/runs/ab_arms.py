@@ -18,6 +18,8 @@ from drivers.target import Target
 from replay.errors import UsageError
 
 ARMS = ("A", "B")
+# Where the files are does not make two builds different when their hashes agree.
+_PATHS = frozenset({"binary.path", "model.path"})
 
 
 def arm_view(target: Target, build: dict[str, Any]) -> dict[str, Any]:
@@ -110,16 +112,18 @@ def check_arms(targets: dict[str, Target], workdir: Path, allow_identical: bool)
         builds[arm] = plan_target(targets[arm], workdir).build
         views[arm] = arm_view(targets[arm], builds[arm])
     diffs = differences(views)
-    if not diffs and not allow_identical:
+    identical = all(d["field"] in _PATHS for d in diffs)
+    if identical and not allow_identical:
         raise UsageError(
             f"the arms are identical ({targets['A'].where} and {targets['B'].where}: same settings, "
-            "binaries and model): an A/B would compare noise; pass --allow-identical for an A/A noise check"
+            "binary and library hashes, model): an A/B would compare noise; pass --allow-identical for an "
+            "A/A noise check"
         )
     warnings = []
     found = model_warning(diffs)
     if found:
         warnings.append(found)
-    if not diffs:
+    if identical:
         warnings.append("A/A check: the arms are identical on purpose (--allow-identical)")
     identity = {arm: {"summary": summary(views[arm]), "view": views[arm]} for arm in ARMS}
     return {"identity": identity, "differences": diffs, "warnings": warnings}

@@ -104,3 +104,24 @@ def test_model_fingerprint_tells_two_files_of_one_size_apart(tmp_path: Path) -> 
     fa, fb = model_fingerprint(a), model_fingerprint(b)
     assert fa is not None and fb is not None and fa["size"] == fb["size"]
     assert fa["head_tail_sha256"] != fb["head_tail_sha256"]
+
+
+def test_ab_arms_from_two_refs_list_every_difference_and_one_toml_with_one_ref_is_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from replay.errors import UsageError
+    from replay.runs.ab_arms import check_arms
+    from replay.runs.ab_refs import resolve_refs
+
+    repo = make_repo(tmp_path)
+    monkeypatch.setenv("AGENT_REPLAY_WORKTREES", str(tmp_path / "cache"))
+    one = target_from_dict({"kind": "llamacpp", "checkout": str(repo), "build": BUILD, "binary": "hello"})
+    targets = resolve_refs({"A": one, "B": one}, {"A": "v1", "B": "pr-2"}, say=lambda _m: None)
+    arms = check_arms(targets, tmp_path / "plan", allow_identical=False)
+    fields = {d["field"] for d in arms["differences"]}
+    assert {"checkout.ref", "checkout.commit", "library.libwho.so", "binary.combined_sha256"} <= fields
+    assert "binary.sha256" not in fields and "flags" not in fields
+    assert "ref v1 commit" in arms["identity"]["A"]["summary"]
+    same = resolve_refs({"A": one, "B": one}, {"A": "v1", "B": "v1"}, say=lambda _m: None)
+    with pytest.raises(UsageError, match="identical"):
+        check_arms(same, tmp_path / "plan", allow_identical=False)
