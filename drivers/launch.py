@@ -24,8 +24,8 @@ import replay
 from drivers.build import build_key, git_identity, run_build, version_line
 from drivers.identity import model_fingerprint, native_identity, package_identity
 from drivers.ports import free_port, port_owners
-from drivers.refs import prepare_ref
 from drivers.process import ChildProcess
+from drivers.refs import prepare_ref
 from drivers.servers import ds4, external, llamacpp, sglang, sim, vllm
 from drivers.servers.base import Launch
 from drivers.target import Target, load_target

@@ -499,7 +499,9 @@ def _stats_table(doc: dict[str, Any]) -> Table:
             _f(row["ratio"]),
             "-" if row["low"] is None else f"{_f(row['low'])}-{_f(row['high'])}",
             f"{row['pairs']}" + (" (few)" if row["few_pairs"] else ""),
-            ("B higher" if row["ratio"] > 1 else "B lower") if row["difference"] else "no difference detected",
+            ("B higher" if row["ratio"] > 1 else "B lower")
+            if row["difference"]
+            else "no difference detected",
             style="bold" if row["difference"] else None,
         )
     return t

@@ -106,7 +106,18 @@ def order_rows(doc: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-ORDER_HEADER = ["run", "arm", "started (UTC)", "ended", "requests", "failed", "outcome", "cache", "disk files", "results"]
+ORDER_HEADER = [
+    "run",
+    "arm",
+    "started (UTC)",
+    "ended",
+    "requests",
+    "failed",
+    "outcome",
+    "cache",
+    "disk files",
+    "results",
+]
 
 
 def _identity(doc: dict[str, Any]) -> list[list[str]]:
@@ -181,7 +192,7 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
         parts.append('<div class="arms">')
         for run, view in pair:
             parts.append(
-                f'<div><h3>run {run["index"]:02d}: {esc(run["arm"])}</h3>'
+                f"<div><h3>run {run['index']:02d}: {esc(run['arm'])}</h3>"
                 f'<figure class="plot" data-plot="timeline" data-run="{run["index"]}">'
                 f"{plots.timeline(view, x_max)}</figure></div>"
             )

@@ -19,10 +19,9 @@ import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-from datetime import UTC, datetime
 
 import orjson
 

@@ -87,7 +87,9 @@ def summary(view: dict[str, Any]) -> str:
             + (f" + {n} libraries, combined {str(view['binary.combined_sha256'])[:12]}" if n else "")
         )
     if "package" in view:
-        parts.append(f"package {view['package']} (native libraries {str(view['package.combined_sha256'])[:12]})")
+        parts.append(
+            f"package {view['package']} (native libraries {str(view['package.combined_sha256'])[:12]})"
+        )
     if "checkout.commit" in view:
         ref = f"ref {view['checkout.ref']} " if view.get("checkout.ref") else ""
         dirty = f", dirty ({view.get('checkout.changed_files')} files)" if view.get("checkout.dirty") else ""

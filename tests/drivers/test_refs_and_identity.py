@@ -14,7 +14,7 @@ import pytest
 from drivers.identity import model_fingerprint, native_identity
 from drivers.launch import plan_target
 from drivers.refs import MARKER, prepare_ref
-from drivers.target import target_from_dict
+from drivers.target import Target, target_from_dict
 
 pytestmark = pytest.mark.skipif(
     shutil.which("cc") is None or shutil.which("git") is None, reason="needs a C compiler and git"
@@ -26,9 +26,18 @@ BUILD = "cc -shared -fPIC -o libwho.so who.c && cc -o hello main.c -L. -lwho -Wl
 
 
 def git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@x",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@x",
+    }
     return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env={**env, "PATH": "/usr/bin:/bin"}
+        ["git", "-C", str(repo), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**env, "PATH": "/usr/bin:/bin"},
     ).stdout.strip()
 
 
@@ -47,7 +56,9 @@ def make_repo(root: Path) -> Path:
     return repo
 
 
-def test_two_refs_build_in_their_own_worktrees_once_per_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_refs_build_in_their_own_worktrees_once_per_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     repo = make_repo(tmp_path)
     monkeypatch.setenv("AGENT_REPLAY_WORKTREES", str(tmp_path / "cache"))
     base = {"kind": "llamacpp", "checkout": str(repo), "build": BUILD, "binary": "hello"}
@@ -55,7 +66,10 @@ def test_two_refs_build_in_their_own_worktrees_once_per_commit(tmp_path: Path, m
     t2 = prepare_ref(target_from_dict({**base, "ref": "pr-2"}))
     assert t1.checkout != t2.checkout and t1.build is None and t2.build is None
     assert not (repo / "hello").exists()  # the user's checkout is not built in
-    run = lambda t: subprocess.run([str(t.checkout / "hello")], capture_output=True, text=True, check=True).stdout
+
+    def run(t: Target) -> str:
+        return subprocess.run([str(t.checkout / "hello")], capture_output=True, text=True, check=True).stdout
+
     assert run(t1) == "v1 lib-1\n" and run(t2) == "v1 lib-2\n"
 
     # Identity: the executables are byte-identical, only the library differs; the combined hash
@@ -82,7 +96,9 @@ def test_an_unknown_ref_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.Mon
     repo = make_repo(tmp_path)
     monkeypatch.setenv("AGENT_REPLAY_WORKTREES", str(tmp_path / "cache"))
     with pytest.raises(UsageError, match="names no commit"):
-        prepare_ref(target_from_dict({"kind": "llamacpp", "checkout": str(repo), "ref": "nope", "binary": "x"}))
+        prepare_ref(
+            target_from_dict({"kind": "llamacpp", "checkout": str(repo), "ref": "nope", "binary": "x"})
+        )
 
 
 def test_a_ref_needs_a_checkout() -> None:
@@ -94,7 +110,9 @@ def test_a_ref_needs_a_checkout() -> None:
 
 def test_native_identity_of_a_system_binary_lists_no_system_libraries() -> None:
     got = native_identity("/bin/sh")
-    assert got["sha256"] and all(not lib["path"].startswith(("/lib/", "/usr/lib/")) for lib in got["libraries"])
+    assert got["sha256"] and all(
+        not lib["path"].startswith(("/lib/", "/usr/lib/")) for lib in got["libraries"]
+    )
 
 
 def test_model_fingerprint_tells_two_files_of_one_size_apart(tmp_path: Path) -> None:

@@ -33,14 +33,18 @@ def target(path: Path, name: str, model: Path, *flags: str) -> Path:
     return path
 
 
-def test_host_cache_off_reprocesses_more_per_switch_and_the_log_says_why(tiny_llama: Path, tmp_path: Path) -> None:
+def test_host_cache_off_reprocesses_more_per_switch_and_the_log_says_why(
+    tiny_llama: Path, tmp_path: Path
+) -> None:
     require_xllamacpp()
     trace = tmp_path / "switching.jsonl"
     generate(find_scenario("switching", PARAMS), trace)
     a = target(tmp_path / "a.toml", "host-cache", tiny_llama)
     b = target(tmp_path / "b.toml", "no-host-cache", tiny_llama, "--cache-ram", "0")
     out = tmp_path / "ab"
-    outcome = run_ab(trace, a, b, repeat=1, out_dir=out, options=RunOptions(make_plan("alternate"), timeout=120.0))
+    outcome = run_ab(
+        trace, a, b, repeat=1, out_dir=out, options=RunOptions(make_plan("alternate"), timeout=120.0)
+    )
     doc = outcome.doc
     assert outcome.exit_code == 0 and doc["order"] == ["A", "B", "B", "A"]
 
@@ -48,7 +52,10 @@ def test_host_cache_off_reprocesses_more_per_switch_and_the_log_says_why(tiny_ll
     stats = {(r["class"], r["metric"]): r for r in doc["stats"]}
     switch = stats[("switch", "re-processed tokens per request")]
     assert switch["difference"] and switch["low"] > 2, switch
-    assert doc["verdict"]["text"].startswith("B re-processes ") and "more tokens per switch" in doc["verdict"]["text"]
+    assert (
+        doc["verdict"]["text"].startswith("B re-processes ")
+        and "more tokens per switch" in doc["verdict"]["text"]
+    )
     assert [d["field"] for d in doc["differences"]] == ["flags"]
 
     # Build identity: the wheel's package, version and native-library hash, on both arms.

@@ -30,7 +30,10 @@ def test_identical_arms_show_no_difference_in_any_metric() -> None:
         pairs.append((records(vals), records(vals)))
     rows = compare(matched_units(pairs))
     assert rows and all(not r["difference"] and r["ratio"] == 1.0 for r in rows)
-    assert verdict(rows, {"status": "match"})["text"] == "no difference detected in any metric; outputs identical"
+    assert (
+        verdict(rows, {"status": "match"})["text"]
+        == "no difference detected in any metric; outputs identical"
+    )
 
 
 def test_eight_times_more_reprocessing_is_named_with_its_interval() -> None:
@@ -44,9 +47,13 @@ def test_eight_times_more_reprocessing_is_named_with_its_interval() -> None:
     re = rows[("switch", "re-processed tokens per request")]
     assert re["difference"] and 7.5 < re["low"] < re["ratio"] < re["high"] < 8.5
     assert phrase(re).startswith("B re-processes 8.0x (7.9-8.") and "more tokens per switch" in phrase(re)
-    assert "TTFT p99 4." in phrase(rows[("switch", "TTFT p99")]) and "worse" in phrase(rows[("switch", "TTFT p99")])
+    assert "TTFT p99 4." in phrase(rows[("switch", "TTFT p99")]) and "worse" in phrase(
+        rows[("switch", "TTFT p99")]
+    )
     text = verdict(list(rows.values()), {"status": "match"})["text"]
-    assert text.startswith("B re-processes 8.0x") and "TTFT p99" in text and text.endswith("outputs identical")
+    assert (
+        text.startswith("B re-processes 8.0x") and "TTFT p99" in text and text.endswith("outputs identical")
+    )
 
 
 def test_an_effect_under_the_floor_is_no_difference_even_when_consistent() -> None:

@@ -318,7 +318,19 @@ def test_identical_arms_are_refused_before_anything_starts(tmp_path: Path) -> No
         run_ab(trace, a, b, out_dir=tmp_path / "ab")
     assert not list((tmp_path / "ab").glob("*.jsonl"))
     cli = subprocess.run(
-        [sys.executable, "-m", "replay", "ab", str(trace), "--a", str(a), "--b", str(b), "--out-dir", str(tmp_path / "c")],
+        [
+            sys.executable,
+            "-m",
+            "replay",
+            "ab",
+            str(trace),
+            "--a",
+            str(a),
+            "--b",
+            str(b),
+            "--out-dir",
+            str(tmp_path / "c"),
+        ],
         capture_output=True,
         text=True,
     )
@@ -338,7 +350,9 @@ def test_an_aa_check_detects_no_difference_in_any_metric_and_reports_it(tmp_path
     assert doc["differences"] == [] and any("A/A check" in w for w in doc["warnings"])
     # Per-arm caches say fresh, agreeing with each run's header.
     for run in doc["runs"]:
-        assert run["cache"]["fresh"] is read_results(run["results"]).run["target"]["ab"]["cache_fresh"] is True
+        assert (
+            run["cache"]["fresh"] is read_results(run["results"]).run["target"]["ab"]["cache_fresh"] is True
+        )
 
     # The report: written beside ab.json, and `replay report` redraws it from ab.json or the folder.
     page = (out / "report" / "index.html").read_text()
@@ -356,6 +370,8 @@ def test_an_aa_check_detects_no_difference_in_any_metric_and_reports_it(tmp_path
         assert "verdict: no difference detected" in cli.stdout
         assert (tmp_path / "again" / "index.html").is_file()
     as_json = subprocess.run(
-        [sys.executable, "-m", "replay", "report", str(out / "ab.json"), "--json"], capture_output=True, text=True
+        [sys.executable, "-m", "replay", "report", str(out / "ab.json"), "--json"],
+        capture_output=True,
+        text=True,
     )
     assert orjson.loads(as_json.stdout)["verdict"] == doc["verdict"]
