@@ -60,6 +60,9 @@ def run_build(target: Target, log_path: Path) -> float | None:
     return time.monotonic() - t0
 
 
+_SHOWN_CHANGED = 20
+
+
 def git_identity(checkout: Path) -> dict[str, Any]:
     """Commit, branch and dirty state of a checkout, read without touching it."""
 
@@ -91,6 +94,7 @@ def git_identity(checkout: Path) -> dict[str, Any]:
         "describe": git("describe", "--always", "--dirty", "--tags"),
         "dirty": bool(changed),
         "changed_files": len(changed),
+        "changed": [line.split(None, 1)[-1] for line in changed[:_SHOWN_CHANGED]],  # the first few paths
     }
 
 

@@ -48,6 +48,8 @@ def arm_view(target: Target, build: dict[str, Any]) -> dict[str, Any]:
     for key in ("ref", "commit", "branch", "dirty", "changed_files"):
         if key in checkout:
             view[f"checkout.{key}"] = checkout[key]
+    if checkout.get("changed"):
+        view["checkout.changed"] = ", ".join(checkout["changed"])
     model = build.get("model") or {}
     for key in ("name", "path", "size", "head_tail_sha256"):
         if key in model:
@@ -92,7 +94,11 @@ def summary(view: dict[str, Any]) -> str:
         )
     if "checkout.commit" in view:
         ref = f"ref {view['checkout.ref']} " if view.get("checkout.ref") else ""
-        dirty = f", dirty ({view.get('checkout.changed_files')} files)" if view.get("checkout.dirty") else ""
+        dirty = (
+            f", dirty ({view.get('checkout.changed_files')} files: {view.get('checkout.changed', '')})"
+            if view.get("checkout.dirty")
+            else ""
+        )
         parts.append(
             f"{ref}commit {str(view['checkout.commit'])[:12]} on {view.get('checkout.branch') or 'detached HEAD'}{dirty}"
         )
