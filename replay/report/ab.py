@@ -516,7 +516,8 @@ def identity_lines(doc: dict[str, Any]) -> list[str]:
             lines.append(f"{arm}: {ident.get('summary', '')}")
     diffs = doc.get("differences") or []
     if diffs:
-        lines.append("arms differ in: " + "; ".join(f"{d['field']}: {d['a']} -> {d['b']}" for d in diffs))
+        shown = [f"{d['field']}: " + (d.get("detail") or f"{d['a']} -> {d['b']}") for d in diffs]
+        lines.append("arms differ in: " + "; ".join(shown))
     return lines
 
 

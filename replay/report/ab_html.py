@@ -130,7 +130,7 @@ def _identity(doc: dict[str, Any]) -> list[list[str]]:
 
 
 def _diff_rows(doc: dict[str, Any]) -> list[list[str]]:
-    return [[d["field"], _f(d["a"]), _f(d["b"])] for d in doc.get("differences") or ()]
+    return [[d["field"], _f(d["a"]), _f(d["b"]), d.get("detail") or ""] for d in doc.get("differences") or ()]
 
 
 def outputs_text(out: dict[str, Any]) -> str:
@@ -165,7 +165,7 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
     ]
     diffs = _diff_rows(doc)
     parts.append(
-        "<h3>Every difference between the arms</h3>" + _table(diffs, ["field", "A", "B"])
+        "<h3>Every difference between the arms</h3>" + _table(diffs, ["field", "A", "B", "change"])
         if diffs
         else '<p class="note">The arms do not differ (an A/A noise check).</p>'
     )
@@ -224,7 +224,7 @@ def ab_markdown(doc: dict[str, Any]) -> str:
     out += ["", "## The arms", "", _md_table(_identity(doc), ["arm", "name", "build"]), ""]
     diffs = _diff_rows(doc)
     out += (
-        ["Every difference:", "", _md_table(diffs, ["field", "A", "B"])]
+        ["Every difference:", "", _md_table(diffs, ["field", "A", "B", "change"])]
         if diffs
         else ["The arms do not differ (an A/A noise check)."]
     )

@@ -10,6 +10,7 @@ refused unless the user asks for an A/A noise check (``--allow-identical``).
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,29 @@ def arm_view(target: Target, build: dict[str, Any]) -> dict[str, Any]:
 
 
 def differences(views: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every key whose value differs between the arms (missing on one side counts)."""
+    """Every key whose value differs between the arms (missing on one side counts); flags also
+    say what B removes and adds, which is what a reader looks for."""
     a, b = views["A"], views["B"]
-    return [
-        {"field": key, "a": a.get(key), "b": b.get(key)}
-        for key in dict.fromkeys([*a, *b])
-        if a.get(key) != b.get(key)
-    ]
+    out = []
+    for key in dict.fromkeys([*a, *b]):
+        if a.get(key) == b.get(key):
+            continue
+        diff: dict[str, Any] = {"field": key, "a": a.get(key), "b": b.get(key)}
+        if key == "flags":
+            diff["detail"] = flag_change(str(a.get(key) or "").split(), str(b.get(key) or "").split())
+        out.append(diff)
+    return out
+
+
+def flag_change(a: list[str], b: list[str]) -> str:
+    """`B removes X; B adds Y` from the two flag lists, by the longest common runs."""
+    parts = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op in ("delete", "replace"):
+            parts.append(f"B removes {' '.join(a[i1:i2])}")
+        if op in ("insert", "replace"):
+            parts.append(f"B adds {' '.join(b[j1:j2])}")
+    return "; ".join(parts)
 
 
 def model_warning(diffs: list[dict[str, Any]]) -> str | None:

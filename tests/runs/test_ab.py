@@ -154,7 +154,7 @@ def test_cold_saves_on_beat_off_in_order_abba_on_fresh_caches(
     text = console.export_text()
     assert text.index("verdict:") < text.index("B / A per switch class") < text.index("Within-run ratios")
     assert text.index("Within-run ratios") < text.index("Per run pair") < text.index("Per switch class")
-    assert "arms differ in: flags" in text
+    assert "arms differ in: flags: B adds --kv-cache-cold-max-tokens 0" in text
     assert "page cache" in text and "order A B B A" in text
     assert "outputs at temperature 0:" in text
     # The simulator's replies depend only on the prompt: both arms must say the same.
