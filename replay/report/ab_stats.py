@@ -89,11 +89,37 @@ def matched_units(
     return units
 
 
-def _statistic(values: np.ndarray, stat: str) -> np.ndarray:
-    """Along the last axis: sum, or the NN-th percentile."""
+def _statistic(values: np.ndarray, stat: str) -> float:
+    """Sum, or the NN-th percentile (inverted CDF: a value that occurred, as in the resamples)."""
     if stat == "sum":
-        return values.sum(axis=-1)
-    return np.percentile(values, float(stat[1:]), axis=-1)
+        return float(values.sum())
+    return float(np.percentile(values, float(stat[1:]), method="inverted_cdf"))
+
+
+@dataclass(slots=True)
+class _Cell:
+    """One (class, metric): its units' values, pre-sorted so a resample costs O(units)."""
+
+    cls: str
+    metric: Metric
+    rows: np.ndarray  # indices of the units that have the value in both arms
+    a: np.ndarray
+    b: np.ndarray
+    order_a: np.ndarray
+    order_b: np.ndarray
+
+    def value(self, side: str, counts: np.ndarray) -> float | None:
+        """The statistic over a resample given as how many times each unit was drawn."""
+        c = counts[self.rows]
+        total = int(c.sum())
+        if total == 0:
+            return None
+        vals, order = (self.a, self.order_a) if side == "a" else (self.b, self.order_b)
+        if self.metric.stat == "sum":
+            return float((c * vals).sum())
+        cum = np.cumsum(c[order])
+        rank = max(1, math.ceil(float(self.metric.stat[1:]) / 100 * total))
+        return float(vals[order][int(np.searchsorted(cum, rank))])
 
 
 def _ratio(b: float, a: float) -> float | None:
@@ -102,15 +128,11 @@ def _ratio(b: float, a: float) -> float | None:
     return b / a
 
 
-def _resample_indices(blocks: np.ndarray, rng: np.random.Generator, resamples: int) -> list[np.ndarray]:
-    """Per resample, indices into the units: run pairs drawn with replacement, then units inside."""
-    members = [np.flatnonzero(blocks == k) for k in np.unique(blocks)]
-    out = []
-    for _ in range(resamples):
-        chosen = rng.integers(0, len(members), size=len(members))
-        parts = [members[k][rng.integers(0, len(members[k]), size=len(members[k]))] for k in chosen]
-        out.append(np.concatenate(parts))
-    return out
+def _resample(members: list[np.ndarray], n: int, rng: np.random.Generator) -> np.ndarray:
+    """How many times each unit is drawn: run pairs with replacement, then the units inside each."""
+    chosen = rng.integers(0, len(members), size=len(members))
+    idx = np.concatenate([members[k][rng.integers(0, len(members[k]), size=len(members[k]))] for k in chosen])
+    return np.bincount(idx, minlength=n)
 
 
 def compare(
@@ -124,51 +146,58 @@ def compare(
         return []
     classes = list(dict.fromkeys(c for u in units for c in u.classes))
     classes.sort(key=lambda c: (c != ALL, c))
-    blocks_all = np.array([u.block for u in units])
-    index = _resample_indices(blocks_all, np.random.default_rng(seed), resamples)
-    min_pairs = min_pairs_for(confidence)
-    rows: list[dict[str, Any]] = []
+    blocks = np.array([u.block for u in units])
+    members = [np.flatnonzero(blocks == k) for k in np.unique(blocks)]
+    cells: list[_Cell] = []
     for cls in classes:
-        in_cls = np.array([cls in u.classes for u in units])
         for m in METRICS:
-            has = np.array([m.key in u.a and m.key in u.b for u in units]) & in_cls
-            n = int(has.sum())
-            if n == 0:
-                continue
-            a = np.array([u.a.get(m.key, 0.0) for u in units])
-            b = np.array([u.b.get(m.key, 0.0) for u in units])
-            point = _ratio(float(_statistic(b[has], m.stat)), float(_statistic(a[has], m.stat)))
-            ratios = []
-            for idx in index:
-                pick = idx[has[idx]]
-                if len(pick) == 0:
-                    continue
-                r = _ratio(float(_statistic(b[pick], m.stat)), float(_statistic(a[pick], m.stat)))
-                if r is not None:
-                    ratios.append(r)
-            tail = (1 - confidence) / 2 * 100
-            lo, hi = (
-                (float(np.percentile(ratios, tail)), float(np.percentile(ratios, 100 - tail)))
-                if ratios
-                else (None, None)
+            rows = np.array(
+                [i for i, u in enumerate(units) if cls in u.classes and m.key in u.a and m.key in u.b],
+                dtype=int,
             )
-            row = {
-                "class": cls,
-                "metric": m.name,
-                "unit": m.unit,
-                "pairs": n,
-                "run_pairs": len({units[i].block for i in np.flatnonzero(has)}),
-                "a": _round(float(_statistic(a[has], m.stat)) / (n if m.stat == "sum" else 1)),
-                "b": _round(float(_statistic(b[has], m.stat)) / (n if m.stat == "sum" else 1)),
-                "ratio": _round(point),
-                "low": _round(lo),
-                "high": _round(hi),
-                "floor": FLOORS[m.unit],
-                "few_pairs": n < min_pairs,
-            }
-            row["difference"] = differs(row)
-            rows.append(row)
-    return rows
+            if len(rows):
+                a = np.array([units[i].a[m.key] for i in rows])
+                b = np.array([units[i].b[m.key] for i in rows])
+                cells.append(
+                    _Cell(cls, m, rows, a, b, np.argsort(a, kind="stable"), np.argsort(b, kind="stable"))
+                )
+    # One resample at a time (memory stays O(units)), every cell read from the same draw.
+    rng = np.random.default_rng(seed)
+    ratios: list[list[float]] = [[] for _ in cells]
+    for _ in range(resamples):
+        counts = _resample(members, len(units), rng)
+        for out, cell in zip(ratios, cells, strict=True):
+            va, vb = cell.value("a", counts), cell.value("b", counts)
+            r = None if va is None or vb is None else _ratio(vb, va)
+            if r is not None:
+                out.append(r)
+    tail = (1 - confidence) / 2 * 100
+    min_pairs = min_pairs_for(confidence)
+    out_rows: list[dict[str, Any]] = []
+    for got, cell in zip(ratios, cells, strict=True):
+        n = len(cell.rows)
+        per = n if cell.metric.stat == "sum" else 1
+        sa, sb = _statistic(cell.a, cell.metric.stat), _statistic(cell.b, cell.metric.stat)
+        lo, hi = (
+            (float(np.percentile(got, tail)), float(np.percentile(got, 100 - tail))) if got else (None, None)
+        )
+        row = {
+            "class": cell.cls,
+            "metric": cell.metric.name,
+            "unit": cell.metric.unit,
+            "pairs": n,
+            "run_pairs": len(set(blocks[cell.rows].tolist())),
+            "a": _round(sa / per),
+            "b": _round(sb / per),
+            "ratio": _round(_ratio(sb, sa)),
+            "low": _round(lo),
+            "high": _round(hi),
+            "floor": FLOORS[cell.metric.unit],
+            "few_pairs": n < min_pairs,
+        }
+        row["difference"] = differs(row)
+        out_rows.append(row)
+    return out_rows
 
 
 def min_pairs_for(confidence: float) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -91,3 +92,33 @@ def test_same_values_in_both_arms_never_differ(blocks: list[list[tuple[int, floa
     rows = compare(matched_units(pairs), resamples=50)
     assert all(not r["difference"] for r in rows)
     assert all(r["ratio"] == 1.0 for r in rows)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 1e4), st.integers(0, 4)), min_size=1, max_size=30),
+    st.sampled_from(["sum", "p50", "p99"]),
+)
+def test_a_resample_by_counts_equals_the_statistic_of_the_drawn_values(
+    drawn: list[tuple[float, int]], stat: str
+) -> None:
+    import numpy as np
+
+    from replay.report.ab_stats import Metric, _Cell, _statistic
+
+    vals = np.array([v for v, _ in drawn])
+    counts = np.array([c for _, c in drawn])
+    cell = _Cell(
+        "all",
+        Metric("x", "x", "seconds", stat),
+        np.arange(len(vals)),
+        vals,
+        vals,
+        np.argsort(vals),
+        np.argsort(vals),
+    )
+    got = cell.value("a", counts)
+    if counts.sum() == 0:
+        assert got is None
+    else:
+        assert got == pytest.approx(_statistic(np.repeat(vals, counts), stat))

@@ -375,3 +375,20 @@ def test_an_aa_check_detects_no_difference_in_any_metric_and_reports_it(tmp_path
         text=True,
     )
     assert orjson.loads(as_json.stdout)["verdict"] == doc["verdict"]
+
+
+def test_live_history_divergence_names_each_sessions_first_request_and_suggests_recorded() -> None:
+    from replay.report.ab import analyze
+
+    a = {1: "aa", 2: "bb", 3: "cc"}
+    b = {1: "aa", 2: "XX", 3: "YY"}
+    runs = [_run(1, "A", a), _run(2, "B", b), _run(3, "B", b), _run(4, "A", a)]
+    doc = analyze(runs, None, {"history": "live"})
+    assert doc["outputs"]["first_difference_per_session"] == {"s1": 2}
+    assert "--history recorded" in doc["outputs"]["note"]
+    assert doc["verdict"]["text"].endswith("outputs differ (1/3 identical)")
+    console = Console(record=True, width=300)
+    render(doc, console)
+    text = console.export_text()
+    assert "first diverging request per session: s1 at request 2" in text and "--history recorded" in text
+    assert "note" not in analyze(runs, None, {"history": "recorded"})["outputs"]
