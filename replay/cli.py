@@ -389,6 +389,20 @@ def scenario_run(
     raise typer.Exit(replay_scenario(args, console))
 
 
+@scenario_app.command("check")
+def scenario_check(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Scenarios to check (default: all with expectations).")
+    ] = None,
+    json: Annotated[bool, typer.Option("--json", help="The verdicts as JSON.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Keep the arms' results here.")] = None,
+) -> None:
+    """Run the scenarios' arms and compare each field figure with the modelled one (exit 1 if any fails)."""
+    from replay.commands.scenario import CheckArgs, check
+
+    raise typer.Exit(check(CheckArgs(names=names or [], json=json, out=out), console))
+
+
 @app.command()
 def probe(
     server: Annotated[
