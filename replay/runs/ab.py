@@ -1,4 +1,4 @@
-"""`replay ab`: the same trace against two builds, A B, B A, A B, ..., each run on a fresh cache.
+"""`replay ab`: the same trace against two builds in blocks of A B B A, each run on a fresh cache.
 
 Each arm run starts its own server from the arm's target TOML in a work directory of its own, so
 a disk KV cache (ds4 and the simulator: ``kv_disk_dir = "auto"``, an explicit path, or a
@@ -7,9 +7,13 @@ checkpoints can never serve the next run. ``--reuse-cache`` gives each arm one w
 for all its runs instead (and leaves explicit paths alone): the warm-cache comparison.
 
 Runs alternate in both orders because the page cache warms run after run (seed figures section
-3); the report (``replay.report.ab``) therefore leads with ratios. A fresh cache directory is
-removed after its run unless ``keep_cache``: ds4 checkpoints run to GiBs and every arm run has
-its own.
+3); the report (``replay.report.ab``) therefore compares each A run with the B run next to it and
+leads with a verdict from B/A intervals over those pairs (``replay.report.ab_stats``). Before
+anything starts the arms are checked (``ab_arms``: every difference listed, identical arms
+refused) and git refs are built (``ab_refs``). A fresh cache directory is removed after its run
+unless ``keep_cache``: ds4 checkpoints run to GiBs and every arm run has its own. ``ab.json`` and
+the report (``report/index.html``, ``report/summary.md``) are written even when the A/B stops
+early.
 """
 
 from __future__ import annotations
