@@ -28,7 +28,11 @@ from replay.metrics.results import RunResults
 from replay.report import ab_stats
 from replay.report.table import ORDER, class_row
 
-FORMAT = "agent-replay-ab/1"
+# /2: B/A intervals (`stats`, `verdict`, `method`), arm `identity` and `differences`, `run_times`;
+# no `winner` in the per-pair `ab` rows; `--repeat` counts A B B A blocks; a run's cache is
+# `fresh` when no disk cache carried over (a new process with no disk cache is fresh).
+FORMAT = "agent-replay-ab/2"
+FORMATS = ("agent-replay-ab/1", FORMAT)  # both are read by `replay report`
 ARMS = ("A", "B")
 DRIFT_NOTE = (
     "Absolute times drift from run to run as the page cache warms (model file, checkpoints), so "

@@ -19,10 +19,9 @@ from rich.console import Console
 
 from replay.errors import UsageError
 from replay.report import plots
-from replay.report.ab import render
+from replay.report.ab import FORMATS, render
 from replay.report.html import CSS, _table, load_run
 
-FORMAT = "agent-replay-ab/1"
 SUMMARY_FILE = "ab.json"
 
 
@@ -33,7 +32,7 @@ def is_ab(path: Path) -> bool:
     if path.suffix != ".json" or not path.is_file():
         return False
     try:
-        return orjson.loads(path.read_bytes()).get("format") == FORMAT
+        return orjson.loads(path.read_bytes()).get("format") in FORMATS
     except (orjson.JSONDecodeError, AttributeError):
         return False
 
@@ -45,8 +44,8 @@ def load_ab(path: Path) -> tuple[dict[str, Any], Path]:
         doc = orjson.loads(file.read_bytes())
     except (OSError, orjson.JSONDecodeError) as e:
         raise UsageError(f"{file}: not a readable A/B summary ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise UsageError(f"{file}: format is not {FORMAT}")
+    if not isinstance(doc, dict) or doc.get("format") not in FORMATS:
+        raise UsageError(f"{file}: format is not one of {', '.join(FORMATS)}")
     return doc, file.parent
 
 

@@ -392,3 +392,21 @@ def test_live_history_divergence_names_each_sessions_first_request_and_suggests_
     text = console.export_text()
     assert "first diverging request per session: s1 at request 2" in text and "--history recorded" in text
     assert "note" not in analyze(runs, None, {"history": "recorded"})["outputs"]
+
+
+def test_replay_report_reads_a_version_1_ab_json_without_a_verdict(tmp_path: Path) -> None:
+    from replay.report.ab import analyze
+    from replay.report.ab_html import is_ab, show_ab
+
+    same = {1: "aa", 2: "bb"}
+    doc = analyze([_run(1, "A", same), _run(2, "B", same)], None, {"targets": {}})
+    assert doc["format"] == "agent-replay-ab/2"
+    old = {k: v for k, v in doc.items() if k not in ("verdict", "method", "stats", "warnings", "confidence")}
+    old["format"] = "agent-replay-ab/1"
+    (tmp_path / "ab.json").write_bytes(orjson.dumps(old))
+    assert is_ab(tmp_path) and is_ab(tmp_path / "ab.json")
+    console = Console(record=True, width=200)
+    show_ab(tmp_path, as_json=False, console=console)
+    assert "no verdict" in (tmp_path / "report" / "index.html").read_text()
+    (tmp_path / "other.json").write_bytes(orjson.dumps({"format": "something-else"}))
+    assert not is_ab(tmp_path / "other.json")
