@@ -60,6 +60,9 @@ def run_build(target: Target, log_path: Path) -> float | None:
     return time.monotonic() - t0
 
 
+_SHOWN_CHANGED = 20
+
+
 def git_identity(checkout: Path) -> dict[str, Any]:
     """Commit, branch and dirty state of a checkout, read without touching it."""
 
@@ -91,6 +94,7 @@ def git_identity(checkout: Path) -> dict[str, Any]:
         "describe": git("describe", "--always", "--dirty", "--tags"),
         "dirty": bool(changed),
         "changed_files": len(changed),
+        "changed": [line.split(None, 1)[-1] for line in changed[:_SHOWN_CHANGED]],  # the first few paths
     }
 
 
@@ -131,7 +135,13 @@ def build_key(target: Target, identity: dict[str, Any]) -> str:
     """A short name for this build, for directories whose files are not portable between builds."""
     checkout = identity.get("checkout") or identity.get("source") or {}
     binary = identity.get("binary") or {}
-    tag = checkout.get("commit", "")[:12] or binary.get("sha256", "")[:12] or "unversioned"
+    package = identity.get("package") or {}
+    tag = (
+        checkout.get("commit", "")[:12]
+        or (binary.get("combined_sha256") or binary.get("sha256", ""))[:12]
+        or "-".join(filter(None, [package.get("version"), package.get("combined_sha256", "")[:12]]))
+        or "unversioned"
+    )
     if checkout.get("dirty"):
         tag += "-dirty"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in target.name)

@@ -21,9 +21,11 @@ from typing import Any
 import httpx
 
 import replay
-from drivers.build import build_key, file_identity, git_identity, run_build, version_line
+from drivers.build import build_key, git_identity, run_build, version_line
+from drivers.identity import model_fingerprint, native_identity, package_identity
 from drivers.ports import free_port, port_owners
 from drivers.process import ChildProcess
+from drivers.refs import prepare_ref
 from drivers.servers import ds4, external, llamacpp, sglang, sim, vllm
 from drivers.servers.base import Launch
 from drivers.target import Target, load_target
@@ -72,13 +74,18 @@ def plan_target(target: Target | str | Path, workdir: Path) -> Plan:
     identity: dict[str, Any] = {}
     if target.checkout is not None:
         identity["checkout"] = git_identity(target.checkout)
+        if target.ref is not None:
+            identity["checkout"]["ref"] = target.ref
     elif target.kind == "sim":
         identity["source"] = git_identity(
             Path(replay.__file__).resolve().parent.parent
         )  # this tool's own tree
     executable = kind.executable(target)
     if executable is not None:
-        identity["binary"] = file_identity(executable)
+        identity["binary"] = native_identity(executable)
+    package = getattr(kind, "package", lambda _t: None)(target)
+    if package is not None:
+        identity["package"] = package_identity(package) or {"name": package, "installed": False}
     key = build_key(target, identity)
     launch = kind.plan(target, port=port, workdir=Path(workdir), build_key=key)
     build = {
@@ -133,6 +140,7 @@ def start_target(
         target = load_target(target)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    target = prepare_ref(target)  # a ref: its own built worktree (cached by commit)
     build_s = run_build(target, workdir / f"{_safe(target.name)}.build.log")
     plan = plan_target(target, workdir)
     launch = plan.launch
@@ -201,13 +209,12 @@ def _readiness(launch: Launch) -> str:
 
 
 def _model_identity(model: str | None) -> dict[str, Any] | None:
-    """Path and size (hashing a multi-GiB model on every run would cost minutes)."""
+    """Path, size and a head-and-tail hash (hashing a multi-GiB model whole would cost minutes)."""
     if model is None:
         return None
-    p = Path(model)
-    if p.is_file():
-        st = p.stat()
-        return {"path": str(p), "size": st.st_size, "mtime": int(st.st_mtime)}
+    found = model_fingerprint(model)
+    if found is not None:
+        return {**found, "mtime": int(Path(model).stat().st_mtime)}
     return {"name": model}
 
 

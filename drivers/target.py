@@ -5,6 +5,7 @@ Example (every key but ``kind`` is optional; relative paths are relative to the 
     kind = "ds4"                      # ds4 | llamacpp | vllm | sglang | sim | external
     name = "pr-1058"                  # default: the file's stem
     checkout = "~/src/ds4"            # a git checkout: commit, branch, dirty state are recorded
+    ref = "pr-765"                    # build this git ref of the checkout in a worktree of its own
     build = "make"                    # run in the checkout before starting (string: via sh -c)
     binary = "ds4-server"             # path, relative to the checkout, or a name on PATH
     model = "~/models/ds4flash.gguf"   # "./x" and "~/x" are paths; "org/name" is left as is
@@ -52,6 +53,7 @@ class Target:
     kv_disk_dir: str | None = None  # None | "auto" | a path
     health: str | None = None
     url: str | None = None
+    ref: str | None = None  # a git ref of `checkout`, built in its own worktree (drivers.refs)
 
     @property
     def where(self) -> str:
@@ -76,6 +78,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "kv_disk_dir": (str,),
     "health": (str,),
     "url": (str,),
+    "ref": (str,),
 }
 
 
@@ -133,6 +136,8 @@ def target_from_dict(data: dict[str, Any], *, path: Path | None = None, name: st
         raise bad(f"checkout {checkout} is not a directory")
     if "build" in data and checkout is None:
         raise bad("build needs a checkout to run in")
+    if "ref" in data and checkout is None:
+        raise bad("ref needs a checkout (the git repository the ref is in)")
     url = data.get("url")
     if kind == "external":
         if not url:
@@ -174,6 +179,7 @@ def target_from_dict(data: dict[str, Any], *, path: Path | None = None, name: st
         kv_disk_dir=kv_disk_dir,
         health=data.get("health"),
         url=url,
+        ref=data.get("ref"),
     )
 
 

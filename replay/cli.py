@@ -163,7 +163,9 @@ def ab(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
     a: Annotated[Path, typer.Option("--a", help="Target TOML of build A.")],
     b: Annotated[Path, typer.Option("--b", help="Target TOML of build B.")],
-    repeat: Annotated[int, typer.Option(help="Runs per arm, in pairs A B, B A, ... (2 gives A B B A).")] = 2,
+    repeat: Annotated[
+        int, typer.Option(help="Blocks of A B B A (2, the default, gives 8 runs; 1 is still A B B A).")
+    ] = 2,
     out_dir: Annotated[
         Path | None, typer.Option(help="Where results, logs and ab.json go (must be empty).")
     ] = None,
@@ -183,8 +185,16 @@ def ab(
         Path | None, typer.Option(help="Daily-service TOML: stopped once for the whole A/B.")
     ] = None,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    allow_identical: Annotated[
+        bool, typer.Option(help="Run arms with no difference (an A/A noise check) instead of refusing.")
+    ] = False,
+    confidence: Annotated[float, typer.Option(help="Confidence of the B/A intervals.")] = 0.95,
+    a_ref: Annotated[
+        str | None, typer.Option(help="Git ref for arm A: built in its own worktree of A's checkout.")
+    ] = None,
+    b_ref: Annotated[str | None, typer.Option(help="Git ref for arm B (see --a-ref).")] = None,
 ) -> None:
-    """A/B two server builds on the same trace, A B B A, leading with within-run ratios."""
+    """A/B two server builds on the same trace, A B B A, with a verdict from B/A intervals."""
     from replay.commands.ab import AbArgs
     from replay.commands.ab import ab as replay_ab
 
@@ -208,6 +218,10 @@ def ab(
         keep_cache=keep_cache,
         service=service,
         as_json=json,
+        allow_identical=allow_identical,
+        confidence=confidence,
+        a_ref=a_ref,
+        b_ref=b_ref,
     )
     raise typer.Exit(replay_ab(args, console))
 

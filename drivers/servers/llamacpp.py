@@ -31,6 +31,11 @@ def executable(target: Target) -> str | None:
     return None if uses_xllamacpp(target) else resolve_binary(target, "llama-server")
 
 
+def package(target: Target) -> str | None:
+    """The Python distribution that holds the server's code, when it runs from the wheel."""
+    return XLLAMACPP if uses_xllamacpp(target) else None
+
+
 def plan(target: Target, *, port: int, workdir: Path, build_key: str) -> Launch:
     refuse_flags(target, "--host", use="host =")
     refuse_flags(target, "--port", use="port =")

@@ -10,6 +10,7 @@ from rich.console import Console
 from replay.commands import print_json
 from replay.engine.plans import make_plan
 from replay.report.ab import render
+from replay.report.ab_stats import CONFIDENCE
 from replay.runs.ab import run_ab
 from replay.runs.pipeline import RunOptions
 
@@ -35,6 +36,10 @@ class AbArgs:
     keep_cache: bool = False
     service: Path | None = None
     as_json: bool = False
+    allow_identical: bool = False  # an A/A noise check instead of refusing arms that do not differ
+    confidence: float = CONFIDENCE
+    a_ref: str | None = None  # a git ref of A's checkout, built in its own worktree
+    b_ref: str | None = None
 
 
 def ab(args: AbArgs, console: Console) -> int:
@@ -62,10 +67,14 @@ def ab(args: AbArgs, console: Console) -> int:
         keep_cache=args.keep_cache,
         service=args.service,
         say=lambda msg: progress.print(msg, highlight=False),
+        allow_identical=args.allow_identical,
+        confidence=args.confidence,
+        refs={arm: ref for arm, ref in (("A", args.a_ref), ("B", args.b_ref)) if ref},
     )
     if args.as_json:
         print_json(outcome.doc)
     else:
         render(outcome.doc, console)
-        console.print(f"summary in {outcome.summary_path}", highlight=False)
+        page = outcome.summary_path.parent / "report" / "index.html"
+        console.print(f"summary in {outcome.summary_path}; report in {page}", highlight=False)
     return outcome.exit_code

@@ -21,7 +21,12 @@ class ReportArgs:
 
 
 def report(args: ReportArgs, console: Console) -> int:
+    from replay.report.ab_html import is_ab, show_ab
+
     paths = args.results
+    if len(paths) == 1 and is_ab(paths[0]):  # an A/B summary (ab.json) or its folder
+        show_ab(paths[0], as_json=args.as_json, console=console, html=args.html)
+        return 0
     results = [read_results(p) for p in paths]
     for res in results:
         if res.truncated_line is not None:

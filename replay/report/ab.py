@@ -25,12 +25,15 @@ from rich.table import Table
 
 from replay.metrics.hist import ALL, Summary
 from replay.metrics.results import RunResults
+from replay.report import ab_stats
 from replay.report.table import ORDER, class_row
 
-FORMAT = "agent-replay-ab/1"
+# /2: B/A intervals (`stats`, `verdict`, `method`), arm `identity` and `differences`, `run_times`;
+# no `winner` in the per-pair `ab` rows; `--repeat` counts A B B A blocks; a run's cache is
+# `fresh` when no disk cache carried over (a new process with no disk cache is fresh).
+FORMAT = "agent-replay-ab/2"
+FORMATS = ("agent-replay-ab/1", FORMAT)  # both are read by `replay report`
 ARMS = ("A", "B")
-# A B/A ratio names a winner only when every pair agrees by more than this (lower is better).
-WIN_MARGIN = 0.02
 DRIFT_NOTE = (
     "Absolute times drift from run to run as the page cache warms (model file, checkpoints), so "
     "compare ratios: round k over round 1 inside one run, and B/A of runs taken next to each other "
@@ -202,18 +205,6 @@ def _spread(values: list[float | None]) -> dict[str, Any]:
     }
 
 
-def winner(ratios: list[float | None]) -> str | None:
-    """'A' or 'B' when every pair agrees beyond the margin (lower is better), else None."""
-    got = [r for r in ratios if r is not None]
-    if not got or len(got) != len(ratios):
-        return None
-    if max(got) < 1 - WIN_MARGIN:
-        return "B"
-    if min(got) > 1 + WIN_MARGIN:
-        return "A"
-    return None
-
-
 def pairs(runs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(A run, B run) for each adjacent pair in run order; an unfinished last pair is left out."""
     out = []
@@ -244,7 +235,7 @@ def _within_getter(k: str, name: str) -> Getter:
 
 
 def ab_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """B/A of each metric for every adjacent pair, with its spread and (if clear) the winner."""
+    """B/A of each metric for every adjacent pair, with its spread (no test: see ab_stats for that)."""
     paired = pairs(runs)
     if not paired:
         return []
@@ -262,7 +253,7 @@ def ab_ratios(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if all(a is None and b is None for a, b in values):
             continue
         ratios = [None if a is None or b is None else _ratio(b, a) for a, b in values]
-        out.append({"scope": scope, "metric": metric, **_spread(ratios), "winner": winner(ratios)})
+        out.append({"scope": scope, "metric": metric, **_spread(ratios)})
     return out
 
 
@@ -318,13 +309,47 @@ def compare_outputs(runs: list[ArmRun], temp0_ids: set[int] | None) -> dict[str,
     }
 
 
+def paired_stats(runs: list[ArmRun], confidence: float = ab_stats.CONFIDENCE) -> list[dict[str, Any]]:
+    """B/A with intervals from the matched requests of each adjacent (A, B) pair of runs."""
+    run_pairs = []
+    prefill = []
+    for i in range(0, len(runs) - 1, 2):
+        two = {runs[i].arm: runs[i], runs[i + 1].arm: runs[i + 1]}
+        if set(two) != set(ARMS):
+            continue
+        run_pairs.append((two["A"].results.requests, two["B"].results.requests))
+        prefill.append((prefill_times(two["A"].results)[1], prefill_times(two["B"].results)[1]))
+    return ab_stats.compare(ab_stats.matched_units(run_pairs, prefill), confidence=confidence)
+
+
 def analyze(
     runs: list[ArmRun],
     temp0_ids: set[int] | None = None,
     header: dict[str, Any] | None = None,
+    confidence: float = ab_stats.CONFIDENCE,
 ) -> dict[str, Any]:
     """The whole A/B summary as one JSON-able dict (what ab.json holds and the console shows)."""
     figures = [run_figures(r) for r in runs]
+    stats = paired_stats(runs, confidence)
+    outputs = compare_outputs(runs, temp0_ids)
+    if (header or {}).get("history") == "live" and outputs.get("status") == "differ":
+        outputs["note"] = (
+            "in live history mode a differing reply goes back into its session's history, so every later "
+            "prompt of that session differs between the arms and their timings compare different prompts; "
+            "rerun with --history recorded to compare the same prompts"
+        )
+    warnings = list((header or {}).get("warnings") or [])
+    n_pairs = len(runs) // 2
+    if n_pairs < 2:
+        warnings.append(
+            f"only {n_pairs} run pair(s): run-to-run drift is sampled once; use --repeat 2 or more"
+        )
+    few = sorted({r["class"] for r in stats if r["few_pairs"]})
+    if few:
+        warnings.append(
+            f"fewer than {ab_stats.min_pairs_for(confidence)} matched pairs for a {confidence:.0%} interval "
+            f"in class(es) {', '.join(few)}: those intervals are rough; use a longer trace or more --repeat"
+        )
     arms: dict[str, Any] = {}
     for arm in ARMS:
         mine = [r for r in runs if r.arm == arm]
@@ -345,8 +370,13 @@ def analyze(
         "note": DRIFT_NOTE,
         "runs": figures,
         "arms": arms,
+        "verdict": ab_stats.verdict(stats, outputs),
+        "method": ab_stats.method_note(confidence),
+        "confidence": confidence,
+        "warnings": warnings,
+        "stats": stats,
         "ab": ab_ratios(figures),
-        "outputs": compare_outputs(runs, temp0_ids),
+        "outputs": outputs,
     }
 
 
@@ -378,6 +408,16 @@ def render(doc: dict[str, Any], console: Console) -> None:
         + ("  cache: reused per arm" if doc.get("reuse_cache") else "  cache: fresh per arm run"),
         highlight=False,
     )
+    for line in identity_lines(doc):
+        say(line, highlight=False, markup=False)
+    verdict = doc.get("verdict") or {}
+    if verdict:
+        say(f"[bold]verdict:[/bold] {verdict['text']}", highlight=False)
+    for w in doc.get("warnings") or ():
+        say(f"[bold yellow]warning:[/bold yellow] {w}", highlight=False)
+    if doc.get("stats"):
+        console.print(_stats_table(doc))
+        say(f"method: {doc.get('method', '')}", highlight=False)
     say(f"[yellow]note:[/yellow] {doc['note']}", highlight=False)
     console.print(_within_table(doc))
     if doc["ab"]:
@@ -423,16 +463,16 @@ def _within_table(doc: dict[str, Any]) -> Table:
 
 def _cache_cell(cache: dict[str, Any]) -> str:
     if cache.get("dir") is None:
-        return "none"
+        return "fresh (in memory)" if cache.get("fresh") else "none"
     return "fresh" if cache.get("fresh") else "reused"
 
 
 def _ab_table(doc: dict[str, Any]) -> Table:
     t = Table(
-        title="A/B: B / A for each adjacent pair of runs (below 1: B lower; every metric is lower-is-better)",
+        title="Per run pair, for reference: B / A of each adjacent pair of runs (no test; below 1: B lower)",
         title_justify="left",
     )
-    for col in ("scope", "metric", "B/A min..max", "mean", "pairs", "winner"):
+    for col in ("scope", "metric", "B/A min..max", "mean", "pairs"):
         t.add_column(col, justify="right" if col in ("B/A min..max", "mean", "pairs") else "left")
     for row in doc["ab"]:
         t.add_row(
@@ -441,10 +481,48 @@ def _ab_table(doc: dict[str, Any]) -> Table:
             _range(row),
             _f(row["mean"]),
             str(len(row["values"])),
-            row["winner"] or "unclear",
             style="bold" if row["scope"].startswith("round") else None,
         )
     return t
+
+
+def _stats_table(doc: dict[str, Any]) -> Table:
+    conf = doc.get("confidence", ab_stats.CONFIDENCE)
+    t = Table(
+        title=f"B / A per switch class, {conf:.0%} interval from matched pairs (lower is better for every metric)",
+        title_justify="left",
+    )
+    for col in ("class", "metric", "A", "B", "B/A", "interval", "pairs", "result"):
+        t.add_column(col, justify="left" if col in ("class", "metric", "result") else "right")
+    for row in doc["stats"]:
+        t.add_row(
+            row["class"],
+            row["metric"],
+            _f(row["a"]),
+            _f(row["b"]),
+            _f(row["ratio"]),
+            "-" if row["low"] is None else f"{_f(row['low'])}-{_f(row['high'])}",
+            f"{row['pairs']}" + (" (few)" if row["few_pairs"] else ""),
+            ("B higher" if row["ratio"] > 1 else "B lower")
+            if row["difference"]
+            else "no difference detected",
+            style="bold" if row["difference"] else None,
+        )
+    return t
+
+
+def identity_lines(doc: dict[str, Any]) -> list[str]:
+    """Which build each arm ran (binary and library hashes, package, checkout) and how the arms differ."""
+    lines = []
+    for arm in ARMS:
+        ident = ((doc.get("identity") or {}).get(arm)) or {}
+        if ident:
+            lines.append(f"{arm}: {ident.get('summary', '')}")
+    diffs = doc.get("differences") or []
+    if diffs:
+        shown = [f"{d['field']}: " + (d.get("detail") or f"{d['a']} -> {d['b']}") for d in diffs]
+        lines.append("arms differ in: " + "; ".join(shown))
+    return lines
 
 
 def _class_table(doc: dict[str, Any]) -> Table:
@@ -491,5 +569,8 @@ def _outputs_line(out: dict[str, Any]) -> str:
         return f"outputs at temperature 0: not compared ({out.get('reason', 'no request ran in both arms')})"
     line = f"outputs at temperature 0: {out['status']}, {out['matched']}/{out['compared']} requests identical in every run"
     if out["status"] == "differ":
-        line += f"; first difference per session: {out['first_difference_per_session']}"
+        firsts = ", ".join(f"{s} at request {r}" for s, r in out["first_difference_per_session"].items())
+        line += f"; first diverging request per session: {firsts}"
+        if out.get("note"):
+            line += f". Note: {out['note']}"
     return line

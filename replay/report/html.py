@@ -299,7 +299,8 @@ def _server_from_log(res: RunResults) -> list[dict[str, Any]]:
     kind = str(target.get("kind") or "ds4")
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
-            return server_records(kind if kind in DS4_FORMAT_KINDS else "ds4", Path(candidate), res.requests)
+            known = kind in DS4_FORMAT_KINDS or kind == "llamacpp"
+            return server_records(kind if known else "ds4", Path(candidate), res.requests)
     return []
 
 

@@ -1,4 +1,4 @@
-"""`replay ab`: the same trace against two builds, A B, B A, A B, ..., each run on a fresh cache.
+"""`replay ab`: the same trace against two builds in blocks of A B B A, each run on a fresh cache.
 
 Each arm run starts its own server from the arm's target TOML in a work directory of its own, so
 a disk KV cache (ds4 and the simulator: ``kv_disk_dir = "auto"``, an explicit path, or a
@@ -7,9 +7,13 @@ checkpoints can never serve the next run. ``--reuse-cache`` gives each arm one w
 for all its runs instead (and leaves explicit paths alone): the warm-cache comparison.
 
 Runs alternate in both orders because the page cache warms run after run (seed figures section
-3); the report (``replay.report.ab``) therefore leads with ratios. A fresh cache directory is
-removed after its run unless ``keep_cache``: ds4 checkpoints run to GiBs and every arm run has
-its own.
+3); the report (``replay.report.ab``) therefore compares each A run with the B run next to it and
+leads with a verdict from B/A intervals over those pairs (``replay.report.ab_stats``). Before
+anything starts the arms are checked (``ab_arms``: every difference listed, identical arms
+refused) and git refs are built (``ab_refs``). A fresh cache directory is removed after its run
+unless ``keep_cache``: ds4 checkpoints run to GiBs and every arm run has its own. ``ab.json`` and
+the report (``report/index.html``, ``report/summary.md``) are written even when the A/B stops
+early.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,10 @@ from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.metrics.results import read_results
 from replay.report.ab import ArmRun, analyze
+from replay.report.ab_html import write_ab_report
+from replay.report.ab_stats import CONFIDENCE
+from replay.runs.ab_arms import check_arms
+from replay.runs.ab_refs import resolve_refs
 from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, ReplayJob, RunOptions, finish, replay
 from replay.trace.model import Trace
 from replay.trace.reader import read_trace
@@ -41,13 +50,11 @@ _KV_FLAG = "--kv-disk-dir"
 
 
 def arm_order(repeat: int) -> list[str]:
-    """Each arm `repeat` times as adjacent pairs A B, B A, A B, ...: drift hits both arms alike."""
+    """`repeat` blocks of A B B A (adjacent pairs A B, B A, ...): drift hits both arms alike, and
+    even one block gives two pairs in both orders."""
     if repeat < 1:
-        raise UsageError("--repeat must be at least 1")
-    order: list[str] = []
-    for i in range(repeat):
-        order += ["A", "B"] if i % 2 == 0 else ["B", "A"]
-    return order
+        raise UsageError("--repeat must be at least 1 (one block is A B B A)")
+    return ["A", "B", "B", "A"] * repeat
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +145,8 @@ def run_arm(
     plan.workdir.mkdir(parents=True, exist_ok=not plan.fresh)
     target = cache_target(target, plan.workdir, plan.fresh)
     kv = _kv_dir(target, plan.workdir)
-    fresh = kv is not None and (not kv.exists() or not any(kv.iterdir()))
+    # A new server process starts with empty memory caches; only a disk cache can carry over.
+    fresh = kv is None or not kv.exists() or not any(kv.iterdir())
     header = {"ab": {"arm": plan.arm, "run": plan.index, "of": total, "cache_fresh": fresh}}
     with start_target(target, plan.workdir, adopt=adopt) as served:
         job = ReplayJob(
@@ -184,15 +192,25 @@ def run_ab(
     keep_cache: bool = False,
     service: Path | None = None,
     say: Callable[[str], None] | None = None,
+    allow_identical: bool = False,
+    confidence: float = CONFIDENCE,
+    refs: dict[str, str] | None = None,
 ) -> AbOutcome:
-    """Run every arm run in order and write `ab.json`; stops early (and says so) on Ctrl-C/SIGTERM."""
+    """Run every arm run in order and write `ab.json` and the report; stops early (and says so) on
+    Ctrl-C/SIGTERM."""
     say = say or (lambda _msg: None)
+    if not 0.5 <= confidence < 1:
+        raise UsageError("--confidence must be in [0.5, 1), e.g. 0.95")
     targets = {"A": load_target(a), "B": load_target(b)}
     out_dir = out_dir or Path(f"ab-{uuid.uuid4().hex[:8]}")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise UsageError(f"{out_dir} is not empty; give a new --out-dir for each A/B")
     plans = plan_runs(out_dir, repeat, reuse_cache)
     loaded = read_trace(trace)  # validated fully before any server starts
+    targets = resolve_refs(targets, refs or {}, say=say)
+    arms = check_arms(targets, out_dir / "work" / "plan", allow_identical)
+    for w in arms["warnings"]:
+        say(f"[bold yellow]warning:[/bold yellow] {w}")
     options = options or RunOptions(plan=make_plan("alternate"))
     temp0 = {r.id for r in loaded.requests if not r.params.get("temperature")}
     header = {
@@ -201,6 +219,9 @@ def run_ab(
             arm: {"name": t.name, "file": str(t.path), "kind": t.kind, "flags": list(t.flags)}
             for arm, t in targets.items()
         },
+        "identity": arms["identity"],
+        "differences": arms["differences"],
+        "warnings": arms["warnings"],
         "repeat": repeat,
         "reuse_cache": reuse_cache,
         "plan": options.plan.describe(),
@@ -209,6 +230,7 @@ def run_ab(
     out_dir.mkdir(parents=True, exist_ok=True)
     summary_path = out_dir / SUMMARY_FILE
     runs: list[ArmRun] = []
+    run_times: list[dict[str, Any]] = []
     code = EXIT_OK
     try:
         with ExitStack() as stack:
@@ -218,10 +240,13 @@ def run_ab(
             for plan in plans:
                 t = targets[plan.arm]
                 say(f"{plan.name}: {t.name} ({t.kind}), run {plan.index} of {len(plans)}")
+                started = datetime.now(UTC).isoformat(timespec="seconds")
                 run = run_arm(
                     loaded, t, plan, options, len(plans), adopt=adopt, keep_cache=keep_cache, say=say
                 )
                 runs.append(run)
+                ended = datetime.now(UTC).isoformat(timespec="seconds")
+                run_times.append({"index": plan.index, "arm": plan.arm, "started": started, "ended": ended})
                 summary = run.results.summary_line or {}
                 say(
                     f"{plan.name}: {summary.get('requests', 0)} requests, {summary.get('errors', 0)} failed, "
@@ -233,6 +258,13 @@ def run_ab(
                 if run.exit_code != EXIT_OK:
                     code = EXIT_FAILED
     finally:
-        doc = analyze(runs, temp0, {**header, "complete": len(runs) == len(plans), "out_dir": str(out_dir)})
+        doc = analyze(
+            runs,
+            temp0,
+            {**header, "complete": len(runs) == len(plans), "out_dir": str(out_dir)},
+            confidence=confidence,
+        )
+        doc["run_times"] = run_times
         summary_path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        write_ab_report(doc, out_dir / "report")
     return AbOutcome(doc, summary_path, code)

@@ -3,7 +3,8 @@
 The run header carries the settings the server printed at startup, not the flags it was given (a
 requested cache setting is not evidence that it is in effect). After the run, ds4-format logs
 (ds4-server and the simulator) are correlated with the run's requests into `server` records:
-restores, stores, evictions and live misses, numbers only.
+restores, stores, evictions and live misses, numbers only; llama-server logs the same way by task
+(``llama_correlate``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from drivers.logs import ds4, llamacpp
 from drivers.logs.effective import ds4_settings, llamacpp_settings, warn_missing
 from replay.runs.correlate import correlate
+from replay.runs.llama_correlate import correlate as llama_correlate
 
 DS4_FORMAT_KINDS = ("ds4", "sim")
 
@@ -79,7 +81,11 @@ def setting_warnings(kind: str, argv: list[str], effective: dict[str, Any]) -> l
 
 def server_records(kind: str, log_path: Path | None, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """`server` records for the results file, attributed to request `seq` where the log allows."""
-    if kind not in DS4_FORMAT_KINDS or log_path is None or not Path(log_path).exists():
+    if log_path is None or not Path(log_path).exists():
+        return []
+    if kind == "llamacpp":
+        return llama_correlate(requests, llamacpp.parse_files([log_path]).events)
+    if kind not in DS4_FORMAT_KINDS:
         return []
     parsed = ds4.parse_files([log_path])
     return [dict(r) for r in correlate(requests, parsed.events)]

@@ -174,7 +174,7 @@ def test_start_target_from_a_checkout_records_the_build(tmp_path: Path) -> None:
     assert not psutil.pid_exists(served.pid) or psutil.Process(served.pid).status() == psutil.STATUS_ZOMBIE
     assert build["checkout"] == {
         "path": str(repo), "git": True, "commit": commit, "branch": "pr-1058",
-        "describe": commit[:7], "dirty": False, "changed_files": 0,
+        "describe": commit[:7], "dirty": False, "changed_files": 0, "changed": [],
     }  # fmt: skip
     assert build["binary"]["path"] == str(repo / "ds4-server") and len(build["binary"]["sha256"]) == 64
     assert build["build_key"] == f"a-{commit[:12]}"
@@ -189,6 +189,7 @@ def test_start_target_from_a_checkout_records_the_build(tmp_path: Path) -> None:
     (repo / "ds4-server.in").write_text("changed\n")  # a tracked file changes: the build is dirty
     dirty = plan_target(load_target(toml), workdir).build
     assert dirty["checkout"]["dirty"] and dirty["checkout"]["changed_files"] == 1
+    assert dirty["checkout"]["changed"] == ["ds4-server.in"]
     assert dirty["build_key"].endswith("-dirty")
 
 
