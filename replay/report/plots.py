@@ -1,6 +1,6 @@
 """The report's figures (matplotlib, rendered to inline SVG so the page needs nothing else).
 
-Each function takes the `RunView`s of `replay.report.html` and returns SVG text. Colours are fixed
+Each function takes the `RunView`s of `replay.report.view` and returns SVG text. Colours are fixed
 per phase and per arm so two reports put side by side read the same way.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -20,8 +19,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-if TYPE_CHECKING:
-    from replay.report.html import RunView
+from replay.report.view import RunView
 
 PHASES = (
     ("queue", "#c9ccd1", "queued"),

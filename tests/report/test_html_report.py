@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from replay.metrics.results import ResultsWriter, append_records
-from replay.report.html import digest, load_run, render_page, summary_markdown, time_scale, write_report
+from replay.report.html import digest, render_page, summary_markdown, write_report
 from replay.report.plots import band_width
+from replay.report.view import load_run, time_scale
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
