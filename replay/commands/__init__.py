@@ -152,8 +152,8 @@ def size_chain(
     as_json: bool,
     console: Console,
 ) -> None:
-    from replay.sizing import sweep as size
-    from replay.sim.server.options import parse_tokens
+    from replay import sizing as size
+    from replay.sim.model.config import parse_tokens
 
     cfg = size.size_config(preset, per_token=per_token, fixed=fixed, interval=interval, chunk=chunk)
     found = size.chain(parse_tokens(tokens), start=parse_tokens(start), cfg=cfg, anchor=anchor)
@@ -182,8 +182,8 @@ def size_sweep(
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from replay.sizing import sweep as size
-    from replay.sim.server.options import parse_bytes, parse_tokens
+    from replay import sizing as size
+    from replay.sim.model.config import parse_bytes, parse_tokens
     from replay.sizing.parallel import auto_workers
 
     cfg = size.size_config(preset, hidden_reasoning=hidden_reasoning or None)

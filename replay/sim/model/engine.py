@@ -25,6 +25,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from replay.sim.model import events as ev
 from replay.sim.model import policy
@@ -334,7 +335,7 @@ class CacheModel:
             ):
                 seq = run.job.full.prefix(run.P + run.gen)
                 slot.phase = "busy"
-                self._save(slot, seq, "continued", "token-text", 0, lambda s=slot: self._ready(s, "decode"))
+                self._save(slot, seq, "continued", "token-text", 0, partial(self._ready, slot, "decode"))
 
     # --- one job's life -----------------------------------------------------------------------
 
@@ -633,7 +634,7 @@ class CacheModel:
                     else (slot.seq, "token-text")
                 )
                 nxt = index
-                self._save(slot, seq, "shutdown", key, 0, lambda n=nxt: self._persist(n))
+                self._save(slot, seq, "shutdown", key, 0, partial(self._persist, nxt))
                 return
         self._emit(ev.ShutdownComplete(self.now))
         self.done = True

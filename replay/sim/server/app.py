@@ -19,6 +19,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from replay.sim.model import events as ev
+from replay.sim.model.job import ContextTooLong, build_job
+from replay.sim.model.reply import Reply
 from replay.sim.server.api import (
     PREFILL_COMMENT,
     AnthropicStream,
@@ -31,8 +33,6 @@ from replay.sim.server.api import (
     parse_anthropic,
     parse_openai,
 )
-from replay.sim.model.job import ContextTooLong, build_job
-from replay.sim.model.reply import Reply
 from replay.sim.server.runtime import JobHandle, SimRuntime
 
 PREFILL_COMMENT_EVERY_S = 5.0

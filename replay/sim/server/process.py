@@ -20,9 +20,9 @@ from typing import TextIO
 import uvicorn
 
 from replay.errors import UsageError
+from replay.sim.model.config import SimConfig
 from replay.sim.server import log as simlog
 from replay.sim.server.app import create_app
-from replay.sim.model.config import SimConfig
 from replay.sim.server.options import ServeOptions, parse
 from replay.sim.server.runtime import LogSink, SimRuntime
 

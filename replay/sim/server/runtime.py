@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from replay.sim.model import events as ev
-from replay.sim.server import log as simlog
 from replay.sim.model.config import SimConfig
 from replay.sim.model.engine import CacheModel
-from replay.sim.server.files import CheckpointFiles
 from replay.sim.model.job import Job
+from replay.sim.server import log as simlog
+from replay.sim.server.files import CheckpointFiles
 
 STREAM_POLL_S = 0.02
 
