@@ -12,10 +12,11 @@ demo:
 test:
     python -m pytest -q
 
-# Lint and format check.
+# Lint, format check, and the import rules of DESIGN.md (.importlinter).
 lint:
     ruff check .
     ruff format --check .
+    lint-imports
 
 # Benchmarks: the client's own overhead, rate, memory, accuracy.
 bench:
