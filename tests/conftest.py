@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # makes `scripted_server` importable from any test dir
+sys.path.insert(0, str(Path(__file__).parent))  # makes `scripted_server`, `sim_workloads` importable from any test dir
 
 from scripted_server import ScriptedServer  # noqa: E402
 

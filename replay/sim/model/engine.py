@@ -16,7 +16,7 @@ every 50 tokens, a continued-save position), and a bulk run is cut short at the 
 when a job arrives or a slot becomes ready, so bulk and step-by-step runs give identical results.
 
 Requests served one at a time (offline sizing) take a shorter road: `sequential.py` walks the
-same steps without this loop, and tests/sim/test_sequential.py keeps the two equal to the last bit.
+same steps without this loop, and tests/sim/model/test_sequential.py keeps the two equal to the last bit.
 """
 
 from __future__ import annotations
