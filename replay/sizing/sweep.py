@@ -50,10 +50,12 @@ def sweep(
     target_reread: int | None = None,
     stale: Sequence[StaleFile] = (),
 ) -> SweepReport:
-    """Run the cache model once per (budget, slot count, routing) over the same jobs, in lockstep.
+    """A row per (budget, slot count, routing), all fed the same jobs in one pass.
 
-    `sequential`: each request is sent when the previous one finished (trace order); `timed`: at
-    its trace time divided by `speed` (requests overlap and queue as they would on the server).
+    `sequential`: each request is sent when the previous one finished (trace order), and the
+    budgets share live slots and disk lanes while they cannot differ (`replay.sizing.lanes`);
+    `timed`: one `CacheModel` per variant, each request at its trace time divided by `speed`
+    (requests overlap and queue as they would on the server).
     `stale` files are on disk before the first request (they can only take space, never match).
     """
     base = cfg or config_for()
