@@ -664,6 +664,9 @@ def restore_from_journal(
     """Finish a restore a crashed run left behind (``replay restore``); a done restore is not redone."""
     say = say or _default_say
     path = Path(path) if path else default_state_dir() / "journal.json"
+    if not path.exists():  # no run left anything behind: not an error
+        say(f"nothing to restore: no journal at {path}")
+        return RestoreReport()
     journal = _Journal.read(path)
     if journal.data.get("state") == "restored":
         say(f"{path}: already restored at {journal.data.get('restore', {}).get('finished')}; nothing to do")

@@ -12,15 +12,15 @@ from rich.console import Console
 
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
-from replay.metrics.results import append_records, merged_summary, read_results
-from replay.runs.probe import skip_probes
+from replay.metrics.results import append_records, merged_summary, read_results, time_scale
 from replay.report.table import class_table, summary_rows
 from replay.runs.pipeline import RunOptions, replay_on
+from replay.runs.probe import skip_probes
 from replay.runs.serverlog import server_records
 from replay.runs.servermetrics import server_memory
-from replay.runs.workers import parse_shard, select_shard
 from replay.runs.targets import dry_run as dry_run_target
 from replay.runs.targets import open_target, resolve_target
+from replay.runs.workers import parse_shard, select_shard
 from replay.trace.reader import read_trace
 from replay.trace.reader import validate as validate_trace
 
@@ -92,6 +92,10 @@ def run(
     if console is not None:
         report([out], as_json=False, console=console)
         console.print(f"{done.requests} requests, {done.errors} failed; results in {out}", highlight=False)
+        console.print(
+            f"HTML report and summary: replay report {out} --html {Path(out).with_suffix('')}-report",
+            highlight=False,
+        )
     return done.exit_code
 
 
@@ -107,7 +111,8 @@ def report(paths: list[Path], as_json: bool, console: Console, html: Path | None
         _print_json({"files": [str(p) for p in paths], "classes": summary_rows(summary)})
         return
     title = "Requests by switch class" + (f" ({len(paths)} files merged)" if len(paths) > 1 else "")
-    console.print(class_table(summary, title=title))
+    scales = {time_scale(res.run) for res in results}
+    console.print(class_table(summary, title=title, time_scale=scales.pop() if len(scales) == 1 else None))
     for res in results:
         line = next((r for r in [res.summary_line] if r), None)
         if line and line.get("lag_p99_s") is not None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from replay.report.html import digest
 from replay.commands.scenario import digest_table, run_and_report
+from replay.report.html import digest
 from replay.scenario.catalog import find_scenario
 
 SCENARIO = "switching"

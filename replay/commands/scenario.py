@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.table import Table
 
 from replay.report.html import DIGEST_ROWS, Written, digest, write_report
+from replay.runs.scenario import ArmRun, run_arms
 from replay.scenario.build import generate
 from replay.scenario.catalog import find_scenario, list_scenarios
-from replay.runs.scenario import ArmRun, run_arms
 from replay.scenario.show import describe, list_table
 from replay.scenario.spec import Scenario, parse_params
 

@@ -11,7 +11,6 @@ import orjson
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
-    ApiResult,
     OnState,
     exchange,
     load_event,
@@ -21,6 +20,7 @@ from replay.engine.exchange import (
 from replay.engine.openai import OPENAI_HEADERS
 from replay.engine.sse import SseEvent
 from replay.engine.usage import parse_usage
+from replay.metrics.record import RequestRecord
 
 _ANTHROPIC_FINISH = {
     "end_turn": "stop",
@@ -212,7 +212,7 @@ class AnthropicReader:
         self._merge_usage(obj.get("usage"))
         self.x_sim = obj.get("x_sim")
 
-    def fill(self, res: ApiResult) -> None:
+    def fill(self, res: RequestRecord) -> None:
         tool_calls = [self.tools[i] for i in sorted(self.tools)]
         for tc in tool_calls:
             tc["arguments"] = tc["arguments"] or "{}"
@@ -228,9 +228,11 @@ class AnthropicReader:
 _ANTHROPIC_HEADERS = {**OPENAI_HEADERS, "anthropic-version": "2023-06-01"}
 
 
-async def anthropic_messages(client: httpx.AsyncClient, call: ApiCall, on_state: OnState = None) -> ApiResult:
+async def anthropic_messages(
+    client: httpx.AsyncClient, call: ApiCall, on_state: OnState = None, rec: RequestRecord | None = None
+) -> RequestRecord:
     """POST /v1/messages."""
     headers = {**_ANTHROPIC_HEADERS, "accept": "text/event-stream" if call.stream else "application/json"}
     return await exchange(
-        client, call, "/v1/messages", anthropic_body(call), headers, AnthropicReader(), on_state
+        client, call, "/v1/messages", anthropic_body(call), headers, AnthropicReader(), on_state, rec
     )

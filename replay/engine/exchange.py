@@ -1,12 +1,12 @@
-"""One request's call and result, and the HTTP exchange every wire API shares.
+"""One request's call, and the HTTP exchange every wire API shares.
 
-Every API function takes an `ApiCall` (neutral messages) and returns an `ApiResult`: it never
-raises for anything the server or the network did; the failure is the result's `status` and
-one-line `error`, with whatever was received kept. Only cancellation from the caller propagates.
-Each moment is a named `time.perf_counter_ns()` stamp on the result. TTFT runs from the moment
-the request starts going out (connection setup is `connect_s`) to the first event that carries
-content, reasoning or a tool call; role-only chunks, keep-alive comments and usage-only chunks do
-not count.
+Every API function takes an `ApiCall` (neutral messages) and fills a `RequestRecord` (the
+engine's, or a fresh one): it never raises for anything the server or the network did; the
+failure is the record's `status` and one-line `error`, with whatever was received kept. Only
+cancellation from the caller propagates, leaving the stamps reached so far. Each moment is a named
+`time.perf_counter_ns()` stamp on the record. TTFT runs from the moment the request starts going
+out (connection setup is `connect_s`) to the first event that carries content, reasoning or a tool
+call; role-only chunks, keep-alive comments and usage-only chunks do not count.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import orjson
 from replay.engine import http1
 from replay.engine.sse import SseEvent, SseParser
 from replay.engine.transport import rx_clock
-from replay.engine.usage import Usage
+from replay.metrics.record import RequestRecord
 
 Think = Literal["off", "on", "auto"]
 Status = Literal["ok", "http_error", "timeout", "connect_error", "stream_broken", "server_error"]
@@ -78,77 +78,11 @@ class ApiCall:
         return "request"
 
 
-@dataclass(slots=True)
-class ApiResult:
-    """What came back, stamped; fields stay None for moments that were never reached."""
-
-    status: Status = "ok"
-    http_status: int | None = None
-    error: str | None = None  # one line, names the request
-    t_start: int | None = None  # the call began: before connecting
-    t_connected: int | None = None  # TCP connection open
-    t_sent: int | None = None  # request headers start going out: TTFT's zero
-    t_headers: int | None = None  # response headers received
-    t_first_byte: int | None = None  # first body chunk (may be a keep-alive or role chunk)
-    t_first_token: int | None = None  # first content / reasoning / tool-call event
-    t_last_token: int | None = None
-    t_done: int | None = None  # terminal event / last body byte arrived; else when we gave up
-    message: dict[str, Any] | None = None  # neutral assistant message
-    finish: str | None = None  # OpenAI vocabulary: stop | length | tool_calls | ...
-    usage: Usage = field(default_factory=Usage)
-    raw_usage: dict[str, Any] | None = None  # usage object as the server sent it
-    timings: dict[str, Any] | None = None  # llama.cpp `timings`
-    x_sim: dict[str, Any] | None = None  # simulator's modelled times
-    n_events: int = 0  # SSE events dispatched
-    n_token_events: int = 0  # of which carried a token
-    n_comments: int = 0  # keep-alive comment lines
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    def _span(self, start: int | None, end: int | None) -> float | None:
-        return None if start is None or end is None else (end - start) / 1e9
-
-    @property
-    def connect_s(self) -> float | None:
-        return self._span(self.t_start, self.t_connected)
-
-    @property
-    def ttft_s(self) -> float | None:
-        return self._span(self.t_sent, self.t_first_token)
-
-    @property
-    def headers_s(self) -> float | None:
-        return self._span(self.t_sent, self.t_headers)
-
-    @property
-    def first_byte_s(self) -> float | None:
-        return self._span(self.t_sent, self.t_first_byte)
-
-    @property
-    def latency_s(self) -> float | None:
-        return self._span(self.t_sent, self.t_done)
-
-    @property
-    def decode_s(self) -> float | None:
-        return self._span(self.t_first_token, self.t_last_token)
-
-    @property
-    def decode_tps(self) -> float | None:
-        """Tokens per second after the first token (the first one is prefill's)."""
-        n = self.usage.output_tokens
-        span = self.decode_s
-        if n is None or n < 2 or not span:
-            return None
-        return (n - 1) / span
-
-
 # --- shared exchange ------------------------------------------------------------------
 
 
-class _Reader(Protocol):
-    """Per-API interpretation of a response; the exchange does HTTP, timing and faults."""
+class Reader(Protocol):
+    """Per-API interpretation of a response; the exchange (or the recorder) does HTTP, timing and faults."""
 
     terminal: str  # what a complete stream ends with, for the error message
     done: bool  # terminal event seen
@@ -156,7 +90,7 @@ class _Reader(Protocol):
 
     def event(self, ev: SseEvent) -> bool: ...  # True when the event carried a token
     def body(self, obj: dict[str, Any]) -> None: ...  # whole non-stream response
-    def fill(self, res: ApiResult) -> None: ...  # message, finish, usage from what was read
+    def fill(self, res: RequestRecord) -> None: ...  # message, finish, usage from what was read
 
 
 class BadPayload(Exception):
@@ -197,7 +131,7 @@ class _SendStamps:
 
     __slots__ = ("res",)
 
-    def __init__(self, res: ApiResult) -> None:
+    def __init__(self, res: RequestRecord) -> None:
         self.res = res
 
     async def __call__(self, name: str, info: Mapping[str, Any]) -> None:
@@ -213,11 +147,13 @@ async def exchange(
     path: str,
     body: dict[str, Any],
     headers: dict[str, str],
-    reader: _Reader,
+    reader: Reader,
     on_state: OnState,
-) -> ApiResult:
-    """POST `body` and read the answer; plain http on our own HTTP/1.1 client, https through `client`."""
-    res = ApiResult()
+    rec: RequestRecord | None = None,
+) -> RequestRecord:
+    """POST `body` and read the answer into `rec` (or a new record); plain http on our own
+    HTTP/1.1 client, https through `client`."""
+    res = RequestRecord() if rec is None else rec
     where = f"{call.name} POST {path}"
     parser = SseParser()
     if on_state:
@@ -240,7 +176,7 @@ async def exchange(
                 )
                 await _talk(client, request, call.stream, res, reader, parser, on_state, where)
     except TimeoutError:
-        if res.t_done is None:  # else only the drain after a complete response was cut short
+        if res.t_end is None:  # else only the drain after a complete response was cut short
             res.status, res.error = "timeout", f"{where}: no complete response after {call.timeout_s:g}s"
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol, http1.ConnectError) as exc:
         res.status, res.error = "connect_error", f"{where}: {_transport_text(exc)}"
@@ -249,8 +185,8 @@ async def exchange(
         res.status, res.error = "stream_broken", f"{where}: connection failed {phase}: {_transport_text(exc)}"
     except BadPayload as exc:
         res.status, res.error = "stream_broken", f"{where}: {exc}"
-    if res.t_done is None:
-        res.t_done = time.perf_counter_ns()
+    if res.t_end is None:
+        res.t_end = time.perf_counter_ns()
     res.n_comments = parser.comments
     reader.fill(res)
     if on_state:
@@ -271,8 +207,8 @@ async def _talk_http1(
     payload: bytes,
     headers: dict[str, str],
     call: ApiCall,
-    res: ApiResult,
-    reader: _Reader,
+    res: RequestRecord,
+    reader: Reader,
     parser: SseParser,
     on_state: OnState,
     where: str,
@@ -298,8 +234,8 @@ async def _talk(
     client: httpx.AsyncClient,
     request: httpx.Request,
     stream: bool,
-    res: ApiResult,
-    reader: _Reader,
+    res: RequestRecord,
+    reader: Reader,
     parser: SseParser,
     on_state: OnState,
     where: str,
@@ -356,8 +292,8 @@ async def _respond(
     content_type: str,
     body: _Body,
     stream: bool,
-    res: ApiResult,
-    reader: _Reader,
+    res: RequestRecord,
+    reader: Reader,
     parser: SseParser,
     on_state: OnState,
     where: str,
@@ -376,7 +312,7 @@ async def _respond(
         await _read_body(body, res, reader)
 
 
-async def _read_body(body: _Body, res: ApiResult, reader: _Reader) -> None:
+async def _read_body(body: _Body, res: RequestRecord, reader: Reader) -> None:
     chunks: list[bytes] = []
     last = res.t_headers
     while (item := await body.next()) is not None:
@@ -384,7 +320,7 @@ async def _read_body(body: _Body, res: ApiResult, reader: _Reader) -> None:
         if res.t_first_byte is None:
             res.t_first_byte = last
         chunks.append(chunk)
-    res.t_done = last
+    res.t_end = last
     try:
         obj = orjson.loads(b"".join(chunks))
     except orjson.JSONDecodeError as exc:
@@ -396,8 +332,8 @@ async def _read_body(body: _Body, res: ApiResult, reader: _Reader) -> None:
 
 async def _read_stream(
     body: _Body,
-    res: ApiResult,
-    reader: _Reader,
+    res: RequestRecord,
+    reader: Reader,
     parser: SseParser,
     on_state: OnState,
     where: str,
@@ -421,7 +357,7 @@ async def _read_stream(
             if reader.done or reader.error is not None:
                 break
         if reader.done or reader.error is not None:
-            res.t_done = now
+            res.t_end = now
             break
     else:
         for ev in parser.finish():
@@ -437,7 +373,7 @@ async def _read_stream(
         res.error = f"{where}: stream ended without {reader.terminal} after {res.n_events} events" + (
             f" ({got} bytes of an unfinished event dropped)" if got else ""
         )
-    if res.t_done is not None:
+    if res.t_end is not None:
         await body.drain(_DRAIN_S)
 
 

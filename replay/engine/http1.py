@@ -1,11 +1,12 @@
 """A small HTTP/1.1 client for plain-http targets: one request per fresh connection, bytes stamped.
 
 httpx -> httpcore -> h11 cost several async layers per network chunk (most of the engine's CPU
-per streamed request); here one read callback receives each network read with its kernel
-receive stamp, parses the response head and de-frames the body (Content-Length, chunked or
-close-delimited) in one pass, and queues the payload with that stamp for the reader. The
-connection is never pooled and a request is never re-sent: llama-server closes after each stream
-while saying keep-alive, and a body that went out once must not go out twice.
+per streamed request); here the stamped socket reader's callback (`transport.StampedSocket`, the
+one httpx's plain-http path uses too) receives each network read with its kernel receive stamp,
+parses the response head and de-frames the body (Content-Length, chunked or close-delimited) in
+one pass, and queues the payload with that stamp for the reader. The connection is never pooled
+and a request is never re-sent: llama-server closes after each stream while saying keep-alive,
+and a body that went out once must not go out twice.
 """
 
 from __future__ import annotations
@@ -13,15 +14,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
-import time
-from collections import deque
 from urllib.parse import urlsplit
 
 from replay import __version__
 from replay.engine import transport
 
-_RECV_BYTES = 256 * 1024
-_PAUSE_AT = 4 << 20  # stop reading when this many body bytes wait for the reader
 _HEAD_MAX = 64 * 1024  # a response head larger than this is not an LLM server's
 _USER_AGENT = f"agent-replay/{__version__}"
 
@@ -103,100 +100,38 @@ async def connect(host: str, port: int, timeout: float | None) -> Connection:
     return Connection(sock, loop)
 
 
-class Connection:
-    """One request's connection: reads eagerly in the loop's callback, frames the body there.
+class Connection(transport.StampedSocket):
+    """One request's connection: the stamped socket reader, framing the body in its callback.
 
-    Body payloads queue as (arrival stamp, bytes), one entry per network read; the
-    consumer takes them with `next()`. A failure is raised only after everything that
-    arrived before it was taken, so a broken stream keeps what it delivered.
+    Body payloads queue as (arrival stamp, bytes), one entry per network read; the consumer
+    takes them with `next()`. The data ends where the body's framing says it does.
     """
 
-    __slots__ = (
-        "_sock",
-        "_fd",
-        "_loop",
-        "_kernel",
-        "_head",
-        "_mode",
-        "_left",
-        "_line",
-        "_chunks",
-        "_buffered",
-        "_complete",
-        "_exc",
-        "_waiter",
-        "_reading",
-        "_closed",
-        "status",
-        "headers",
-        "t_head",
-    )
+    __slots__ = ("_head", "_mode", "_left", "_line", "status", "headers", "t_head")
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
-        self._sock = sock
-        self._fd = sock.fileno()
-        self._loop = loop
-        self._kernel = transport.enable_kernel_stamps(sock)
+        super().__init__(sock, loop)
         self._head = bytearray()
         self._mode = ""  # "chunked" | "length" | "close", once the head is parsed
         self._left = 0  # bytes still due in the current chunk / the Content-Length body
         self._line = b""  # a chunk-size line split across reads
-        self._chunks: deque[tuple[int, bytes]] = deque()
-        self._buffered = 0
-        self._complete = False  # the body ended as its framing says
-        self._exc: TransportError | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._reading = True
-        self._closed = False
         self.status: int | None = None
         self.headers: dict[str, str] = {}
         self.t_head: int | None = None  # arrival stamp of the read that completed the head
-        loop.add_reader(self._fd, self._on_readable)
 
     # --- the loop's side ------------------------------------------------------------
 
-    def _on_readable(self) -> None:
-        try:
-            if self._kernel:
-                data, anc, _flags, _addr = self._sock.recvmsg(_RECV_BYTES, 64)
-            else:
-                data, anc = self._sock.recv(_RECV_BYTES), None
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._stop_reading()
-            self._exc = ReadError(str(exc) or type(exc).__name__)
-            self._wake()
-            return
-        now = time.perf_counter_ns()
-        if not data:
-            self._stop_reading()
-            self._on_eof()
-        else:
-            try:
-                self._on_data(transport.kernel_stamp(anc, now) if anc else now, data)
-            except RemoteProtocolError as exc:
-                self._stop_reading()
-                self._exc = exc
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _stop_reading(self) -> None:
-        if self._reading:
-            self._reading = False
-            self._loop.remove_reader(self._fd)
-
-    def _resume_reading(self) -> None:
-        if not (self._complete or self._closed or self._exc is not None):
-            self._reading = True
-            self._loop.add_reader(self._fd, self._on_readable)
+    def _read_error(self, text: str) -> Exception:
+        return ReadError(text)
 
     def _on_data(self, stamp: int, data: bytes) -> None:
-        if self._complete:
+        try:
+            self._frame(stamp, data)
+        except RemoteProtocolError as exc:
+            self._fail(exc)
+
+    def _frame(self, stamp: int, data: bytes) -> None:
+        if self._ended:
             return  # bytes after the body's end are not ours to read
         while self.status is None:
             head = self._head
@@ -219,15 +154,12 @@ class Connection:
             payload = data if len(data) <= left else data[:left]
             self._left = left - len(payload)
             if not self._left:
-                self._complete = True
+                self._ended = True
         else:
             payload = data
         if payload:
-            self._chunks.append((stamp, payload))
-            self._buffered += len(payload)
-            if self._buffered > _PAUSE_AT:
-                self._stop_reading()
-        if self._complete:
+            self._push(stamp, payload)
+        if self._ended:
             self._stop_reading()
 
     def _parse_head(self, head: bytes, stamp: int) -> None:
@@ -251,7 +183,7 @@ class Connection:
         coding = headers.get("transfer-encoding", "")
         length = headers.get("content-length")
         if status in (204, 304):
-            self._mode, self._complete = "length", True
+            self._mode, self._ended = "length", True
         elif coding and coding.rsplit(",", 1)[-1].strip().lower() == "chunked":
             self._mode = "chunked"
         elif length is not None and not coding:
@@ -261,7 +193,7 @@ class Connection:
                 raise RemoteProtocolError(f"bad Content-Length {length!r}") from None
             if self._left < 0:
                 raise RemoteProtocolError(f"bad Content-Length {length!r}")
-            self._mode, self._complete = "length", self._left == 0
+            self._mode, self._ended = "length", self._left == 0
         else:
             self._mode = "close"  # the body runs to the end of the connection
 
@@ -295,7 +227,7 @@ class Connection:
             except ValueError:
                 raise RemoteProtocolError(f"bad chunk size {size_text[:20]!r}") from None
             if size == 0:
-                self._complete = True  # trailers, if any, are not read: we close
+                self._ended = True  # trailers, if any, are not read: we close
                 break
             self._left = size
         if len(parts) == 1:
@@ -303,12 +235,12 @@ class Connection:
         return b"".join(parts)
 
     def _on_eof(self) -> None:
-        if self._complete:
+        if self._ended:
             return
         if self.status is None:
             self._exc = RemoteProtocolError("Server disconnected without sending a response.")
         elif self._mode == "close":
-            self._complete = True
+            self._ended = True
         elif self._mode == "chunked":
             self._exc = RemoteProtocolError(
                 "peer closed connection without sending complete message body: incomplete chunked read"
@@ -320,46 +252,16 @@ class Connection:
 
     # --- the request's side ---------------------------------------------------------
 
-    async def _wait(self) -> None:
-        self._waiter = self._loop.create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
-
     async def send(self, data: bytes) -> None:
         """Write the whole request; a partial write waits for the socket, it is never repeated."""
         try:
-            sent = self._sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
+            await self._send(data)
         except OSError as exc:
             raise WriteError(str(exc) or type(exc).__name__) from None
-        if sent < len(data):
-            try:
-                await self._loop.sock_sendall(self._sock, memoryview(data)[sent:])
-            except OSError as exc:
-                raise WriteError(str(exc) or type(exc).__name__) from None
 
     async def response(self) -> None:
         """Wait for the response head (status and headers)."""
         while self.status is None:
-            if self._exc is not None:
-                raise self._exc
-            await self._wait()
-
-    async def next(self) -> tuple[int, bytes] | None:
-        """The next body payload with its arrival stamp; None once the body is complete."""
-        while True:
-            chunks = self._chunks
-            if chunks:
-                item = chunks.popleft()
-                self._buffered -= len(item[1])
-                if not self._reading and self._buffered <= _PAUSE_AT:
-                    self._resume_reading()
-                return item
-            if self._complete:
-                return None
             if self._exc is not None:
                 raise self._exc
             await self._wait()
@@ -373,7 +275,7 @@ class Connection:
 
     async def drain(self, limit_s: float) -> None:
         """Let the body finish for up to `limit_s` (after the terminal event); failures no longer matter."""
-        if self._complete or self._exc is not None:
+        if self._ended or self._exc is not None:
             return
         try:
             async with asyncio.timeout(limit_s):
@@ -381,10 +283,3 @@ class Connection:
                     pass
         except (TimeoutError, TransportError):
             pass
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._stop_reading()
-            self._loop.remove_writer(self._fd)  # a cancelled sock_sendall unregisters only later
-            self._sock.close()

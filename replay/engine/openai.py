@@ -9,7 +9,6 @@ import httpx
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
-    ApiResult,
     OnState,
     exchange,
     load_event,
@@ -18,6 +17,7 @@ from replay.engine.exchange import (
 )
 from replay.engine.sse import SseEvent
 from replay.engine.usage import parse_usage
+from replay.metrics.record import RequestRecord
 
 # --- OpenAI chat completions ----------------------------------------------------------
 
@@ -160,7 +160,7 @@ class OpenAIReader:
             }
         self.finish = choice.get("finish_reason")
 
-    def fill(self, res: ApiResult) -> None:
+    def fill(self, res: RequestRecord) -> None:
         tool_calls = [self.tools[i] for i in sorted(self.tools)]
         if self.content or self.reasoning or tool_calls or self.done:
             res.message = reply_message(self.content, self.reasoning, tool_calls)
@@ -174,9 +174,11 @@ class OpenAIReader:
 OPENAI_HEADERS = {"content-type": "application/json", "accept-encoding": "identity", "connection": "close"}
 
 
-async def openai_chat(client: httpx.AsyncClient, call: ApiCall, on_state: OnState = None) -> ApiResult:
+async def openai_chat(
+    client: httpx.AsyncClient, call: ApiCall, on_state: OnState = None, rec: RequestRecord | None = None
+) -> RequestRecord:
     """POST /v1/chat/completions."""
     headers = {**OPENAI_HEADERS, "accept": "text/event-stream" if call.stream else "application/json"}
     return await exchange(
-        client, call, "/v1/chat/completions", openai_body(call), headers, OpenAIReader(), on_state
+        client, call, "/v1/chat/completions", openai_body(call), headers, OpenAIReader(), on_state, rec
     )

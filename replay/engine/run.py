@@ -4,7 +4,9 @@ A dispatcher walks the plan's order and starts one small waiter task per request
 `lookahead` ahead of the oldest unfinished one (so a million-request trace never has a million
 tasks). A waiter waits for the replies its request carries, then for its release time, then for a
 place among the requests in flight, and only then stamps the send time and classifies the switch.
-Every finished request is handed to `sink` at once; cancelled ones are handed over too, marked.
+Every request's `RequestRecord` is made here (who, what, when it was due), filled by the API
+function's exchange, and handed to `sink` as soon as it is finished; cancelled ones are handed over
+too, marked, with the stamps they reached.
 """
 
 from __future__ import annotations
@@ -12,20 +14,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import httpx
 
-from replay.engine.apis import APIS, ApiCall, ApiResult, make_client
+from replay.engine.apis import APIS, ApiCall, make_client
 from replay.engine.plans import Plan
 from replay.engine.session import HISTORY_MODES, LIVE, SessionState
 from replay.errors import UsageError
-from replay.metrics.record import RequestRecord, output_sha1
+from replay.metrics.record import RequestRecord
 from replay.metrics.switch import SwitchTracker
 from replay.trace.model import Request, Trace
 
-Sink = Callable[[dict[str, Any]], None]
+Sink = Callable[[RequestRecord], None]
 
 
 @dataclass(slots=True)
@@ -178,8 +179,9 @@ class Engine:
             tag=req.tag,
             switch=switch.flags,
             from_session=switch.from_session,
-            t_scheduled=due,
             expected_output_tokens=call.max_tokens,
+            t_origin=self._t0,
+            t_scheduled=self._t0 + due,
         )
         progress = self.progress
         progress.sent += 1
@@ -190,47 +192,20 @@ class Engine:
         def on_state(s: str) -> None:
             progress.sessions[req.session] = s
 
-        result: ApiResult | None = None
         try:
-            result = await api(client, call, on_state)
+            await api.send(client, call, on_state, rec)
         except anyio.get_cancelled_exc_class():
             rec.status = "cancelled"
             rec.error = f"request {req.id} ({req.session}) cancelled in flight"
-            self.sink(rec.to_json())
+            self.sink(rec)
             raise
         finally:
             self.tracker.on_done()
             progress.in_flight -= 1
-        _fill(rec, result, self._t0)
         progress.done += 1
         progress.sessions[req.session] = "waiting"
         if rec.status != "ok":
             progress.errors += 1
         else:
-            state.on_reply(req, result.message)
-        self.sink(rec.to_json())
-
-
-def _fill(rec: RequestRecord, res: ApiResult, t0: int) -> None:
-    """Copy an API result into the record, timestamps made relative to the run's start."""
-
-    def rel(t: int | None) -> int | None:
-        return None if t is None else t - t0
-
-    rec.t_sent = rel(res.t_sent)
-    rec.t_first_token = rel(res.t_first_token)
-    rec.t_last_token = rel(res.t_last_token)
-    rec.t_done = rel(res.t_done)
-    rec.status = res.status
-    rec.http_status = res.http_status
-    rec.error = res.error
-    rec.finish = res.finish
-    usage = res.usage
-    rec.prompt_tokens = usage.prompt_tokens
-    rec.cached_tokens = usage.cached_tokens
-    rec.cache_write_tokens = usage.cache_write_tokens
-    rec.reprocessed_tokens = usage.reprocessed_tokens
-    rec.reprocessed_source = usage.reprocessed_source
-    rec.output_tokens = usage.output_tokens
-    rec.modelled = res.x_sim
-    rec.output_sha1 = output_sha1(res.message) if res.status == "ok" else None
+            state.on_reply(req, rec.message)
+        self.sink(rec)

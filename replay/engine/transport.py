@@ -5,8 +5,9 @@ the parser got to them, so neither parsing nor a busy event loop shows up as TTF
 `make_client()` opens a fresh connection per request and never pools or retries, because
 llama-server closes the connection after each stream while saying keep-alive, and ds4 closes
 after every response; reusing one would fail or silently re-send a request whose body went out.
-The engine's API clients send plain http through `replay.engine.http1` (on this module's
-socket helpers) and only https through `make_client()`; the recording proxy uses it for both.
+The engine's API clients send plain http through `replay.engine.http1` (a `StampedSocket` that
+frames HTTP/1.1 itself) and only https through `make_client()`, whose plain-http streams are
+`StampedSocket`s too; the recording proxy uses it for both.
 """
 
 from __future__ import annotations
@@ -83,96 +84,186 @@ def kernel_stamp(anc: list[tuple[int, int, bytes]], now: int) -> int:
     return now
 
 
-class _StampedStream(httpcore.AsyncNetworkStream):
-    """A plain TCP stream for httpcore; `rx_ns` is when the bytes last returned by read() arrived.
+class StampedSocket:
+    """A connected socket read eagerly in the event loop's reader callback, every read stamped.
 
-    Reading is eager: the loop's reader callback receives data as soon as the socket
-    is readable and queues it with its stamp, so even the fallback stamp is not
-    delayed by the consuming task's scheduling.
+    The callback receives data as soon as the socket is readable, with the kernel's receive
+    stamp where there is one and its own otherwise, so no stamp waits for the consuming task.
+    Subclasses decide what the bytes are (`_on_data`, `_on_eof`; the default queues them as
+    they came); the consumer takes (arrival stamp, bytes) with `next()`. Reading pauses while
+    more than 4 MiB wait. A failure is raised only after everything that arrived before it was
+    taken, so a broken stream keeps what it delivered.
     """
+
+    __slots__ = (
+        "_sock",
+        "_fd",
+        "_loop",
+        "_kernel",
+        "_chunks",
+        "_buffered",
+        "_ended",
+        "_exc",
+        "_waiter",
+        "_reading",
+        "_closed",
+    )
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
         self._sock = sock
         self._fd = sock.fileno()
         self._loop = loop
-        self._kernel_stamps = enable_kernel_stamps(sock)
+        self._kernel = enable_kernel_stamps(sock)
         self._chunks: deque[tuple[int, bytes]] = deque()
         self._buffered = 0
-        self._eof = False
-        self._exc: OSError | None = None
-        self._wake: asyncio.Future[None] | None = None
+        self._ended = False  # nothing more will be queued: EOF, or the framing says the end came
+        self._exc: Exception | None = None  # raised once the queue is empty
+        self._waiter: asyncio.Future[None] | None = None
         self._reading = True
         self._closed = False
-        self.rx_ns: int | None = None
         loop.add_reader(self._fd, self._on_readable)
+
+    # --- the loop's side ------------------------------------------------------------
 
     def _on_readable(self) -> None:
         try:
-            data, anc, _flags, _addr = self._sock.recvmsg(_RECV_BYTES, 64)
+            if self._kernel:
+                data, anc, _flags, _addr = self._sock.recvmsg(_RECV_BYTES, 64)
+            else:
+                data, anc = self._sock.recv(_RECV_BYTES), None
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._exc = exc
-            data, anc = b"", []
+            self._fail(self._read_error(str(exc) or type(exc).__name__))
+            self._wake()
+            return
         now = time.perf_counter_ns()
         if not data:
-            self._eof = True
             self._stop_reading()
+            self._on_eof()
         else:
-            self._chunks.append((kernel_stamp(anc, now), data))
-            self._buffered += len(data)
-            if self._buffered > _PAUSE_AT:
-                self._stop_reading()
-        if self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
+            self._on_data(kernel_stamp(anc, now) if anc else now, data)
+        self._wake()
+
+    def _on_data(self, stamp: int, data: bytes) -> None:
+        self._push(stamp, data)
+
+    def _on_eof(self) -> None:
+        self._ended = True
+
+    def _read_error(self, text: str) -> Exception:
+        """The exception a failed read becomes, in the caller's vocabulary."""
+        return OSError(text)
+
+    def _push(self, stamp: int, payload: bytes) -> None:
+        self._chunks.append((stamp, payload))
+        self._buffered += len(payload)
+        if self._buffered > _PAUSE_AT:
+            self._stop_reading()
+
+    def _fail(self, exc: Exception) -> None:
+        self._stop_reading()
+        self._exc = exc
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _stop_reading(self) -> None:
         if self._reading:
             self._reading = False
             self._loop.remove_reader(self._fd)
 
+    def _resume_reading(self) -> None:
+        if not (self._ended or self._closed or self._exc is not None):
+            self._reading = True
+            self._loop.add_reader(self._fd, self._on_readable)
+
+    # --- the consumer's side --------------------------------------------------------
+
+    async def _wait(self) -> None:
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    async def next(self) -> tuple[int, bytes] | None:
+        """The next payload with its arrival stamp; None once the data has ended."""
+        while True:
+            chunks = self._chunks
+            if chunks:
+                item = chunks.popleft()
+                self._buffered -= len(item[1])
+                if not self._reading and self._buffered <= _PAUSE_AT:
+                    self._resume_reading()
+                return item
+            if self._ended:
+                return None
+            if self._exc is not None:
+                raise self._exc
+            await self._wait()
+
+    async def _send(self, data: bytes) -> None:
+        """Write it all; a partial write waits for the socket, it is never repeated. Raises OSError."""
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent < len(data):
+            await self._loop.sock_sendall(self._sock, memoryview(data)[sent:])
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._stop_reading()
+            self._loop.remove_writer(self._fd)  # a cancelled sock_sendall unregisters only later
+            self._sock.close()
+
+
+class _StampedStream(StampedSocket, httpcore.AsyncNetworkStream):
+    """A plain TCP stream for httpcore; `rx_ns` is when the bytes last returned by read() arrived."""
+
+    __slots__ = ("rx_ns",)
+
+    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(sock, loop)
+        self.rx_ns: int | None = None
+
+    def _read_error(self, text: str) -> Exception:
+        return httpcore.ReadError(text)
+
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        if not self._chunks and not self._eof:
-            self._wake = self._loop.create_future()
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._wake
-            except TimeoutError:
-                raise httpcore.ReadTimeout("read timed out") from None
-            finally:
-                self._wake = None
-        if self._chunks:
-            stamp, data = self._chunks.popleft()
-            if len(data) > max_bytes:
-                self._chunks.appendleft((stamp, data[max_bytes:]))
-                data = data[:max_bytes]
-            self._buffered -= len(data)
-            if not self._reading and not self._eof and not self._closed and self._buffered <= _PAUSE_AT:
-                self._reading = True
-                self._loop.add_reader(self._fd, self._on_readable)
-            self.rx_ns = stamp
-            return data
-        if self._exc is not None:
-            raise httpcore.ReadError(str(self._exc) or type(self._exc).__name__)
-        return b""
+        try:
+            async with asyncio.timeout(timeout):
+                item = await self.next()
+        except TimeoutError:
+            raise httpcore.ReadTimeout("read timed out") from None
+        if item is None:
+            return b""
+        stamp, data = item
+        if len(data) > max_bytes:
+            rest = data[max_bytes:]
+            self._chunks.appendleft((stamp, rest))
+            self._buffered += len(rest)
+            data = data[:max_bytes]
+        self.rx_ns = stamp
+        return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if self._closed:
             raise httpcore.WriteError("connection closed before the request was written")
         try:
             async with asyncio.timeout(timeout):
-                await self._loop.sock_sendall(self._sock, buffer)
+                await self._send(buffer)
         except TimeoutError:
             raise httpcore.WriteTimeout("write timed out") from None
         except OSError as exc:
             raise httpcore.WriteError(str(exc) or type(exc).__name__) from None
 
     async def aclose(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._stop_reading()
-            self._loop.remove_writer(self._fd)  # a cancelled sock_sendall unregisters only later
-            self._sock.close()
+        self.close()
 
     async def start_tls(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
         raise httpcore.ConnectError("TLS is served by httpx's default transport (https:// mount)")
@@ -182,7 +273,7 @@ class _StampedStream(httpcore.AsyncNetworkStream):
             return self._sock
         if info == "is_readable":
             # httpcore asks before reusing an idle connection; we never reuse, but answer truly.
-            return bool(self._chunks) or self._eof
+            return bool(self._chunks) or self._ended or self._exc is not None
         if info in ("client_addr", "server_addr"):
             try:
                 return self._sock.getsockname() if info == "client_addr" else self._sock.getpeername()

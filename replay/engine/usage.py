@@ -15,8 +15,9 @@ never a guess.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
+
+from replay.metrics.record import Usage  # the record's token counts; made here, from the rules
 
 Path = tuple[str, ...]
 Rule = tuple[Path, ...]
@@ -69,18 +70,6 @@ OUTPUT_RULES: tuple[Rule, ...] = (
     (("meta_info", "completion_tokens"),),
     (("timings", "predicted_n"),),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token counts of one request; None means the server did not say."""
-
-    prompt_tokens: int | None = None
-    cached_tokens: int | None = None
-    cache_write_tokens: int | None = None
-    output_tokens: int | None = None
-    reprocessed_tokens: int | None = None
-    reprocessed_source: Literal["server", "derived"] | None = None
 
 
 def _number(obj: Mapping[str, Any], path: Path) -> int | None:

@@ -1,8 +1,8 @@
 """Per-request records, switch classification, HDR histograms, results files."""
 
 from replay.metrics.hist import ClassStats, Summary
-from replay.metrics.record import RequestRecord
-from replay.metrics.results import ResultsWriter, RunResults, merged_summary, read_results
+from replay.metrics.record import RequestRecord, Usage
+from replay.metrics.results import ResultsWriter, RunResults, merged_summary, read_results, request_line
 from replay.metrics.switch import CLASSES, Switch, SwitchTracker
 
 __all__ = [
@@ -14,6 +14,8 @@ __all__ = [
     "Summary",
     "Switch",
     "SwitchTracker",
+    "Usage",
     "merged_summary",
     "read_results",
+    "request_line",
 ]

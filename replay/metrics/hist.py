@@ -1,5 +1,7 @@
 """HDR histograms per switch class, encoded into the results so runs merge exactly.
 
+Live runs feed them from records' integer stamps; a results file cut short before its summary
+line is summarised again from its request lines, whose seconds are the same microseconds printed.
 Merging two encoded histograms gives the same percentiles as one histogram that saw every value,
 which is what lets `--workers N`, `--shard i/N` and several result files report as one run.
 """
@@ -11,9 +13,12 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from replay.metrics.record import RequestRecord
+
 # Microseconds up to ~3 h for times; up to 10M tokens for counts; 3 significant figures.
 _RANGES = {"ttft_us": 10_800_000_000, "latency_us": 10_800_000_000, "reprocessed": 10_000_000}
 _SUMS = ("prompt_tokens", "cached_tokens", "reprocessed_tokens", "output_tokens")
+_Tokens = tuple[int | None, int | None, int | None, int | None]
 
 
 def new_histogram(metric: str) -> HdrHistogram:
@@ -29,21 +34,22 @@ class ClassStats:
     sums: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_SUMS, 0))
     hists: dict[str, HdrHistogram] = field(default_factory=lambda: {m: new_histogram(m) for m in _RANGES})
 
-    def add(self, rec: dict[str, Any]) -> None:
+    def add(self, ok: bool, ttft_us: int | None, latency_us: int | None, tokens: _Tokens) -> None:
+        """One request; `tokens` are (prompt, cached, reprocessed, output) as in `_SUMS`."""
         self.count += 1
-        if rec.get("status") != "ok":
+        if not ok:
             self.errors += 1
             return
-        for key in _SUMS:
-            self.sums[key] += rec.get(key) or 0
-        if rec.get("ttft_s") is not None:
-            self.hists["ttft_us"].record_value(min(int(rec["ttft_s"] * 1e6), _RANGES["ttft_us"]))
-        if rec.get("latency_s") is not None:
-            self.hists["latency_us"].record_value(min(int(rec["latency_s"] * 1e6), _RANGES["latency_us"]))
-        if rec.get("reprocessed_tokens") is not None:
-            self.hists["reprocessed"].record_value(
-                min(int(rec["reprocessed_tokens"]), _RANGES["reprocessed"])
-            )
+        sums = self.sums
+        for key, value in zip(_SUMS, tokens, strict=True):
+            sums[key] += value or 0
+        if ttft_us is not None:
+            self.hists["ttft_us"].record_value(min(ttft_us, _RANGES["ttft_us"]))
+        if latency_us is not None:
+            self.hists["latency_us"].record_value(min(latency_us, _RANGES["latency_us"]))
+        reprocessed = tokens[2]
+        if reprocessed is not None:
+            self.hists["reprocessed"].record_value(min(int(reprocessed), _RANGES["reprocessed"]))
 
     def merge(self, other: ClassStats) -> None:
         self.count += other.count
@@ -89,6 +95,11 @@ class ClassStats:
 ALL = "all"
 
 
+def _micros(seconds: float | None) -> int | None:
+    # Lines print seconds to the microsecond: round, never truncate, to get the same integer back.
+    return None if seconds is None else round(seconds * 1e6)
+
+
 @dataclass(slots=True)
 class Summary:
     """Per-class statistics of one or more runs; 'all' counts every request once."""
@@ -101,9 +112,25 @@ class Summary:
             stats = self.classes[cls] = ClassStats()
         return stats
 
-    def add(self, rec: dict[str, Any]) -> None:
-        for cls in (ALL, *rec.get("switch", ())):
-            self._stats(cls).add(rec)
+    def add(self, rec: RequestRecord) -> None:
+        usage = rec.usage
+        tokens = (usage.prompt_tokens, usage.cached_tokens, usage.reprocessed_tokens, usage.output_tokens)
+        ok, ttft_us, latency_us = rec.ok, rec.ttft_us, rec.latency_us
+        for cls in (ALL, *rec.switch):
+            self._stats(cls).add(ok, ttft_us, latency_us, tokens)
+
+    def add_line(self, line: dict[str, Any]) -> None:
+        """A `request` line read back from a results file."""
+        tokens = (
+            line.get("prompt_tokens"),
+            line.get("cached_tokens"),
+            line.get("reprocessed_tokens"),
+            line.get("output_tokens"),
+        )
+        ok = line.get("status") == "ok"
+        ttft_us, latency_us = _micros(line.get("ttft_s")), _micros(line.get("latency_s"))
+        for cls in (ALL, *line.get("switch", ())):
+            self._stats(cls).add(ok, ttft_us, latency_us, tokens)
 
     def merge(self, other: Summary) -> None:
         for cls, stats in other.classes.items():

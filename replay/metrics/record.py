@@ -1,18 +1,20 @@
-"""The per-request record: named monotonic timestamps, and every metric derived from them.
+"""THE per-request record: every moment of a request's life as a named monotonic stamp, the
+outcome, and every figure derived from them.
 
-Timestamps are nanoseconds on the run's monotonic clock, relative to the run's start. Adding a
-metric means adding a property here; the engine's hot path only stamps times.
+The engine makes one record per request (who, what, when it was due) and hands it to the API
+function, whose exchange stamps each moment as it happens, in `time.perf_counter_ns()`
+nanoseconds, and fills in the outcome; the record then goes to the sink as it is. Figures are
+properties, so adding a metric never touches the hot path; JSON is made only by the results
+writer (`replay.metrics.results`), and histograms take integer microseconds from the stamps.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
-
-_NS = 1e-9
 
 
 def output_sha1(message: dict[str, Any] | None) -> str | None:
@@ -30,98 +32,133 @@ def output_sha1(message: dict[str, Any] | None) -> str | None:
     return hashlib.sha1(orjson.dumps(said)).hexdigest()
 
 
-def _seconds(a: int | None, b: int | None) -> float | None:
-    return None if a is None or b is None else round((b - a) * _NS, 6)
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one request; None means the server did not say (see `engine.usage`)."""
+
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    output_tokens: int | None = None
+    reprocessed_tokens: int | None = None
+    reprocessed_source: Literal["server", "derived"] | None = None
+
+
+def span_ns(start: int | None, end: int | None) -> int | None:
+    return None if start is None or end is None else end - start
+
+
+def micros(ns: int | None) -> int | None:
+    """Nanoseconds to whole microseconds, ties to even: what histograms record and results print."""
+    if ns is None:
+        return None
+    whole, rest = divmod(ns, 1000)
+    if rest > 500 or (rest == 500 and whole % 2):
+        whole += 1
+    return whole
+
+
+def _seconds(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e9
 
 
 @dataclass(slots=True)
 class RequestRecord:
-    seq: int
-    request_id: int
-    session: str
-    tag: str
-    switch: tuple[str, ...]
-    from_session: str | None
-    t_scheduled: int
-    t_sent: int | None = None
-    t_first_token: int | None = None
+    """One request: fields stay None for moments that were never reached."""
+
+    # Who and what, set by the engine before the call (a call made outside a run keeps the defaults).
+    seq: int = 0  # order of sending within the run
+    request_id: int = 0
+    session: str = ""
+    tag: str = ""
+    switch: tuple[str, ...] = ()
+    from_session: str | None = None
+    expected_output_tokens: int | None = None  # the cap sent (the recorded length)
+    # Moments, perf_counter_ns. Results report them relative to `t_origin`, the run's start.
+    t_origin: int = 0
+    t_scheduled: int | None = None  # when the plan wanted it sent
+    t_start: int | None = None  # the call began: before connecting
+    t_connected: int | None = None  # TCP connection open
+    t_sent: int | None = None  # request headers start going out: TTFT's zero
+    t_headers: int | None = None  # response headers received
+    t_first_byte: int | None = None  # first body chunk (may be a keep-alive or role chunk)
+    t_first_token: int | None = None  # first content / reasoning / tool-call event
     t_last_token: int | None = None
-    t_done: int | None = None
-    status: str = "ok"
+    t_end: int | None = None  # terminal event / last body byte arrived; else when we gave up
+    # Outcome.
+    status: str = "ok"  # engine.exchange.Status, or "cancelled"
     http_status: int | None = None
-    error: str | None = None
-    finish: str | None = None
-    prompt_tokens: int | None = None
-    cached_tokens: int | None = None
-    cache_write_tokens: int | None = None
-    reprocessed_tokens: int | None = None
-    reprocessed_source: str | None = None
-    output_tokens: int | None = None
-    expected_output_tokens: int | None = None
-    output_sha1: str | None = None
-    modelled: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # one line, names the request
+    finish: str | None = None  # OpenAI vocabulary: stop | length | tool_calls | ...
+    message: dict[str, Any] | None = None  # neutral assistant message; results keep its digest only
+    usage: Usage = field(default_factory=Usage)
+    raw_usage: dict[str, Any] | None = None  # usage object as the server sent it
+    timings: dict[str, Any] | None = None  # llama.cpp `timings`
+    x_sim: dict[str, Any] | None = None  # the simulator's modelled times (results: `modelled`)
+    n_events: int = 0  # SSE events dispatched
+    n_token_events: int = 0  # of which carried a token
+    n_comments: int = 0  # keep-alive comment lines
+    extra: dict[str, Any] = field(default_factory=dict)  # fields a caller adds to the results line
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
 
     @property
     def lag_s(self) -> float | None:
         """How late the request went out compared with its plan (the client's own queueing)."""
-        return _seconds(self.t_scheduled, self.t_sent)
+        return _seconds(span_ns(self.t_scheduled, self.t_sent))
+
+    @property
+    def connect_s(self) -> float | None:
+        return _seconds(span_ns(self.t_start, self.t_connected))
 
     @property
     def ttft_s(self) -> float | None:
-        return _seconds(self.t_sent, self.t_first_token)
+        return _seconds(span_ns(self.t_sent, self.t_first_token))
+
+    @property
+    def headers_s(self) -> float | None:
+        return _seconds(span_ns(self.t_sent, self.t_headers))
+
+    @property
+    def first_byte_s(self) -> float | None:
+        return _seconds(span_ns(self.t_sent, self.t_first_byte))
 
     @property
     def latency_s(self) -> float | None:
-        return _seconds(self.t_sent, self.t_done)
+        return _seconds(span_ns(self.t_sent, self.t_end))
 
     @property
     def ttft_sched_s(self) -> float | None:
         """TTFT counted from the intended send time, so a slow client or server cannot hide queueing."""
-        return _seconds(self.t_scheduled, self.t_first_token)
+        return _seconds(span_ns(self.t_scheduled, self.t_first_token))
 
     @property
     def latency_sched_s(self) -> float | None:
-        return _seconds(self.t_scheduled, self.t_done)
+        return _seconds(span_ns(self.t_scheduled, self.t_end))
+
+    @property
+    def decode_s(self) -> float | None:
+        return _seconds(span_ns(self.t_first_token, self.t_last_token))
 
     @property
     def decode_tps(self) -> float | None:
-        if not self.output_tokens or self.output_tokens < 2:
+        """Tokens per second after the first token (the first one is prefill's)."""
+        n = self.usage.output_tokens
+        span = self.decode_s
+        if n is None or n < 2 or not span:
             return None
-        span = _seconds(self.t_first_token, self.t_last_token)
-        return round((self.output_tokens - 1) / span, 3) if span else None
+        return (n - 1) / span
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "kind": "request",
-            "seq": self.seq,
-            "id": self.request_id,
-            "session": self.session,
-            "tag": self.tag,
-            "switch": list(self.switch),
-            "from_session": self.from_session,
-            "scheduled_s": round(self.t_scheduled * _NS, 6),
-            "sent_s": None if self.t_sent is None else round(self.t_sent * _NS, 6),
-            "lag_s": self.lag_s,
-            "ttft_s": self.ttft_s,
-            "latency_s": self.latency_s,
-            "ttft_sched_s": self.ttft_sched_s,
-            "latency_sched_s": self.latency_sched_s,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_tokens": self.cached_tokens,
-            "cache_write_tokens": self.cache_write_tokens,
-            "reprocessed_tokens": self.reprocessed_tokens,
-            "reprocessed_source": self.reprocessed_source,
-            "output_tokens": self.output_tokens,
-            "expected_output_tokens": self.expected_output_tokens,
-            "decode_tps": self.decode_tps,
-            "finish": self.finish,
-            "output_sha1": self.output_sha1,
-            "status": self.status,
-            "http_status": self.http_status,
-            "error": self.error,
-        }
-        if self.modelled is not None:
-            out["modelled"] = self.modelled
-        out.update(self.extra)
-        return out
+    @property
+    def ttft_us(self) -> int | None:
+        return micros(span_ns(self.t_sent, self.t_first_token))
+
+    @property
+    def latency_us(self) -> int | None:
+        return micros(span_ns(self.t_sent, self.t_end))
+
+    @property
+    def output_sha1(self) -> str | None:
+        return output_sha1(self.message) if self.ok else None

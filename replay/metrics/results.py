@@ -15,8 +15,60 @@ import orjson
 
 from replay.errors import TraceError
 from replay.metrics.hist import Summary
+from replay.metrics.record import RequestRecord, micros, span_ns
 
 FORMAT = "agent-replay-results/1"
+
+
+def _seconds(ns: int | None) -> float | None:
+    """Seconds to the microsecond, as results have always printed them."""
+    us = micros(ns)
+    return None if us is None else us / 1e6
+
+
+def request_line(rec: RequestRecord) -> dict[str, Any]:
+    """A record as its `request` line; the fields up to `error` are the format's, in its order."""
+    usage = rec.usage
+    origin = rec.t_origin
+    decode_s = _seconds(span_ns(rec.t_first_token, rec.t_last_token))
+    n = usage.output_tokens
+    line: dict[str, Any] = {
+        "kind": "request",
+        "seq": rec.seq,
+        "id": rec.request_id,
+        "session": rec.session,
+        "tag": rec.tag,
+        "switch": list(rec.switch),
+        "from_session": rec.from_session,
+        "scheduled_s": _seconds(span_ns(origin, rec.t_scheduled)),
+        "sent_s": _seconds(span_ns(origin, rec.t_sent)),
+        "lag_s": _seconds(span_ns(rec.t_scheduled, rec.t_sent)),
+        "ttft_s": _seconds(span_ns(rec.t_sent, rec.t_first_token)),
+        "latency_s": _seconds(span_ns(rec.t_sent, rec.t_end)),
+        "ttft_sched_s": _seconds(span_ns(rec.t_scheduled, rec.t_first_token)),
+        "latency_sched_s": _seconds(span_ns(rec.t_scheduled, rec.t_end)),
+        "prompt_tokens": usage.prompt_tokens,
+        "cached_tokens": usage.cached_tokens,
+        "cache_write_tokens": usage.cache_write_tokens,
+        "reprocessed_tokens": usage.reprocessed_tokens,
+        "reprocessed_source": usage.reprocessed_source,
+        "output_tokens": n,
+        "expected_output_tokens": rec.expected_output_tokens,
+        "decode_tps": round((n - 1) / decode_s, 3) if n and n >= 2 and decode_s else None,
+        "finish": rec.finish,
+        "output_sha1": rec.output_sha1,
+        "status": rec.status,
+        "http_status": rec.http_status,
+        "error": rec.error,
+        # Added to the format since: the stamps before the first token.
+        "connect_s": _seconds(span_ns(rec.t_start, rec.t_connected)),
+        "headers_s": _seconds(span_ns(rec.t_sent, rec.t_headers)),
+        "first_byte_s": _seconds(span_ns(rec.t_sent, rec.t_first_byte)),
+    }
+    if rec.x_sim is not None:
+        line["modelled"] = rec.x_sim
+    line.update(rec.extra)
+    return line
 
 
 class ResultsWriter:
@@ -31,9 +83,13 @@ class ResultsWriter:
         self._out.write(orjson.dumps(obj) + b"\n")
         self._out.flush()
 
-    def request(self, rec: dict[str, Any]) -> None:
-        self.summary.add(rec)
-        self.write(rec)
+    def request(self, rec: RequestRecord, summarise: bool = True) -> dict[str, Any]:
+        """Write a record's line (into the summary too unless told not to); returns the line."""
+        if summarise:
+            self.summary.add(rec)
+        line = request_line(rec)
+        self.write(line)
+        return line
 
     def close(self, extra: dict[str, Any] | None = None) -> None:
         """Write the summary line and close; safe to call once on every exit path."""
@@ -67,8 +123,8 @@ class RunResults:
         if self.summary_line is not None:
             return Summary.decode(self.summary_line["classes"])
         summary = Summary()
-        for rec in self.requests:
-            summary.add(rec)
+        for line in self.requests:
+            summary.add_line(line)
         return summary
 
 
@@ -113,3 +169,29 @@ def merged_summary(results: Iterable[RunResults]) -> Summary:
     for res in results:
         total.merge(res.summary)
     return total
+
+
+def time_scale(run_header: dict[str, Any]) -> float | None:
+    """The simulator's `--time-scale` from the run header (a field, or the server's argv)."""
+    target = run_header.get("target") or {}
+    if isinstance(target.get("time_scale"), int | float):
+        return float(target["time_scale"])
+    for argv in _string_lists(target):
+        for i, arg in enumerate(argv[:-1]):
+            if arg == "--time-scale":
+                try:
+                    return float(argv[i + 1])
+                except ValueError:
+                    return None
+    return None
+
+
+def _string_lists(node: Any) -> Iterable[list[str]]:
+    if isinstance(node, list):
+        if node and all(isinstance(x, str) for x in node):
+            yield node
+        for item in node:
+            yield from _string_lists(item)
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _string_lists(value)

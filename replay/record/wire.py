@@ -20,14 +20,12 @@ from typing import Any
 
 import orjson
 
-from replay.engine.anthropic import AnthropicReader
-from replay.engine.exchange import ApiResult, BadPayload, error_text
-from replay.engine.openai import OpenAIReader
+from replay.engine.apis import APIS
+from replay.engine.exchange import BadPayload, Reader, error_text
 from replay.engine.sse import SseParser
 from replay.engine.usage import Usage
+from replay.metrics.record import RequestRecord
 from replay.trace.model import Message
-
-APIS = ("openai", "anthropic")
 
 # Body fields stored in their own place in the trace (or deliberately not stored: `metadata`
 # carries Anthropic's user id, `user` OpenAI's); everything else goes to `params.extra`.
@@ -318,14 +316,15 @@ class TapResult:
 class ReplyTap:
     """Reads a reply's bytes as they pass through, after they were forwarded; never raises.
 
-    SSE replies go through the engine's `SseParser` and stream reader, JSON replies through the
-    same reader's `body`; error replies keep their first 64 KiB for the error text. Chunks are
-    stamped by the caller as they arrived, so first/last token times are the wire's.
+    SSE replies go through the engine's `SseParser` and the API's reader from the engine's
+    registry, JSON replies through the same reader's `body`; error replies keep their first 64 KiB
+    for the error text. Chunks are stamped by the caller as they arrived, so first/last token
+    times are the wire's.
     """
 
     def __init__(self, api: str) -> None:
         self.api = api
-        self.reader: Any = OpenAIReader() if api == "openai" else AnthropicReader()
+        self.reader: Reader = APIS[api].reader()
         self.parser = SseParser()
         self.status: int | None = None
         self.sse = False
@@ -372,7 +371,7 @@ class ReplyTap:
         `status`: ok, http_error, malformed (bytes that are not the protocol's JSON), server_error
         (an error event inside the stream) or stream_broken (ended without its terminal event).
         """
-        res = ApiResult()
+        res = RequestRecord()
         out = TapResult(http_status=self.status, t_first_token=self.t_first_token, n_events=self.n_events)
         if self.status is not None and self.status >= 400:
             out.status, out.error = "http_error", f"HTTP {self.status}: {error_text(bytes(self.body))}"

@@ -8,6 +8,7 @@ it can be mailed or attached to an issue as it is.
 from __future__ import annotations
 
 import html
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from replay.report import plots
+from replay.report.glossary import GLOSSARY, TERMS
 from replay.report.table import summary_rows
+from replay.report.verdict import verdict
 from replay.report.view import RunView, load_run
 
 TABLE_COLUMNS = (
@@ -28,6 +31,18 @@ TABLE_COLUMNS = (
     ("mean_reprocessed", "re-processed (mean)"),
     ("mean_cached", "cached (mean)"),
 )
+
+COLUMN_TIPS = {
+    "n": "requests in this class",
+    "err": "requests that did not end ok",
+    "TTFT p50 s": "time to first token, median",
+    "p90": "90th percentile",
+    "max": "the slowest",
+    "latency p50 s": "send to last token, median",
+    "re-processed (mean)": TERMS["re-processed"],
+    "cached (mean)": TERMS["cached"],
+    "class": "the switch class (see the glossary)",
+}
 
 
 # --- numbers -------------------------------------------------------------------------------
@@ -103,28 +118,25 @@ def _fmt(value: Any) -> str:
 
 
 def summary_markdown(runs: Sequence[RunView], title: str | None = None) -> str:
-    """A summary to paste into an issue: the switch digest (arms side by side), then per-class tables."""
+    """A summary to paste into an issue: the verdict, the switch digest (arms side by side), then
+    per-class tables, each figure on the clock the note under the title names."""
     digests = [digest(run) for run in runs]
-    lines = [f"## {title or default_title(runs)}", ""]
+    lines = [f"## {title or default_title(runs)}", "", verdict(runs, digests), ""]
     sources = sorted({str((run.header.get("trace") or {}).get("source") or "") for run in runs} - {""})
     if sources:
         lines += [f"Trace: {', '.join(sources)}; {len(runs)} run(s).", ""]
+    lines += [time_note(runs), ""]
     lines.append("| | " + " | ".join(d["label"] for d in digests) + " |")
     lines.append("|---|" + "---|" * len(digests))
     for _, name, fmt in DIGEST_ROWS:
         lines.append(f"| {name} | " + " | ".join(fmt(d) for d in digests) + " |")
     for run in runs:
         lines += ["", f"### {run.label}: requests by switch class", ""]
-        lines.append("| class | " + " | ".join(h for _, h in TABLE_COLUMNS) + " |")
+        lines.append("| " + " | ".join(_class_header(run)) + " |")
         lines.append("|---|" + "---:|" * len(TABLE_COLUMNS))
-        for cls, row in summary_rows(run.summary).items():
+        for cls, row in class_rows(run).items():
             lines.append(f"| {cls} | " + " | ".join(_fmt(row[k]) for k, _ in TABLE_COLUMNS) + " |")
-    lines += [
-        "",
-        "TTFT in the tables is measured by the client; waits above are "
-        + ", ".join(sorted({d["clock"] for d in digests}))
-        + " seconds.",
-    ]
+    lines += ["", "Terms: " + "; ".join(f"**{term}**: {text}" for term, text in GLOSSARY[:4] + GLOSSARY[5:6])]
     return "\n".join(lines) + "\n"
 
 
@@ -140,12 +152,37 @@ th:first-child, td:first-child { text-align: left; } th { background: #f3f4f6; }
 .arms { display: flex; flex-wrap: wrap; gap: 24px; } .arms > div { flex: 1 1 420px; }
 figure.plot { margin: 8px 0 24px; } figure.plot svg { width: 100%; height: auto; }
 .note { color: #555; font-size: 12px; }
+.verdict { font-size: 15px; background: #f3f6fb; border-left: 4px solid #2f6db5; padding: 8px 12px; }
+dl { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; } dt { font-weight: 600; }
+dd { margin: 0; } th[title], td[title] { text-decoration: underline dotted; cursor: help; }
 """
 
 
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+def _table(
+    rows: list[list[str]],
+    header: list[str],
+    tips: dict[str, str] | None = None,
+    row_tips: dict[str, str] | None = None,
+) -> str:
+    """A table whose headers (and first cells) carry `title` tooltips where a tip is known."""
+    tips, row_tips = tips or {}, row_tips or {}
+    head = "".join(
+        f'<th title="{html.escape(tips[h])}">{html.escape(h)}</th>'
+        if h in tips
+        else f"<th>{html.escape(h)}</th>"
+        for h in header
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td title="{html.escape(row_tips[c])}">{html.escape(c)}</td>'
+            if i == 0 and c in row_tips
+            else f"<td>{html.escape(c)}</td>"
+            for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -157,27 +194,100 @@ def default_title(runs: Sequence[RunView]) -> str:
     return "agent-replay report"
 
 
+DIGEST_TIPS = {
+    "switches": TERMS["switch"],
+    "re-processed tokens per switch, mean / max": TERMS["re-processed"],
+    "wait per switch (to first token), mean / max": "queue + disk work + prefill of each switch",
+    "disk restores / live misses": TERMS["restore"] + " " + TERMS["live miss"],
+    "evictions (with zero hits)": TERMS["eviction"],
+    "stores by reason": TERMS["store reasons"],
+}
+
+
+def time_note(runs: Sequence[RunView]) -> str:
+    """Which clock the figures are on: modelled (what the real server would take) or measured here."""
+    notes: dict[str, list[str]] = {}
+    for run in runs:
+        if run.clock == "modelled":
+            scale = run.time_scale
+            faster = f"; the simulator ran {scale:g}x faster than that" if scale else ""
+            note = f"times are modelled seconds, what the real server would take{faster}"
+        else:
+            note = "times are measured wall-clock seconds on this machine"
+        notes.setdefault(note, []).append(run.label)
+    if len(notes) == 1:
+        return next(iter(notes)).capitalize() + "."
+    return "; ".join(f"{', '.join(labels)}: {note}" for note, labels in notes.items()) + "."
+
+
+def class_rows(run: RunView) -> dict[str, dict[str, Any]]:
+    """The per-class table on the run's own clock: modelled times from the views on the simulator,
+    the client's measured histograms otherwise."""
+    rows = summary_rows(run.summary)
+    if run.clock != "modelled":
+        return rows
+    for cls, row in rows.items():
+        members = [r for r in run.requests if r.status == "ok" and (cls == "all" or cls in r.switch)]
+        ttft = sorted(r.ttft for r in members)
+        latency = sorted(r.end - r.start for r in members)
+        row.update(
+            ttft_p50_s=_pct(ttft, 50),
+            ttft_p90_s=_pct(ttft, 90),
+            ttft_max_s=round(ttft[-1], 3) if ttft else None,
+            latency_p50_s=_pct(latency, 50),
+        )
+    return rows
+
+
+def _pct(values: list[float], q: int) -> float | None:
+    """Nearest-rank percentile of sorted values."""
+    if not values:
+        return None
+    return round(values[max(0, -(-q * len(values) // 100) - 1)], 3)
+
+
+def _class_header(run: RunView) -> list[str]:
+    return ["class", *(f"{h} ({run.clock})" if h.endswith(" s") else h for _, h in TABLE_COLUMNS)]
+
+
+def _code(text: str) -> str:
+    """Escaped text with its `backquoted` commands and flags set as code, as markdown would."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
+def glossary_html() -> str:
+    items = "".join(f"<dt>{html.escape(term)}</dt><dd>{html.escape(text)}</dd>" for term, text in GLOSSARY)
+    return f'<section id="glossary"><h2>Glossary</h2><dl>{items}</dl></section>'
+
+
 def render_page(runs: Sequence[RunView], title: str | None = None) -> str:
-    """The whole page as one string."""
+    """The whole page as one string: the verdict first, then the numbers that back it."""
     title = title or default_title(runs)
     digests = [digest(run) for run in runs]
+    tips = {
+        **COLUMN_TIPS,
+        **{f"{h} ({c})": COLUMN_TIPS[h] for h in COLUMN_TIPS for c in ("modelled", "measured")},
+    }
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
+        f'<p class="verdict" id="verdict">{_code(verdict(runs, digests))}</p>',
+        f'<p class="note" id="clock">{html.escape(time_note(runs))}</p>',
         '<p class="note">' + html.escape(", ".join(Path(run.path).name for run in runs)) + "</p>",
         '<section id="digest"><h2>What the switches cost</h2>',
         _table(
             [[name, *(fmt(d) for d in digests)] for _, name, fmt in DIGEST_ROWS],
             ["", *(d["label"] for d in digests)],
+            row_tips=DIGEST_TIPS,
         ),
         "</section>",
         '<section id="timeline"><h2>Timeline</h2>',
         '<p class="note">One lane per session; each request is a bar split into queue, disk work (evict save and '
         "restore), prefill and decode; markers above a bar: switch, compaction, first request of a session; "
-        "outlined bars were sent while another request was in flight. Underneath: disk KV in use, restores and "
-        "evictions from the server log.</p>",
+        "outlined bars were sent while another request was in flight. Underneath, when the server's log was "
+        "read: disk KV in use, restores and evictions.</p>",
     ]
     same_clock = len({run.clock for run in runs}) == 1
     x_max = max((r.end for run in runs for r in run.requests), default=0.0) if same_clock else None
@@ -194,18 +304,15 @@ def render_page(runs: Sequence[RunView], title: str | None = None) -> str:
         '<div class="arms">',
     ]
     for run in runs:
-        rows = [
-            [cls, *(_fmt(row[k]) for k, _ in TABLE_COLUMNS)] for cls, row in summary_rows(run.summary).items()
-        ]
-        parts.append(
-            f"<div><h3>{html.escape(run.label)}</h3>{_table(rows, ['class', *(h for _, h in TABLE_COLUMNS)])}</div>"
-        )
+        rows = [[cls, *(_fmt(row[k]) for k, _ in TABLE_COLUMNS)] for cls, row in class_rows(run).items()]
+        parts.append(f"<div><h3>{html.escape(run.label)}</h3>{_table(rows, _class_header(run), tips)}</div>")
     parts += [
         "</div></section>",
         '<section id="depth"><h2>Rates by depth</h2>',
         '<figure class="plot" data-plot="depth">',
         plots.by_depth(runs),
         "</figure></section>",
+        glossary_html(),
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"

@@ -6,6 +6,7 @@ per phase and per arm so two reports put side by side read the same way.
 
 from __future__ import annotations
 
+import html
 import io
 import re
 from collections.abc import Sequence
@@ -18,7 +19,9 @@ from matplotlib import pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
+from replay.report.glossary import LEGEND  # noqa: E402
 from replay.report.view import RunView
 
 PHASES = (
@@ -42,7 +45,14 @@ def to_svg(fig: Figure) -> str:
     plt.close(fig)
     text = buf.getvalue()
     text = text[text.index("<svg") :]
+    text = _LEGEND_TEXT.sub(
+        lambda m: f"{m.group(1)}<title>{html.escape(LEGEND[m.group(2)])}</title>{m.group(2)}<", text
+    )
     return re.sub(r'(<svg[^>]*?) width="[^"]*" height="[^"]*"', r"\1", text, count=1)
+
+
+# A legend label as matplotlib writes it (svg.fonttype none: the text itself), to add its tooltip.
+_LEGEND_TEXT = re.compile(r"(<text [^>]*>)(" + "|".join(re.escape(k) for k in LEGEND) + r")<")
 
 
 def arm_colour(index: int) -> str:
@@ -57,9 +67,13 @@ def timeline(run: RunView, x_max: float | None = None) -> str:
     sessions = run.sessions
     lanes = {sid: i for i, sid in enumerate(sessions)}
     height = 1.2 + 0.38 * len(sessions)
-    fig, (ax, disk) = plt.subplots(
-        2, 1, figsize=(11, height + 1.6), sharex=True, gridspec_kw={"height_ratios": [height, 1.6]}
-    )
+    disk = None
+    if run.disk:  # no server log read (an external server): no empty strip
+        fig, (ax, disk) = plt.subplots(
+            2, 1, figsize=(11, height + 1.6), sharex=True, gridspec_kw={"height_ratios": [height, 1.6]}
+        )
+    else:
+        fig, ax = plt.subplots(figsize=(11, height + 0.5))
     for req in run.requests:
         y = lanes[req.session]
         x = req.start
@@ -96,30 +110,23 @@ def timeline(run: RunView, x_max: float | None = None) -> str:
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(f"{run.label}: requests per session ({run.clock} seconds)")
+    ax.set_ylabel("session")
     handles: list[Patch | Line2D] = [Patch(facecolor=c, label=label) for _, c, label in PHASES]
     handles += [
         Line2D([], [], marker=m, color=c, linestyle="none", label=flag) for flag, (m, c) in MARKERS.items()
     ]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    _disk_strip(disk, run)
+    if disk is None:
+        _time_axis(ax, run)
+    else:
+        _disk_strip(disk, run)
+        _time_axis(disk, run)
     fig.tight_layout()
     return to_svg(fig)
 
 
 def _disk_strip(ax: plt.Axes, run: RunView) -> None:
     points = run.disk
-    if not points:
-        ax.text(
-            0.5,
-            0.5,
-            "no server log events in this results file",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-        )
-        ax.set_yticks([])
-        ax.set_xlabel(f"{run.clock} seconds since the run started")
-        return
     xs = [0.0] + [p.t for p in points]
     ys = [0.0] + [p.used_mib / 1024 for p in points]
     ax.step(xs, ys, where="post", color="#2f6db5", linewidth=1.2, label="disk KV in use (GiB)")
@@ -148,10 +155,24 @@ def _disk_strip(ax: plt.Axes, run: RunView) -> None:
         label="evicted, had hits",
     )
     ax.set_ylim(0, top * 1.25)
-    ax.set_ylabel("GiB")
-    ax.set_xlabel(f"{run.clock} seconds since the run started")
+    ax.set_ylabel("disk KV (GiB)")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+
+
+def _time_axis(ax: plt.Axes, run: RunView) -> None:
+    """Clock time (06:45, 07:46, ...) when the trace carries its wall clock, else seconds from the start."""
+    if run.clock_start is None:
+        ax.set_xlabel(f"{run.clock} seconds since the run started")
+        return
+    start = run.clock_start
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _hhmm(start + x)))
+    ax.set_xlabel(f"time of day ({run.clock} clock, from the trace's own start time)")
+
+
+def _hhmm(seconds: float) -> str:
+    s = int(round(seconds)) % 86_400
+    return f"{s // 3600:02d}:{s % 3600 // 60:02d}"
 
 
 def by_class(runs: Sequence[RunView]) -> str:
@@ -159,9 +180,12 @@ def by_class(runs: Sequence[RunView]) -> str:
     classes = [c for c in CLASS_ORDER if any(c in r.switch for run in runs for r in run.requests)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     clock = runs[0].clock if len({run.clock for run in runs}) == 1 else "modelled or measured"
-    metrics = ((axes[0], "ttft", f"TTFT ({clock} s)"), (axes[1], "reprocessed", "re-processed tokens"))
+    metrics = (
+        (axes[0], "ttft", "time to first token by switch class", f"seconds ({clock})"),
+        (axes[1], "reprocessed", "re-processed tokens by switch class", "tokens"),
+    )
     width = 0.8 / max(1, len(runs))
-    for ax, attr, title in metrics:
+    for ax, attr, title, unit in metrics:
         for i, run in enumerate(runs):
             data = [
                 [getattr(r, attr) for r in run.requests if c in r.switch and r.status == "ok"]
@@ -189,16 +213,19 @@ def by_class(runs: Sequence[RunView]) -> str:
                 ax.plot(jitter, d, "o", color=arm_colour(i), markersize=3, alpha=0.8)
         ax.set_xticks(range(len(classes)), classes)
         ax.set_title(title)
+        ax.set_xlabel("switch class")
+        ax.set_ylabel(unit)
         ax.set_ylim(bottom=0)
+        ax.margins(y=0.08)
         ax.grid(axis="y", alpha=0.3)
-    if len(runs) > 1:
-        axes[1].legend(
+        ax.legend(
             handles=[
                 Patch(facecolor=arm_colour(i), alpha=0.55, label=run.label) for i, run in enumerate(runs)
             ],
             loc="upper left",
             bbox_to_anchor=(1.0, 1.0),
             frameon=False,
+            fontsize=8,
         )
     fig.tight_layout()
     return to_svg(fig)
@@ -236,13 +263,19 @@ def by_depth(runs: Sequence[RunView]) -> str:
             )
     ticks = sorted(bands_all)
     dec.set_xticks(ticks, [f"{b * width // 1000}-{(b + 1) * width // 1000}K" for b in ticks], rotation=30)
-    dec.set_title("median decode rate per depth band (tok/s)")
+    dec.set_title("median decode rate per depth band")
+    dec.set_xlabel("prompt depth band (tokens)")
+    dec.set_ylabel("tokens / s")
     dec.grid(axis="y", alpha=0.3)
-    pre.set_title("prefill rate (re-processed tokens / prefill s)")
+    pre.set_title("prefill rate of each request")
     pre.set_xlabel("prompt depth (K tokens)")
-    pre.set_ylim(bottom=0)
+    pre.set_ylabel("re-processed tokens / prefill s")
+    rates = [r.prefill_rate for run in runs for r in run.requests if r.prefill_rate]
+    pre.set_ylim(0, max(rates, default=1.0) * 1.15)  # head room: no point sits on the frame
+    pre.margins(x=0.05)
     pre.grid(alpha=0.3)
-    if len(runs) > 1:
-        pre.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+    for ax in (dec, pre):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
     fig.tight_layout()
     return to_svg(fig)

@@ -49,8 +49,19 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return f"{value:,}"
 
 
-def class_table(summary: Summary, title: str = "Requests by switch class") -> Table:
-    table = Table(title=title, title_justify="left")
+def class_table(
+    summary: Summary, title: str = "Requests by switch class", time_scale: float | None = None
+) -> Table:
+    """TTFT and latency as the client measured them; on the simulator the caption says how much
+    faster than the modelled server that clock ran (the HTML report shows the modelled times)."""
+    caption = (
+        "Times measured here on the simulator, which ran modelled time "
+        f"{time_scale:g}x faster: the server it models would take about {time_scale:g}x longer "
+        "(`replay report --html` shows the modelled times)."
+        if time_scale
+        else "Times measured here (wall clock)."
+    )
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     for col, justify in (
         ("class", "left"),
         ("n", "right"),

@@ -3,20 +3,20 @@ the disk events of the server log.
 
 Phases are the simulator's modelled seconds when the results carry them (`modelled`, placed on the
 simulator's clock: send time x time scale), else the measured ones (queue + prefill from the server
-log's `prompt done` when the log was correlated, TTFT otherwise). The HTML page and its plots both
-read these views; neither imports the other's module for them.
+log's `prompt done` when the log was correlated, TTFT otherwise). The page, its plots and the
+verdict all read these views; none of them imports another's module for them.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from replay.metrics.hist import Summary
-from replay.metrics.results import RunResults, read_results
+from replay.metrics.results import RunResults, read_results, time_scale
 from replay.runs.serverlog import DS4_FORMAT_KINDS, server_records
 
 
@@ -83,6 +83,23 @@ class RunView:
     header: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def clock_start(self) -> float | None:
+        """Seconds after midnight at the trace's t=0, when the trace carries its wall clock."""
+        start = (self.header.get("trace") or {}).get("start")
+        if not isinstance(start, str):
+            return None
+        try:
+            moment = datetime.fromisoformat(start) if "T" in start else datetime.strptime(start, "%H:%M")
+        except ValueError:
+            return None
+        return float(moment.hour * 3600 + moment.minute * 60 + moment.second)
+
+    @property
+    def time_scale(self) -> float | None:
+        """How much faster than modelled time the simulator ran (None for a real server)."""
+        return time_scale(self.header) if self.clock == "modelled" else None
+
+    @property
     def sessions(self) -> list[str]:
         return list(dict.fromkeys(r.session for r in sorted(self.requests, key=lambda r: r.start)))
 
@@ -96,32 +113,6 @@ class RunView:
 
 
 # --- building views --------------------------------------------------------------------------
-
-
-def time_scale(run_header: dict[str, Any]) -> float | None:
-    """The simulator's `--time-scale` from the run header (a field, or the server's argv)."""
-    target = run_header.get("target") or {}
-    if isinstance(target.get("time_scale"), int | float):
-        return float(target["time_scale"])
-    for argv in _string_lists(target):
-        for i, arg in enumerate(argv[:-1]):
-            if arg == "--time-scale":
-                try:
-                    return float(argv[i + 1])
-                except ValueError:
-                    return None
-    return None
-
-
-def _string_lists(node: Any) -> Iterable[list[str]]:
-    if isinstance(node, list):
-        if node and all(isinstance(x, str) for x in node):
-            yield node
-        for item in node:
-            yield from _string_lists(item)
-    elif isinstance(node, dict):
-        for value in node.values():
-            yield from _string_lists(value)
 
 
 def _label(res: RunResults) -> str:

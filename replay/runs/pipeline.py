@@ -27,6 +27,7 @@ from replay import __version__
 from replay.engine.plans import Plan
 from replay.engine.run import Engine, EngineConfig, check_options
 from replay.errors import TargetError
+from replay.metrics.record import RequestRecord
 from replay.metrics.results import ResultsWriter, read_results
 from replay.runs.serverlog import effective_settings, setting_warnings
 from replay.runs.servermetrics import watch_counters
@@ -93,7 +94,12 @@ class _Recording:
     ) -> None:
         header = {
             "tool": {"name": "agent-replay", "version": __version__},
-            "trace": {"path": trace.path, "sha256": file_sha256(trace.path), "source": trace.header.source},
+            "trace": {
+                "path": trace.path,
+                "sha256": file_sha256(trace.path),
+                "source": trace.header.source,
+                **({"start": trace.header.start} if trace.header.start else {}),
+            },
             "target": target,
             "plan": plan.describe(),
             "history": config.history,
@@ -110,19 +116,19 @@ class _Recording:
         self.counts = {"requests": 0, "errors": 0, "cancelled": 0}
         self.engine = Engine(trace, plan, config, self.sink)
 
-    def sink(self, rec: dict[str, Any]) -> None:
-        if rec["status"] == "cancelled":
+    def sink(self, rec: RequestRecord) -> None:
+        if rec.status == "cancelled":
             self.counts["cancelled"] += 1
-            self.writer.write(rec)
+            self.writer.request(rec, summarise=False)
             return
         self.counts["requests"] += 1
-        if rec["status"] != "ok":
+        if rec.status != "ok":
             self.counts["errors"] += 1
-        if rec["lag_s"] is not None:
-            self.lags.append(rec["lag_s"])
+        line = self.writer.request(rec)
+        if line["lag_s"] is not None:
+            self.lags.append(line["lag_s"])
         if self.keep_records:
-            self.kept.append(rec)
-        self.writer.request(rec)
+            self.kept.append(line)
 
     def close(self, outcome: str, duration: float) -> RunOutcome:
         """Write the `summary` line and say how the run ended."""

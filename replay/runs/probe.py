@@ -43,14 +43,15 @@ from replay import __version__
 from replay.engine.plans import Alternate
 from replay.engine.run import Engine, EngineConfig
 from replay.errors import DriverError, TargetError, UsageError
+from replay.metrics.record import RequestRecord
 from replay.metrics.results import ResultsWriter
 from replay.runs.pipeline import check_reachable, file_sha256
-from replay.scenario.build import PROBE_TAG, generate, plan_requests
-from replay.scenario.catalog import find_scenario
-from replay.scenario.spec import parse_params
 from replay.runs.serverlog import effective_settings
 from replay.runs.servermetrics import check_after, scrape_before
 from replay.runs.targets import resolve_target
+from replay.scenario.build import PROBE_TAG, generate, plan_requests
+from replay.scenario.catalog import find_scenario
+from replay.scenario.spec import parse_params
 from replay.trace.model import Request, Trace
 from replay.trace.reader import read_trace
 
@@ -274,13 +275,13 @@ def _run(
             proc = _Process(served, served.log_path)
             processes.append(proc)
 
-            def sink(rec: dict[str, Any], proc: _Process = proc, index: int = index) -> None:
-                rec["seq"] = len(steps) + 1  # one sequence over every server process
-                rec["label"] = labels.get(rec["id"], "")
-                rec["server_process"] = index
-                steps.append(rec)
-                proc.records.append(rec)
-                writer.request(rec)
+            def sink(rec: RequestRecord, proc: _Process = proc, index: int = index) -> None:
+                rec.seq = len(steps) + 1  # one sequence over every server process
+                rec.extra["label"] = labels.get(rec.request_id, "")
+                rec.extra["server_process"] = index
+                line = writer.request(rec)
+                steps.append(line)
+                proc.records.append(line)
 
             before = scrape_before(served)
             sessions = _replay(trace, part, by_id, served, sessions, sink, timeout_s)
@@ -316,7 +317,7 @@ def _replay(
     by_id: dict[int, Request],
     served: Served,
     sessions: dict[str, Any] | None,
-    sink: Callable[[dict[str, Any]], None],
+    sink: Callable[[RequestRecord], None],
     timeout_s: float,
 ) -> dict[str, Any]:
     """One segment through the engine; the sessions' live replies carry over to the next one."""

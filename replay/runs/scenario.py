@@ -23,10 +23,10 @@ from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
 from replay.metrics.results import append_records
 from replay.runs.pipeline import RunOutcome, TraceRun, check_reachable, run_trace, run_traces
-from replay.scenario.build import GenerateResult, generate
-from replay.scenario.spec import Arm, Scenario
 from replay.runs.serverlog import effective_settings, server_records
 from replay.runs.targets import Target, open_target, resolve_target
+from replay.scenario.build import GenerateResult, generate
+from replay.scenario.spec import Arm, Scenario
 from replay.trace.reader import read_trace
 
 if TYPE_CHECKING:

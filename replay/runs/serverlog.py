@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from drivers.logs import ds4, llamacpp
-from replay.runs.correlate import correlate
 from drivers.logs.effective import ds4_settings, llamacpp_settings, warn_missing
+from replay.runs.correlate import correlate
 
 DS4_FORMAT_KINDS = ("ds4", "sim")
 

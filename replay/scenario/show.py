@@ -6,8 +6,8 @@ from rich.console import Group, RenderableType
 from rich.markdown import Markdown
 from rich.table import Table
 
-from replay.scenario.build import plan_requests
 from replay.runs.scenario import run_command
+from replay.scenario.build import plan_requests
 from replay.scenario.spec import Scenario, Step
 
 

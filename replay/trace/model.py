@@ -23,6 +23,7 @@ class TraceHeader:
     created: str = ""
     source: str = ""
     notes: str = ""
+    start: str = ""  # wall-clock time of t=0 ("2026-11-28T06:45:00" or "06:45"), when known
 
 
 @dataclass(slots=True)

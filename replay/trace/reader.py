@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
@@ -162,6 +163,19 @@ def iter_records(path: str | Path) -> Iterator[tuple[_Checker, dict[str, Any]]]:
         raise TraceError(path, check.line, "empty trace: no 'trace' header")
 
 
+def _check_start(check: _Checker, start: Any) -> None:
+    """`start`: the wall-clock time of t=0, ISO 8601 or HH:MM (FORMAT.md)."""
+    if not isinstance(start, str):
+        raise check.fail(f"field 'start' must be a string, got {type(start).__name__}")
+    try:
+        if "T" in start:
+            datetime.fromisoformat(start)
+        else:
+            datetime.strptime(start, "%H:%M")
+    except ValueError:
+        raise check.fail(f"field 'start' must be an ISO 8601 time or HH:MM, not {start!r}") from None
+
+
 def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
     if kind == "trace":
         if check.header_seen:
@@ -169,6 +183,8 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         fmt = check.need(obj, "format", str)
         if fmt != FORMAT:
             raise check.fail(f"unsupported format {fmt!r} (this tool reads {FORMAT})")
+        if "start" in obj:
+            _check_start(check, obj["start"])
         check.header_seen = True
     elif kind == "session":
         sid = check.need(obj, "id", str)
@@ -278,6 +294,7 @@ def _read_trace(path: str | Path) -> Trace:
                 created=obj.get("created", ""),
                 source=obj.get("source", ""),
                 notes=obj.get("notes", ""),
+                start=obj.get("start", ""),
             )
         elif kind == "request":
             requests.append(_request(obj, by_id, check.line))

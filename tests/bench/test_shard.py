@@ -16,6 +16,7 @@ from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
 from replay.errors import UsageError
 from replay.metrics.hist import Summary
+from replay.metrics.record import RequestRecord, Usage
 from replay.metrics.results import ResultsWriter, read_results
 from replay.runs.workers import merge_results, parse_shard, run_workers, select_shard, shard_of
 from replay.trace import TraceWriter, read_trace
@@ -87,17 +88,23 @@ def test_select_shard_partitions_sessions_and_drops_cross_shard_waits(tmp_path):
         assert last.after == {"delay_s": 1.0}
 
 
-_RECORD = st.fixed_dictionaries(
-    {
-        "session": st.sampled_from([f"s{i}" for i in range(9)]),
-        "ttft_s": st.floats(0.0001, 50.0),
-        "latency_s": st.floats(0.001, 500.0),
-        "reprocessed_tokens": st.integers(0, 200_000),
-        "switch": st.sampled_from(
-            [["cold"], ["continue"], ["switch"], ["switch", "concurrent"], ["compaction"]]
-        ),
-        "status": st.sampled_from(["ok", "ok", "ok", "http_error"]),
-    }
+_RECORD = st.builds(
+    lambda session, ttft_ns, latency_ns, reprocessed, switch, status: RequestRecord(
+        session=session,
+        t_scheduled=0,
+        t_sent=0,
+        t_first_token=ttft_ns,
+        t_end=latency_ns,
+        usage=Usage(reprocessed_tokens=reprocessed),
+        switch=switch,
+        status=status,
+    ),
+    st.sampled_from([f"s{i}" for i in range(9)]),
+    st.integers(100_000, 50 * 10**9),
+    st.integers(10**6, 500 * 10**9),
+    st.integers(0, 200_000),
+    st.sampled_from([("cold",), ("continue",), ("switch",), ("switch", "concurrent"), ("compaction",)]),
+    st.sampled_from(["ok", "ok", "ok", "http_error"]),
 )
 
 
@@ -108,9 +115,9 @@ def test_merged_shard_files_have_single_process_percentiles(tmp_path_factory, re
     single = Summary()
     writers = {i: ResultsWriter(tmp / f"part{i}.jsonl", {"plan": {}}) for i in range(1, n + 1)}
     for k, rec in enumerate(records):
-        rec = {"kind": "request", "id": k, "lag_s": 0.0, **rec}
+        rec.request_id = k
         single.add(rec)
-        writers[shard_of(rec["session"], n)].request(rec)
+        writers[shard_of(rec.session, n)].request(rec)
     for w in writers.values():
         w.close({"outcome": "done", "requests": 0})
     merged = merge_results([tmp / f"part{i}.jsonl" for i in range(1, n + 1)], tmp / "merged.jsonl", workers=n)
@@ -151,7 +158,7 @@ def test_run_workers_replays_each_session_once_and_merges(tmp_path):
     assert sorted(row[1] for row in truth) == sorted(f"w-{i}" for i in range(1, 21))
     rebuilt = Summary()
     for rec in merged.requests:
-        rebuilt.add(rec)
+        rebuilt.add_line(rec)
     for pct in (50, 99, 100):
         assert merged.summary.classes["all"].percentile("ttft_us", pct) == rebuilt.classes["all"].percentile(
             "ttft_us", pct

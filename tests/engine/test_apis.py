@@ -15,7 +15,8 @@ import pytest
 from scripted_server import Fault, Script, ScriptedServer
 
 from replay.engine import transport
-from replay.engine.apis import APIS, ApiCall, ApiResult, make_client
+from replay.engine.apis import APIS, ApiCall, make_client
+from replay.metrics.record import RequestRecord
 
 pytestmark = pytest.mark.anyio
 
@@ -61,8 +62,8 @@ def make_call(server: ScriptedServer | str, rid: str, **kw: Any) -> ApiCall:
     return ApiCall(url, "test-model", max_tokens=32, headers={"X-Request-ID": rid}, **kw)
 
 
-async def send(client: Any, api: str, call: ApiCall, states: list[str] | None = None) -> ApiResult:
-    return await APIS[api](client, call, states.append if states is not None else None)
+async def send(client: Any, api: str, call: ApiCall, states: list[str] | None = None) -> RequestRecord:
+    return await APIS[api].send(client, call, states.append if states is not None else None)
 
 
 # --- timing ---------------------------------------------------------------------------
@@ -107,7 +108,7 @@ async def test_ttft_within_5ms_of_scripted_delay(
             <= res.t_first_byte
             < res.t_first_token
             <= res.t_last_token
-            <= res.t_done
+            <= res.t_end
         )
     # A loaded CI machine stalls the server thread's own sleeps by several ms at times, so
     # the 5 ms bound holds for the best of five; against server truth, for the median.
@@ -144,7 +145,7 @@ async def test_concurrent_streams_are_not_queued_in_the_client(
     scripted_server.default = Script(
         first_token_delay_s=delay, keepalives=1, tokens=4, token_interval_s=0.005
     )
-    results: dict[str, ApiResult] = {}
+    results: dict[str, RequestRecord] = {}
 
     async def one(rid: str) -> None:
         results[rid] = await send(client, api, make_call(scripted_server, rid))
@@ -171,7 +172,7 @@ async def test_ttft_survives_a_blocked_event_loop(scripted_server: ScriptedServe
     # receive stamp, not the moment we read it, is what TTFT uses.
     delay = 0.05
     scripted_server.default = Script(first_token_delay_s=delay, tokens=3)
-    got: dict[str, ApiResult] = {}
+    got: dict[str, RequestRecord] = {}
 
     async def one() -> None:
         got["r"] = await send(client, "openai", make_call(scripted_server, "frozen"))
@@ -411,7 +412,7 @@ async def test_stream_answered_with_json_is_read_as_a_whole(
 # --- faults ---------------------------------------------------------------------------
 
 
-def assert_names_request(res: ApiResult, rid: str) -> None:
+def assert_names_request(res: RequestRecord, rid: str) -> None:
     assert res.error is not None
     assert f"request {rid} " in res.error, res.error
     assert "\n" not in res.error
@@ -455,7 +456,7 @@ async def test_fault_lands_as_status(
     assert_names_request(res, rid)
     assert len([s for s in scripted_server.seen if s.request_id == rid]) == 1  # never re-sent
     assert states[0] == "waiting" and states[-1] == "done"
-    assert res.t_done is not None
+    assert res.t_end is not None
     if status == "http_error":
         assert res.http_status == 503
     if status == "timeout":
@@ -497,7 +498,7 @@ async def test_body_left_open_after_the_terminal_event_is_still_ok(
         res = await send(client, api, make_call(scripted_server, "linger", timeout_s=timeout_s))
     assert res.ok, res.error
     assert res.message is not None and res.message["content"] == "tok0 tok1 tok2 "
-    assert res.latency_s < 0.1  # t_done is the terminal event, not the end of the wait
+    assert res.latency_s < 0.1  # t_end is the terminal event, not the end of the wait
 
 
 @pytest.mark.parametrize("api", API_NAMES)
@@ -508,7 +509,7 @@ async def test_connect_error(client: Any, api: str) -> None:
     res = await send(client, api, make_call(f"http://127.0.0.1:{port}", "nobody"))
     assert res.status == "connect_error"
     assert_names_request(res, "nobody")
-    assert res.t_sent is None and res.t_done is not None
+    assert res.t_sent is None and res.t_end is not None
 
 
 @pytest.mark.parametrize("api", API_NAMES)

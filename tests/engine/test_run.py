@@ -9,12 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
 import orjson
 import pytest
 from scripted_server import Script
 
 from replay.engine.plans import make_plan
-from replay.engine.run import EngineConfig
+from replay.engine.run import Engine, EngineConfig
+from replay.metrics.record import RequestRecord
 from replay.metrics.results import read_results
 from replay.runs.pipeline import TraceRun, run_trace, run_traces
 from replay.trace import TraceWriter, read_trace
@@ -59,6 +61,34 @@ def test_sample_replay_writes_every_field_and_classifies_switches(scripted_serve
         assert r["latency_s"] >= r["ttft_s"]
     assert res.summary_line["outcome"] == "done"
     assert res.summary.classes["switch"].count == 7
+    for r in recs:  # the stamps before the first token reach the results too
+        assert r["connect_s"] >= 0 and 0 < r["headers_s"] <= r["first_byte_s"] <= r["ttft_s"]
+
+
+def test_the_sink_gets_each_request_record_with_every_moment_stamped_in_order(scripted_server):
+    scripted_server.default = Script(first_token_delay_s=0.01, usage=USAGE)
+    got: list[RequestRecord] = []
+    trace = read_trace(SAMPLE)
+    engine = Engine(trace, make_plan("alternate"), EngineConfig(base_url=scripted_server.url), got.append)
+    anyio.run(engine.run)
+    assert sorted(r.request_id for r in got) == [r.id for r in trace.requests]
+    for r in got:
+        assert r.ok, r.error
+        assert r.message is not None and r.output_sha1 is not None
+        stamps = [
+            r.t_origin,
+            r.t_scheduled,
+            r.t_start,
+            r.t_connected,
+            r.t_sent,
+            r.t_headers,
+            r.t_first_byte,
+            r.t_first_token,
+            r.t_last_token,
+            r.t_end,
+        ]
+        assert None not in stamps and stamps == sorted(stamps), stamps
+        assert r.ttft_us == round(r.ttft_s * 1e6)
 
 
 def test_live_history_splices_the_servers_reply_and_maps_tool_ids(scripted_server, tmp_path):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -46,3 +48,26 @@ def test_a_stamp_after_the_read_or_far_before_it_falls_back_to_the_read_time(
     for packet_wall in (WALL + 200_000, WALL + 100_000 - 61_000_000_000):  # a stepped wall clock
         monkeypatch.setattr(transport, "time", fake_clocks(mono=[100_000, 100_010], wall=[WALL + 100_005]))
         assert transport.kernel_stamp(scm_timestamp(packet_wall), now=100_000) == 100_000
+
+
+def test_httpx_streams_read_through_the_stamped_socket_and_split_a_read_keeping_its_stamp() -> None:
+    async def main() -> None:
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        stream = transport._StampedStream(ours, asyncio.get_running_loop())
+        try:
+            before = time.perf_counter_ns()
+            theirs.sendall(b"abcdef")
+            theirs.shutdown(socket.SHUT_WR)
+            assert await stream.read(4, timeout=2) == b"abcd"
+            stamp = stream.rx_ns
+            assert stamp is not None and before <= stamp <= time.perf_counter_ns()
+            assert await stream.read(100, timeout=2) == b"ef"
+            assert stream.rx_ns == stamp  # the rest of the same network read
+            assert await stream.read(100, timeout=2) == b""
+            assert stream.get_extra_info("is_readable")
+        finally:
+            await stream.aclose()
+            theirs.close()
+
+    asyncio.run(main())

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import orjson
 
-from replay.engine.apis import APIS, ApiCall, ApiResult
+from replay.engine.apis import APIS, ApiCall
+from replay.metrics.record import RequestRecord
 from replay.trace import materialize, recorded_reply
 from replay.trace.model import Trace
 
@@ -63,7 +64,7 @@ class Agent:
 
     async def send(
         self, rid: str, *new: dict[str, Any], history: list[dict[str, Any]] | None = None
-    ) -> ApiResult:
+    ) -> RequestRecord:
         """Append `new` and send; `history` sends from another snapshot (a concurrent turn)."""
         base = self.messages if history is None else history
         msgs = [*base, *new]
@@ -76,7 +77,7 @@ class Agent:
             stream=self.stream,
             headers={"X-Request-ID": rid, **self.headers},
         )
-        res = await APIS[self.api](self.client, call, None)
+        res = await APIS[self.api].send(self.client, call, None)
         assert res.ok, res.error
         if history is None:
             self.messages = [*msgs, res.message]

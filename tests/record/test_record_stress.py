@@ -93,7 +93,7 @@ async def ttfts(direct: str, proxied: str, n: int, history: list[dict]) -> tuple
             for base in (direct, proxied) if i % 2 else (proxied, direct):
                 msgs = [*history, {"role": "user", "content": f"q{i}"}]
                 call = ApiCall(base_url=base, model="m", messages=msgs, max_tokens=2)
-                res = await APIS["openai"](client, call, None)
+                res = await APIS["openai"].send(client, call, None)
                 assert res.ok, res.error
                 out[base].append(res.ttft_s)
     return out[direct], out[proxied]

@@ -6,7 +6,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.engine.apis import ApiCall, anthropic_body, openai_body
+from replay.engine.apis import APIS, ApiCall, anthropic_body, openai_body
 from replay.record.wire import ReplyTap, parse_request
 
 TOOLS = [
@@ -195,3 +195,11 @@ def test_reply_tap_statuses():
     err.feed(b'{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}')
     res = err.finish()
     assert (res.status, res.http_status) == ("http_error", 429) and "slow down" in res.error
+
+
+def test_the_tap_reads_each_api_with_the_engines_registered_reader():
+    """Recording and replay interpret a server's bytes with one reader per API, from one registry."""
+    assert sorted(APIS) == ["anthropic", "openai"]
+    for name, api in APIS.items():
+        assert type(ReplyTap(name).reader) is type(api.reader())
+        assert ReplyTap(name).reader is not ReplyTap(name).reader  # a fresh one per reply

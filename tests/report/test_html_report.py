@@ -10,11 +10,28 @@ from typing import Any
 
 import pytest
 
-from replay.metrics.results import ResultsWriter, append_records
+from replay.metrics.record import RequestRecord, Usage
+from replay.metrics.results import ResultsWriter, append_records, time_scale
 from replay.report.html import digest, render_page, summary_markdown, write_report
 from replay.report.plots import band_width
-from replay.report.view import load_run, time_scale
+from replay.report.view import load_run
 
+LAYOUT_PROBE = """<script>
+const figs = [...document.querySelectorAll("figure.plot")];
+const problems = [];
+figs.forEach((f, i) => {
+  const box = f.getBoundingClientRect(), svg = f.querySelector("svg").getBoundingClientRect();
+  if (svg.width > box.width + 1 || svg.height > box.height + 1) problems.push("figure " + i + " overflows");
+  figs.slice(i + 1).forEach((g, k) => {
+    const o = g.getBoundingClientRect();
+    if (box.left < o.right && o.left < box.right && box.top < o.bottom && o.top < box.bottom)
+      problems.push("figures " + i + " and " + (i + k + 1) + " overlap");
+  });
+});
+const out = document.createElement("pre"); out.id = "layout";
+out.textContent = "figures " + figs.length + "; problems: " + (problems.join(", ") || "none");
+document.body.appendChild(out);
+</script>"""
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
 
@@ -26,33 +43,30 @@ def _request(
     prompt: int,
     cached: int,
     modelled: dict[str, Any] | None,
-) -> dict[str, Any]:
-    rec: dict[str, Any] = {
-        "kind": "request",
-        "seq": seq,
-        "id": seq,
-        "session": session,
-        "tag": "turn",
-        "switch": switch,
-        "from_session": None,
-        "scheduled_s": sent - 0.001,
-        "sent_s": sent,
-        "lag_s": 0.001,
-        "ttft_s": 0.2,
-        "latency_s": 0.3,
-        "prompt_tokens": prompt,
-        "cached_tokens": cached,
-        "reprocessed_tokens": prompt - cached,
-        "reprocessed_source": "server",
-        "output_tokens": 100,
-        "decode_tps": 900.0,
-        "finish": "stop",
-        "status": "ok",
-        "error": None,
-    }
-    if modelled is not None:
-        rec["modelled"] = modelled
-    return rec
+) -> RequestRecord:
+    """Sent at `sent` s after the run's start, 1 ms late: TTFT 0.2 s, 100 tokens at 1000/s, 0.3 s in all."""
+    t_sent = round(sent * 1e9)
+    return RequestRecord(
+        seq=seq,
+        request_id=seq,
+        session=session,
+        tag="turn",
+        switch=tuple(switch),
+        t_scheduled=t_sent - 1_000_000,
+        t_sent=t_sent,
+        t_first_token=t_sent + 200_000_000,
+        t_last_token=t_sent + 299_000_000,
+        t_end=t_sent + 300_000_000,
+        usage=Usage(
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            reprocessed_tokens=prompt - cached,
+            reprocessed_source="server",
+            output_tokens=100,
+        ),
+        finish="stop",
+        x_sim=modelled,
+    )
 
 
 def _modelled(queue: float, restore: float, prefill: float, decode: float, source: str) -> dict[str, Any]:
@@ -68,7 +82,7 @@ def _modelled(queue: float, restore: float, prefill: float, decode: float, sourc
     }
 
 
-def make_results(path: Path, arm: str, reread: bool, modelled: bool = True) -> Path:
+def make_results(path: Path, arm: str, reread: bool, modelled: bool = True, budget_mib: int = 4096) -> Path:
     """A small two-session run: cold, cold, then four switches that either restore or re-read."""
     header = {
         "trace": {"path": "t.jsonl", "sha256": "0", "source": "scenario:switching"},
@@ -76,7 +90,7 @@ def make_results(path: Path, arm: str, reread: bool, modelled: bool = True) -> P
             "kind": "sim",
             "arm": arm,
             "time_scale": 1000.0,
-            "effective": {"kv_disk_budget_mib": 4096},
+            "effective": {"kv_disk_budget_mib": budget_mib},
         },
         "plan": {"plan": "alternate"},
     }
@@ -212,7 +226,8 @@ def test_markdown_with_one_run_and_a_page_without_server_records(tmp_path: Path)
     run = load_run(path)
     assert run.disk == [] and run.label == "bare"
     page = render_page([run])
-    assert "no server log events" in page
+    assert "disk KV (GiB)" not in page  # no server log read: the timeline has no empty disk strip
+    assert "Times are measured wall-clock seconds" in page
     assert "| requests (errors) | 1 (0) |" in summary_markdown([run])
 
 
@@ -237,6 +252,27 @@ def test_renders_in_headless_chromium(two_arms: list[Path], tmp_path: Path) -> N
     assert dom.count("<svg") == 4, dom[:500]
     assert dom.count('data-plot="timeline"') == 2
     assert "What the switches cost" in dom
+    assert 'id="glossary"' in dom and "<th title=" in dom
+    # Layout: a copy of the page with a measuring script (the page itself stays script-free) writes
+    # every figure whose drawing overflows its box, or that overlaps another, into the DOM.
+    probe = written.html.with_name("probe.html")
+    probe.write_text(written.html.read_text().replace("</body>", LAYOUT_PROBE + "</body>"))
+    checked = subprocess.run(
+        [
+            *base,
+            "--window-size=1280,2400",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            probe.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=True,
+    ).stdout
+    found = re.search(r'<pre id="layout">(.*?)</pre>', checked, re.DOTALL)
+    assert found is not None, checked[-500:]
+    assert found.group(1) == "figures 4; problems: none", found.group(1)
     shot = tmp_path / "page.png"
     subprocess.run(
         [*base, f"--screenshot={shot}", "--window-size=1280,2400", url],

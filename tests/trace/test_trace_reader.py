@@ -87,6 +87,8 @@ def req(rid, **kw):
         ([HEADER, {**SESSION, "api": "grpc"}], 2, "api must be one of"),
         ([HEADER, SESSION, SESSION], 3, "defined twice"),
         ([HEADER, HEADER], 2, "second 'trace' header"),
+        ([{**HEADER, "start": 645}], 1, "field 'start' must be a string"),
+        ([{**HEADER, "start": "quarter to seven"}], 1, "ISO 8601 time or HH:MM"),
         ([], 0, "empty trace"),
     ],
 )
@@ -226,3 +228,9 @@ def test_lines_read_in_blocks_are_the_file_s_lines(lines: list[bytes], end: bool
     if expected[-1] == b"":
         expected.pop()
     assert list(_lines(io.BytesIO(data), block)) == expected
+
+
+@pytest.mark.parametrize("start", ["06:45", "2026-11-28T06:45:00", "2026-11-28T06:45:00+01:00"])
+def test_a_trace_may_carry_the_wall_clock_time_of_its_start(tmp_path, start):
+    path = write_lines(tmp_path / "t.jsonl", [{**HEADER, "start": start}, SESSION, req(1)])
+    assert read_trace(path).header.start == start

@@ -45,6 +45,16 @@ def serve(argv: list[str] | None = None) -> int:
     return run(cfg, opts)
 
 
+def _clock_line(scale: float) -> str:
+    """Said once at start: how the simulator's time relates to the real server's it models."""
+    if scale == 1:
+        return "time scale 1: modelled time runs at wall-clock speed (a 4-minute prefill takes 4 minutes)"
+    return (
+        f"time scale {scale:g}: modelled time runs {scale:g}x faster than the wall clock "
+        f"(a 4-minute prefill takes {240 / scale:.3g} s); replies carry the modelled times in x_sim"
+    )
+
+
 def run(cfg: SimConfig, opts: ServeOptions) -> int:
     """Serve until signalled."""
     if opts.log:
@@ -91,6 +101,8 @@ async def _main(cfg: SimConfig, opts: ServeOptions, stream: TextIO) -> int:
         await runtime.close()
         return 1
     sink.write(simlog.listening_line(opts.host, sock.getsockname()[1]))
+    if sys.stderr.isatty():  # a person at a terminal; the ds4-format log stays ds4's lines only
+        print(_clock_line(opts.time_scale), file=sys.stderr, flush=True)
     stopped = asyncio.create_task(stop.wait())
     await asyncio.wait({stopped, serving}, return_when=asyncio.FIRST_COMPLETED)
     for listener in getattr(server, "servers", []):

@@ -1,0 +1,156 @@
+"""A request line of `agent-replay-results/1` keeps every field, in order, with the same values.
+
+Readers of old results files (reports, merges, users' own scripts) rely on these names and on the
+rounding of every figure. New fields may be added to the format; none may vanish or change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from replay.metrics.record import RequestRecord, Usage
+from replay.metrics.results import ResultsWriter
+
+# The three lines as `agent-replay-results/1` wrote them before the request record became one type.
+OK_LINE = (
+    b'{"kind":"request","seq":3,"id":7,"session":"main","tag":"turn","switch":["switch","concurrent"],'
+    b'"from_session":"cron","scheduled_s":1.0,"sent_s":1.25,"lag_s":0.25,"ttft_s":2.500401,'
+    b'"latency_s":3.85,"ttft_sched_s":2.750401,"latency_sched_s":4.1,"prompt_tokens":12000,'
+    b'"cached_tokens":10240,"cache_write_tokens":1760,"reprocessed_tokens":1760,'
+    b'"reprocessed_source":"server","output_tokens":64,"expected_output_tokens":64,"decode_tps":50.416,'
+    b'"finish":"stop","output_sha1":"ff23f95da93f37be14decc4150c5ee038b7ab8c3","status":"ok","http_status":200,"error":null,'
+    b'"modelled":{"prefill_s":1.5},"label":"x","server_process":0}'
+)
+ERROR_LINE = (
+    b'{"kind":"request","seq":4,"id":8,"session":"cron","tag":"cron","switch":["cold"],"from_session":null,'
+    b'"scheduled_s":2.0,"sent_s":2.000001,"lag_s":1e-6,"ttft_s":null,"latency_s":0.000899,'
+    b'"ttft_sched_s":null,"latency_sched_s":0.0009,"prompt_tokens":null,"cached_tokens":null,'
+    b'"cache_write_tokens":null,"reprocessed_tokens":null,"reprocessed_source":null,"output_tokens":null,'
+    b'"expected_output_tokens":16,"decode_tps":null,"finish":null,"output_sha1":null,'
+    b'"status":"http_error","http_status":500,'
+    b'"error":"request run-8 POST /v1/chat/completions: HTTP 500: boom"}'
+)
+CANCELLED_LINE = (
+    b'{"kind":"request","seq":5,"id":9,"session":"cron","tag":"cron","switch":["continue"],'
+    b'"from_session":"cron","scheduled_s":3.0,"sent_s":null,"lag_s":null,"ttft_s":null,"latency_s":null,'
+    b'"ttft_sched_s":null,"latency_sched_s":null,"prompt_tokens":null,"cached_tokens":null,'
+    b'"cache_write_tokens":null,"reprocessed_tokens":null,"reprocessed_source":null,"output_tokens":null,'
+    b'"expected_output_tokens":16,"decode_tps":null,"finish":null,"output_sha1":null,"status":"cancelled",'
+    b'"http_status":null,"error":"request 9 (cron) cancelled in flight"}'
+)
+SUMMARY_ALL = {
+    "count": 2,
+    "errors": 1,
+    "sums": {"prompt_tokens": 12000, "cached_tokens": 10240, "reprocessed_tokens": 1760, "output_tokens": 64},
+    "hist": {
+        "ttft_us": "HISTFAAAACV4nJNpmSzMwMDAwgABzFCaEYiZmne9YbD/ABFoP8zIBABpHgX2",
+        "latency_us": "HISTFAAAACV4nJNpmSzMwMDAwgABzFCaEYiZmne9YbD/ABFYe5aRCQBp1AYm",
+        "reprocessed": "HISTFAAAACF4nJNpmSzMwMDAzAABMJoRTM6Y1mD/ASKwX5oJAFpWBQc=",
+    },
+}
+# Fields added to request lines since; anything else new would be a silent format change.
+ADDED = {"connect_s", "headers_s", "first_byte_s"}
+ORIGIN = 1_000_000_000_000  # the run started at this monotonic time
+
+
+def _ok() -> RequestRecord:
+    return RequestRecord(
+        seq=3,
+        request_id=7,
+        session="main",
+        tag="turn",
+        switch=("switch", "concurrent"),
+        from_session="cron",
+        t_origin=ORIGIN,
+        t_scheduled=ORIGIN + 1_000_000_000,
+        t_start=ORIGIN + 1_249_000_000,
+        t_connected=ORIGIN + 1_250_000_000,
+        t_sent=ORIGIN + 1_250_000_123,
+        t_headers=ORIGIN + 1_300_000_000,
+        t_first_byte=ORIGIN + 1_300_000_000,
+        t_first_token=ORIGIN + 3_750_400_999,
+        t_last_token=ORIGIN + 5_000_000_000,
+        t_end=ORIGIN + 5_100_000_001,
+        status="ok",
+        http_status=200,
+        finish="stop",
+        usage=Usage(
+            prompt_tokens=12000,
+            cached_tokens=10240,
+            cache_write_tokens=1760,
+            reprocessed_tokens=1760,
+            reprocessed_source="server",
+            output_tokens=64,
+        ),
+        expected_output_tokens=64,
+        message={"role": "assistant", "content": "hello"},
+        x_sim={"prefill_s": 1.5},
+        extra={"label": "x", "server_process": 0},
+    )
+
+
+def _error() -> RequestRecord:
+    return RequestRecord(
+        seq=4,
+        request_id=8,
+        session="cron",
+        tag="cron",
+        switch=("cold",),
+        from_session=None,
+        t_origin=ORIGIN,
+        t_scheduled=ORIGIN + 2_000_000_000,
+        t_sent=ORIGIN + 2_000_000_501,
+        t_end=ORIGIN + 2_000_900_000,
+        status="http_error",
+        http_status=500,
+        error="request run-8 POST /v1/chat/completions: HTTP 500: boom",
+        expected_output_tokens=16,
+    )
+
+
+def _cancelled() -> RequestRecord:
+    return RequestRecord(
+        seq=5,
+        request_id=9,
+        session="cron",
+        tag="cron",
+        switch=("continue",),
+        from_session="cron",
+        t_origin=ORIGIN,
+        t_scheduled=ORIGIN + 3_000_000_000,
+        expected_output_tokens=16,
+        status="cancelled",
+        error="request 9 (cron) cancelled in flight",
+    )
+
+
+def _write(path: Path) -> list[bytes]:
+    writer = ResultsWriter(path, {"target": {}})
+    writer.request(_ok())
+    writer.request(_error())
+    writer.request(_cancelled(), summarise=False)
+    writer.close()
+    return path.read_bytes().splitlines()
+
+
+def _assert_keeps(line: bytes, pinned: bytes) -> None:
+    got, want = orjson.loads(line), orjson.loads(pinned)
+    assert [k for k in got if k in want] == list(want), "a field vanished or moved"
+    assert {k: got[k] for k in want} == want
+    assert set(got) - set(want) <= ADDED
+    # Byte for byte, once the added fields are left out.
+    assert orjson.dumps({k: got[k] for k in want}) == pinned
+
+
+def test_request_lines_keep_every_field_and_value(tmp_path: Path) -> None:
+    run, ok, error, cancelled, summary = _write(tmp_path / "r.jsonl")
+    assert orjson.loads(run) == {"kind": "run", "format": "agent-replay-results/1", "target": {}}
+    _assert_keeps(ok, OK_LINE)
+    _assert_keeps(error, ERROR_LINE)
+    _assert_keeps(cancelled, CANCELLED_LINE)
+    assert orjson.loads(ok)["connect_s"] == 0.001 and orjson.loads(ok)["headers_s"] == 0.05
+    classes = orjson.loads(summary)["classes"]
+    assert list(classes) == ["all", "switch", "concurrent", "cold"]
+    assert classes["all"] == SUMMARY_ALL
