@@ -12,6 +12,10 @@ demo:
 test:
     python -m pytest -q
 
+# Every built-in scenario's field figures against the simulator (exit 1 if one fails).
+check:
+    replay scenario check
+
 # Lint, format check, and the import rules of DESIGN.md (.importlinter).
 lint:
     ruff check .

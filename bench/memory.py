@@ -25,6 +25,7 @@ from bench.workload import big_trace, history_trace
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
 from replay.runs.workers import run_workers
+from replay.trace.reader import read_trace
 from replay.trace.synth import approx_bytes
 
 RSS_TARGET_MIB = 1024.0
@@ -42,7 +43,7 @@ def history_rss(
     srv.clear()
     t0 = time.perf_counter()
     outcome = run_workers(
-        trace,
+        read_trace(trace),
         make_plan("overlap", concurrency=concurrency),
         config,
         work / "history.results.jsonl",

@@ -20,6 +20,7 @@ from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
 from replay.metrics.results import read_results
 from replay.runs.workers import run_workers
+from replay.trace.reader import read_trace
 
 ERROR_P99_BUDGET_MS = 5.0  # the rate target: the fastest rate whose TTFT error p99 stays within it
 
@@ -72,7 +73,7 @@ def drive(
     cpu0 = srv.cpu_s()
     t0 = time.perf_counter()
     outcome = run_workers(
-        trace,
+        read_trace(trace),
         make_plan("overlap", concurrency=concurrency),
         config,
         work / f"{label}.results.jsonl",

@@ -1,4 +1,5 @@
-"""The `replay` command line: parses options and calls the modules; holds no logic."""
+"""The `replay` command line: parses options into each verb's options object (`replay.commands`)
+and calls the verb; holds no logic."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ err = Console(stderr=True)
 @app.command()
 def validate(trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")]) -> None:
     """Check a trace; report `file:line: problem` for the first bad line."""
-    from replay import commands
+    from replay.commands.trace import ValidateArgs, validate
 
-    console.print(commands.validate(trace), highlight=False)
+    raise typer.Exit(validate(ValidateArgs(trace=trace), console))
 
 
 @app.command()
@@ -83,11 +84,16 @@ def run(
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
 ) -> None:
     """Replay a trace against a server and write per-request results."""
-    from replay import commands
+    from replay.commands.run import RunArgs
+    from replay.commands.run import run as replay_run
 
-    code = commands.run(
+    args = RunArgs(
         trace=trace,
         target=target,
+        server=server,
+        service=service,
+        workdir=workdir,
+        dry_run=dry_run,
         out=out,
         plan=plan,
         concurrency=concurrency,
@@ -100,15 +106,11 @@ def run(
         timeout=timeout,
         max_duration=max_duration,
         sim_args=sim_args,
-        server=server,
-        service=service,
-        workdir=workdir,
-        dry_run=dry_run,
         workers=workers,
         shard=shard,
-        console=None if quiet else console,
+        quiet=quiet,
     )
-    raise typer.Exit(code)
+    raise typer.Exit(replay_run(args, console))
 
 
 @app.command()
@@ -121,9 +123,10 @@ def report(
     ] = None,
 ) -> None:
     """Per-switch-class table (TTFT percentiles, re-processed and cached tokens, errors)."""
-    from replay import commands
+    from replay.commands.report import ReportArgs
+    from replay.commands.report import report as replay_report
 
-    commands.report(results, as_json=json, console=console, html=html)
+    raise typer.Exit(replay_report(ReportArgs(results=results, as_json=json, html=html), console))
 
 
 @app.command()
@@ -134,9 +137,10 @@ def restore(
     dry_run: Annotated[bool, typer.Option(help="Print the actions; take none.")] = False,
 ) -> None:
     """Finish giving the daily service back after a run that crashed (e.g. kill -9)."""
-    from replay import commands
+    from replay.commands.restore import RestoreArgs
+    from replay.commands.restore import restore as replay_restore
 
-    raise typer.Exit(commands.restore(journal, dry_run=dry_run, console=console))
+    raise typer.Exit(replay_restore(RestoreArgs(journal=journal, dry_run=dry_run), console))
 
 
 @app.command()
@@ -166,9 +170,10 @@ def ab(
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """A/B two server builds on the same trace, A B B A, leading with within-run ratios."""
-    from replay.runs.ab import ab as run_ab
+    from replay.commands.ab import AbArgs
+    from replay.commands.ab import ab as replay_ab
 
-    code = run_ab(
+    args = AbArgs(
         trace=trace,
         a=a,
         b=b,
@@ -188,9 +193,8 @@ def ab(
         keep_cache=keep_cache,
         service=service,
         as_json=json,
-        console=console,
     )
-    raise typer.Exit(code)
+    raise typer.Exit(replay_ab(args, console))
 
 
 sim_app = typer.Typer(no_args_is_help=True, help="The embedded simulator of ds4-server's cache policy.")
@@ -204,9 +208,9 @@ app.add_typer(sim_app, name="sim")
 )
 def sim_serve(ctx: typer.Context) -> None:
     """Serve the simulator on 127.0.0.1 (ds4's flags; `replay sim serve --help` lists them)."""
-    from replay.sim import serve
+    from replay.commands.sim import SimServeArgs, serve
 
-    raise typer.Exit(serve(list(ctx.args)))
+    raise typer.Exit(serve(SimServeArgs(argv=list(ctx.args))))
 
 
 size_app = typer.Typer(no_args_is_help=True, help="How big must the disk KV budget be?")
@@ -231,11 +235,21 @@ def size_chain(
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Files and bytes a cold prefill leaves, file by file, and the budget rule."""
-    from replay import commands
+    from replay.commands.size import ChainArgs, chain
 
-    commands.size_chain(
-        tokens, start, per_token, fixed, interval, chunk, preset, others, anchor, json, console
+    args = ChainArgs(
+        tokens=tokens,
+        start=start,
+        per_token=per_token,
+        fixed=fixed,
+        interval=interval,
+        chunk=chunk,
+        preset=preset,
+        others=others,
+        anchor=anchor,
+        as_json=json,
     )
+    raise typer.Exit(chain(args, console))
 
 
 @size_app.command("sweep")
@@ -269,24 +283,24 @@ def size_sweep(
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Run the cache model offline over a trace for each budget; find the smallest that meets --target."""
-    from replay import commands
+    from replay.commands.size import SweepArgs, sweep
 
-    commands.size_sweep(
-        trace,
-        budgets,
-        preset,
-        plan,
-        speed,
-        history,
-        slots,
-        routing,
-        target,
-        stale,
-        hidden_reasoning,
-        workers,
-        json,
-        console,
+    args = SweepArgs(
+        trace=trace,
+        budgets=budgets,
+        preset=preset,
+        plan=plan,
+        speed=speed,
+        history=history,
+        slots=slots,
+        routing=routing,
+        target=target,
+        stale=stale,
+        hidden_reasoning=hidden_reasoning,
+        workers=workers,
+        as_json=json,
     )
+    raise typer.Exit(sweep(args, console))
 
 
 @app.command()
@@ -296,10 +310,10 @@ def demo(
     ),
 ) -> None:
     """Replay two agents switching on the simulator at a 4 GB and a 64 GB disk budget, and compare."""
-    from replay.commands.demo import run_demo
+    from replay.commands.demo import DemoArgs
+    from replay.commands.demo import demo as replay_demo
 
-    code = run_demo(console, out)
-    raise typer.Exit(code)
+    raise typer.Exit(replay_demo(DemoArgs(out=out), console))
 
 
 scenario_app = typer.Typer(
@@ -314,9 +328,9 @@ Params = Annotated[
 @scenario_app.command("list")
 def scenario_list() -> None:
     """The built-in scenarios, one line each."""
-    from replay.commands.scenario import list_command
+    from replay.commands.scenario import list_
 
-    raise typer.Exit(list_command(console))
+    raise typer.Exit(list_(console))
 
 
 @scenario_app.command("show")
@@ -324,9 +338,9 @@ def scenario_show(
     name: Annotated[str, typer.Argument(help="Scenario name or spec file.")], param: Params = None
 ) -> None:
     """What a scenario reproduces, what to look for, the expected outcome, the flags it is about."""
-    from replay.commands.scenario import show_command
+    from replay.commands.scenario import ShowArgs, show
 
-    raise typer.Exit(show_command(name, console, param or []))
+    raise typer.Exit(show(ShowArgs(name=name, params=param or []), console))
 
 
 @scenario_app.command("generate")
@@ -338,9 +352,9 @@ def scenario_generate(
     param: Params = None,
 ) -> None:
     """Write the scenario's trace (deterministic: same spec, same bytes)."""
-    from replay.commands.scenario import generate_command
+    from replay.commands.scenario import GenerateArgs, generate
 
-    raise typer.Exit(generate_command(name, out, param or [], console))
+    raise typer.Exit(generate(GenerateArgs(name=name, out=out, params=param or []), console))
 
 
 @scenario_app.command("run")
@@ -354,9 +368,25 @@ def scenario_run(
     time_scale: Annotated[float | None, typer.Option(help="Simulator speed-up over modelled time.")] = None,
 ) -> None:
     """Run every arm of a scenario on the simulator, compare them, write the report."""
-    from replay.commands.scenario import run_command
+    from replay.commands.scenario import ScenarioRunArgs
+    from replay.commands.scenario import run as replay_scenario
 
-    raise typer.Exit(run_command(name, out, param or [], console, arms=arm, time_scale=time_scale))
+    args = ScenarioRunArgs(name=name, out=out, params=param or [], arms=arm, time_scale=time_scale)
+    raise typer.Exit(replay_scenario(args, console))
+
+
+@scenario_app.command("check")
+def scenario_check(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Scenarios to check (default: all with expectations).")
+    ] = None,
+    json: Annotated[bool, typer.Option("--json", help="The verdicts as JSON.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Keep the arms' results here.")] = None,
+) -> None:
+    """Run the scenarios' arms and compare each field figure with the modelled one (exit 1 if any fails)."""
+    from replay.commands.scenario import CheckArgs, check
+
+    raise typer.Exit(check(CheckArgs(names=names or [], json=json, out=out), console))
 
 
 @app.command()
@@ -376,22 +406,21 @@ def probe(
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """E1-E5 cache probe on a real server: what it re-reads after small changes, and after a restart."""
-    from replay.runs.probe import probe_command
+    from replay.commands.probe import ProbeArgs
+    from replay.commands.probe import probe as replay_probe
 
-    raise typer.Exit(
-        probe_command(
-            server,
-            out,
-            console,
-            target=target,
-            sim_args=sim_args,
-            scenario=scenario,
-            params=param or [],
-            slot=slot,
-            timeout_s=timeout,
-            as_json=json,
-        )
+    args = ProbeArgs(
+        server=server,
+        target=target,
+        sim_args=sim_args,
+        scenario=scenario,
+        params=param or [],
+        out=out,
+        slot=slot,
+        timeout=timeout,
+        as_json=json,
     )
+    raise typer.Exit(replay_probe(args, console))
 
 
 @app.command()
@@ -407,10 +436,11 @@ def record(
     key: Annotated[str | None, typer.Option(help="Secret for --anonymize: equal text stays equal.")] = None,
 ) -> None:
     """Pass an agent's traffic through to the server unchanged, and write it as a trace."""
-    from replay.record.serve import record as run_record
+    from replay.commands.record import RecordArgs
+    from replay.commands.record import record as replay_record
 
-    code = run_record(upstream, listen, out, anonymize=anonymize, key=key, console=console)
-    raise typer.Exit(code)
+    args = RecordArgs(upstream=upstream, out=out, listen=listen, anonymize=anonymize, key=key)
+    raise typer.Exit(replay_record(args, console))
 
 
 @app.command()
@@ -420,9 +450,10 @@ def anonymize(
     key: Annotated[str, typer.Option(help="Secret: equal text stays equal, different stays different.")],
 ) -> None:
     """Replace every text with synthetic text of the same token count, keeping structure and timing."""
-    from replay.record.anonymize import run_anonymize
+    from replay.commands.trace import AnonymizeArgs
+    from replay.commands.trace import anonymize as replay_anonymize
 
-    console.print(run_anonymize(src, dst, key), highlight=False)
+    raise typer.Exit(replay_anonymize(AnonymizeArgs(src=src, dst=dst, key=key), console))
 
 
 @app.command("import")
@@ -434,9 +465,9 @@ def import_(
     out: Annotated[Path, typer.Argument(help="Trace to write.")],
 ) -> None:
     """Turn another tool's traces or transcripts into a replayable trace."""
-    from replay.record.importers import run_import
+    from replay.commands.trace import ImportArgs, import_trace
 
-    console.print(run_import(fmt, src, out), highlight=False)
+    raise typer.Exit(import_trace(ImportArgs(fmt=fmt, src=src, out=out), console))
 
 
 @app.command("export")
@@ -446,9 +477,9 @@ def export(
     out: Annotated[Path, typer.Argument(help="File to write.")],
 ) -> None:
     """Write a trace in another tool's format (Mooncake: for AIPerf and SGLang)."""
-    from replay.record.importers import run_export
+    from replay.commands.trace import ExportArgs, export_trace
 
-    console.print(run_export(fmt, src, out), highlight=False)
+    raise typer.Exit(export_trace(ExportArgs(fmt=fmt, src=src, out=out), console))
 
 
 llama_app = typer.Typer(no_args_is_help=True, help="A real llama.cpp server as a target: tiny test models.")
@@ -467,11 +498,10 @@ def llama_make_model(
     slow: Annotated[bool, typer.Option(help="8 layers x 512 dims: a cache miss costs seconds.")] = False,
 ) -> None:
     """Write a random-weight GGUF whose output is printable and always runs to max_tokens."""
-    from replay.testing.gguf_model import SLOW, make_model
+    from replay.commands.llama import MakeModelArgs, make_model
 
-    size = {**{"layers": layers, "dim": dim}, **(SLOW if slow else {})}
-    written = make_model(path, arch=arch, swa=swa, ctx=ctx, seed=seed, **size)
-    console.print(f"wrote {written} ({written.stat().st_size:,} bytes)", highlight=False)
+    args = MakeModelArgs(path=path, layers=layers, dim=dim, arch=arch, swa=swa, ctx=ctx, seed=seed, slow=slow)
+    raise typer.Exit(make_model(args, console))
 
 
 logs_app = typer.Typer(no_args_is_help=True, help="Server logs: the figures people compute by hand.")
@@ -486,9 +516,9 @@ def logs_summary(
     year: Annotated[int | None, typer.Option(help="Year of ds4's year-less timestamps.")] = None,
 ) -> None:
     """Requests, finish reasons, continuation rate, restores, stores, evictions, decode by depth."""
-    from replay import commands
+    from replay.commands.report import LogsSummaryArgs, logs_summary
 
-    commands.logs_summary(logs, kind=kind, year=year, as_json=json, console=console)
+    raise typer.Exit(logs_summary(LogsSummaryArgs(logs=logs, kind=kind, year=year, as_json=json), console))
 
 
 def main() -> None:

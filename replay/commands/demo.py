@@ -8,6 +8,7 @@ each switch cost in both, and writes the HTML report.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -20,8 +21,14 @@ SCENARIO = "switching"
 ARMS = ["4G", "64G"]
 
 
-def run_demo(console: Console, out_dir: Path) -> int:
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DemoArgs:
+    out: Path = Path("replay-demo")  # traces, results and the HTML report
+
+
+def demo(args: DemoArgs, console: Console) -> int:
     """Run both arms, print the comparison and the report path; returns the exit code."""
+    out_dir = args.out
     started = time.monotonic()
     spec = find_scenario(SCENARIO)
     console.print(f"[bold]{spec.name}[/bold]: {spec.title}", highlight=False)

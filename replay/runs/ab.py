@@ -15,7 +15,6 @@ its own.
 from __future__ import annotations
 
 import shutil
-import sys
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -24,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from rich.console import Console
 
 from drivers.guard import Guard, load_guard_config
 from drivers.launch import plan_target, start_target
@@ -32,10 +30,9 @@ from drivers.process import ChildProcess
 from drivers.target import Target, load_target
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
-from replay.metrics.results import append_records, read_results
-from replay.report.ab import ArmRun, analyze, render
-from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, RunOptions, replay_on
-from replay.runs.serverlog import server_records
+from replay.metrics.results import read_results
+from replay.report.ab import ArmRun, analyze
+from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, ReplayJob, RunOptions, finish, replay
 from replay.trace.model import Trace
 from replay.trace.reader import read_trace
 
@@ -144,8 +141,16 @@ def run_arm(
     fresh = kv is not None and (not kv.exists() or not any(kv.iterdir()))
     header = {"ab": {"arm": plan.arm, "run": plan.index, "of": total, "cache_fresh": fresh}}
     with start_target(target, plan.workdir, adopt=adopt) as served:
-        done = replay_on(served, target.kind, loaded, options, plan.results, header=header, say=say)
-    append_records(plan.results, [done.metrics, *server_records(target.kind, served.log_path, done.records)])
+        job = ReplayJob(
+            served=served,
+            trace=loaded,
+            options=options,
+            out=plan.results,
+            workdir=plan.workdir,
+            header=header,
+        )
+        (done,) = replay([job], say=say)
+    finish(done, served.log_path)
     files, size = _dir_usage(kv)
     removed = False
     if kv is not None and plan.fresh and not keep_cache and kv.is_dir() and kv.is_relative_to(plan.workdir):
@@ -231,56 +236,3 @@ def run_ab(
         doc = analyze(runs, temp0, {**header, "complete": len(runs) == len(plans), "out_dir": str(out_dir)})
         summary_path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     return AbOutcome(doc, summary_path, code)
-
-
-def ab(
-    trace: Path,
-    a: Path,
-    b: Path,
-    repeat: int = 2,
-    out_dir: Path | None = None,
-    plan: str = "alternate",
-    concurrency: int | None = None,
-    speed: float = 1.0,
-    round_robin: bool = False,
-    api: str | None = None,
-    model: str | None = None,
-    history: str = "live",
-    think: str = "off",
-    timeout: float = 1800.0,
-    max_duration: float | None = None,
-    reuse_cache: bool = False,
-    keep_cache: bool = False,
-    service: Path | None = None,
-    as_json: bool = False,
-    console: Console | None = None,
-) -> int:
-    """`replay ab`: run, then print the report (or its JSON); returns the exit code."""
-    options = RunOptions(
-        plan=make_plan(plan, concurrency=concurrency, speed=speed, round_robin=round_robin),
-        api=api,
-        model=model,
-        history=history,
-        think=think,
-        timeout=timeout,
-        max_duration=max_duration,
-    )
-    progress = Console(stderr=True)
-    outcome = run_ab(
-        trace,
-        a,
-        b,
-        repeat=repeat,
-        out_dir=out_dir,
-        options=options,
-        reuse_cache=reuse_cache,
-        keep_cache=keep_cache,
-        service=service,
-        say=lambda msg: progress.print(msg, highlight=False),
-    )
-    if as_json:
-        sys.stdout.write(orjson.dumps(outcome.doc, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        render(outcome.doc, console or Console())
-        (console or Console()).print(f"summary in {outcome.summary_path}", highlight=False)
-    return outcome.exit_code

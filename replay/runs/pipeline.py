@@ -1,67 +1,69 @@
-"""Run a trace against a target and write the results: the glue between trace, plan, engine and file.
+"""THE replay pipeline: every replay (run, ab, scenario arms, probe, demo) goes through `replay()`.
 
-Owns the exit paths: whatever ends the run (last reply, a failed request, `--max-duration`,
-Ctrl-C, SIGTERM) every measured request is already on disk and a `summary` line is still written.
+Against servers that are already up, it checks they answer, writes the target header (the
+settings each server printed at startup, and a warning for every requested cache setting it does
+not show in effect), samples each server's memory, watches its Prometheus counters, and replays
+each trace into its results file: in this process, spread over worker processes, or in segments
+with the server restarted between them (the probe's hook). The lines that only exist once a
+server has stopped (its log's `server` records) are appended by `finish()`.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import gc
-import hashlib
-import platform
-import signal
-import time
+import dataclasses
 import uuid
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import httpx
 from rich.console import Console
 
-from replay import __version__
 from replay.engine.plans import Plan
 from replay.engine.run import Engine, EngineConfig, check_options
-from replay.errors import TargetError
+from replay.errors import TargetError, UsageError
 from replay.metrics.record import RequestRecord
-from replay.metrics.results import ResultsWriter, read_results
-from replay.runs.serverlog import effective_settings, setting_warnings
-from replay.runs.servermetrics import watch_counters
+from replay.metrics.results import append_records, read_results
+from replay.runs.recording import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_SIGNAL,
+    Recording,
+    RunOutcome,
+    close_all,
+    file_sha256,
+    run_engines,
+    run_recordings,
+    run_trace,
+)
+from replay.runs.serverlog import effective_settings, server_records, setting_warnings
+from replay.runs.servermetrics import server_memory, watch_counters
 from replay.runs.workers import run_workers
-from replay.trace.model import Trace
+from replay.trace.model import Request, Trace
 
 if TYPE_CHECKING:
     from drivers.launch import Served
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_SIGNAL",
+    "Hooks",
+    "ReplayJob",
+    "Replayed",
+    "RunOptions",
+    "RunOutcome",
+    "check_reachable",
+    "file_sha256",
+    "finish",
+    "replay",
+    "run_trace",
+    "segments",
+]
 
-
-@dataclass(slots=True)
-class RunOutcome:
-    out: str
-    outcome: str
-    requests: int
-    errors: int
-    cancelled: int
-    duration_s: float
-    lag_p50_s: float | None
-    lag_p99_s: float | None
-    exit_code: int
-    results: list[dict[str, Any]] = field(default_factory=list)
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+Say = Callable[[str], None]
 
 
 def check_reachable(base_url: str, timeout_s: float = 5.0) -> None:
@@ -70,170 +72,6 @@ def check_reachable(base_url: str, timeout_s: float = 5.0) -> None:
         httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise TargetError(f"target {base_url} is unreachable: {type(exc).__name__}: {exc}") from None
-
-
-def _percentile(values: list[float], pct: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
-    return round(ordered[index], 6)
-
-
-class _Recording:
-    """One trace being replayed into one results file: the engine, its sink and the file."""
-
-    def __init__(
-        self,
-        trace: Trace,
-        plan: Plan,
-        config: EngineConfig,
-        out: str | Path,
-        target: dict[str, Any],
-        keep_records: bool,
-    ) -> None:
-        header = {
-            "tool": {"name": "agent-replay", "version": __version__},
-            "trace": {
-                "path": trace.path,
-                "sha256": file_sha256(trace.path),
-                "source": trace.header.source,
-                **({"start": trace.header.start} if trace.header.start else {}),
-            },
-            "target": target,
-            "plan": plan.describe(),
-            "history": config.history,
-            "think": config.think,
-            "seed": 0,
-            "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "host": platform.node(),
-        }
-        self.out = str(out)
-        self.writer = ResultsWriter(out, header)
-        self.keep_records = keep_records
-        self.lags: list[float] = []
-        self.kept: list[dict[str, Any]] = []
-        self.counts = {"requests": 0, "errors": 0, "cancelled": 0}
-        self.engine = Engine(trace, plan, config, self.sink)
-
-    def sink(self, rec: RequestRecord) -> None:
-        if rec.status == "cancelled":
-            self.counts["cancelled"] += 1
-            self.writer.request(rec, summarise=False)
-            return
-        self.counts["requests"] += 1
-        if rec.status != "ok":
-            self.counts["errors"] += 1
-        line = self.writer.request(rec)
-        if line["lag_s"] is not None:
-            self.lags.append(line["lag_s"])
-        if self.keep_records:
-            self.kept.append(line)
-
-    def close(self, outcome: str, duration: float) -> RunOutcome:
-        """Write the `summary` line and say how the run ended."""
-        counts = self.counts
-        lag_p50, lag_p99 = _percentile(self.lags, 50), _percentile(self.lags, 99)
-        self.writer.close(
-            {"outcome": outcome, "duration_s": duration, **counts, "lag_p50_s": lag_p50, "lag_p99_s": lag_p99}
-        )
-        if outcome in EXIT_SIGNAL:
-            code = EXIT_SIGNAL[outcome]
-        else:
-            code = EXIT_FAILED if counts["errors"] else EXIT_OK
-        return RunOutcome(
-            out=self.out,
-            outcome=outcome,
-            requests=counts["requests"],
-            errors=counts["errors"],
-            cancelled=counts["cancelled"],
-            duration_s=duration,
-            lag_p50_s=lag_p50,
-            lag_p99_s=lag_p99,
-            exit_code=code,
-            results=self.kept,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class TraceRun:
-    """What `run_traces` needs for one of the traces it replays side by side."""
-
-    trace: Trace
-    plan: Plan
-    config: EngineConfig
-    out: str | Path
-    target: dict[str, Any]
-
-
-def run_trace(
-    trace: Trace,
-    plan: Plan,
-    config: EngineConfig,
-    out: str | Path,
-    target: dict[str, Any],
-    max_duration_s: float | None = None,
-    console: Console | None = None,
-    keep_records: bool = False,
-) -> RunOutcome:
-    """Replay `trace` and write `out`; returns what happened (never raises for request failures)."""
-    recording = _Recording(trace, plan, config, out, target, keep_records)
-    live = _live_display(recording.engine, console) if console is not None else nullcontext()
-    return _run([recording], max_duration_s, live)[0]
-
-
-def run_traces(runs: list[TraceRun], keep_records: bool = False) -> list[RunOutcome]:
-    """Replay several traces at once, each against its own target into its own file, on one event
-    loop: independent runs (a scenario's arms) take as long as the longest, not the sum."""
-    recordings = [_Recording(r.trace, r.plan, r.config, r.out, r.target, keep_records) for r in runs]
-    return _run(recordings, None, nullcontext())
-
-
-def _run(recordings: list[_Recording], max_duration_s: float | None, live: Any) -> list[RunOutcome]:
-    # The loaded traces live for the whole run: keep the collector from re-scanning them (its
-    # full passes pause the event loop for tens of ms with hundreds of streams in flight).
-    gc.collect()
-    gc.freeze()
-    started = time.monotonic()
-    outcome = "done"
-    try:
-        with live:
-            outcome = anyio.run(_supervise, [r.engine for r in recordings], max_duration_s)
-    finally:
-        gc.unfreeze()
-        duration = round(time.monotonic() - started, 3)
-        outcomes = [r.close(outcome, duration) for r in recordings]
-    return outcomes
-
-
-async def _supervise(engines: list[Engine], max_duration_s: float | None) -> str:
-    """Run the engines under the run's limits; returns why they ended."""
-    outcome = "done"
-    async with anyio.create_task_group() as tg:
-
-        async def watch_signals() -> None:
-            nonlocal outcome
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for sig in signals:
-                    outcome = signal.Signals(sig).name
-                    tg.cancel_scope.cancel()
-                    return
-
-        tg.start_soon(watch_signals)
-        with anyio.move_on_after(max_duration_s) as scope:
-            async with anyio.create_task_group() as runs:
-                for engine in engines:
-                    runs.start_soon(engine.run)
-        if scope.cancelled_caught:
-            outcome = "max-duration"
-        tg.cancel_scope.cancel()
-    return outcome
-
-
-def _live_display(engine: Engine, console: Console):
-    from replay.report.live import progress_view
-
-    return progress_view(engine.progress, console)
 
 
 @dataclass(slots=True)
@@ -263,36 +101,70 @@ class RunOptions:
         )
 
 
-@dataclass(slots=True)
-class ServedRun:
-    """One replay against a started server, and the lines to append once the server has stopped."""
+@dataclass(slots=True, kw_only=True)
+class ReplayJob:
+    """One trace against one ready server into one results file."""
 
-    exit_code: int
-    requests: int
-    errors: int
-    records: list[dict[str, Any]]
-    metrics: dict[str, Any]
+    served: Served
+    trace: Trace
+    options: RunOptions
+    out: Path
+    workdir: Path  # where the memory sampler keeps its samples
+    header: dict[str, Any] = field(default_factory=dict)  # added to the target header
+    workers: int = 1  # processes to spread the sessions over
+    shard: tuple[int, int] = (1, 1)  # the shard `trace` already is (workers split it further)
+
+    @property
+    def kind(self) -> str:
+        return self.served.target.kind
 
 
-def replay_on(
-    served: Served,
-    kind: str,
-    trace: Trace,
-    options: RunOptions,
-    out: Path,
-    *,
-    header: dict[str, Any] | None = None,
-    say: Callable[[str], None] = print,
-    console: Console | None = None,
-    workers: int = 1,
-    trace_path: Path | None = None,
-) -> ServedRun:
-    """Replay `trace` against a ready server: settings in force in the header, counters checked.
+Restart = Callable[["Served", int], tuple["Served", dict[str, Any]]]
 
-    The server's own log is read for `server` records only after it stops (its shutdown lines
-    come last), so the caller appends `server_records(...)` once the server is gone.
+
+@dataclass(slots=True, kw_only=True)
+class Hooks:
+    """What a replay that is more than "send the trace" adds (the probe's restarts, its labels).
+
+    `restart_before(request)` cuts the run before such a request (unless it comes first);
+    `restart(served, request_id)` stops the server, starts a new one and returns it with the
+    results line that says what happened. The sessions' live histories carry over.
     """
-    check_reachable(served.url)
+
+    restart_before: Callable[[Request], bool] | None = None
+    restart: Restart | None = None
+    annotate: Callable[[RequestRecord], None] | None = None  # e.g. fields in `extra` for its line
+    plan: dict[str, Any] = field(default_factory=dict)  # added to the header's plan
+
+
+@dataclass(slots=True)
+class Replayed:
+    """What one replay did, and the lines to append once its server has stopped."""
+
+    out: Path
+    outcome: RunOutcome
+    records: list[dict[str, Any]]
+    metrics: list[dict[str, Any]]  # one `metrics` line per server process
+    memory: list[dict[str, Any]]  # one `memory` line per server process the tool started
+    processes: list[Served]  # every server process, in order (more than one after restarts)
+
+    @property
+    def exit_code(self) -> int:
+        return self.outcome.exit_code
+
+    @property
+    def requests(self) -> int:
+        return self.outcome.requests
+
+    @property
+    def errors(self) -> int:
+        return self.outcome.errors
+
+
+def target_header(job: ReplayJob, say: Say) -> dict[str, Any]:
+    """The run header's `target`: what answered, the settings its log shows in force, and a
+    warning (printed too) for every requested cache setting it does not show."""
+    served, kind = job.served, job.kind
     settings = effective_settings(kind, served.log_path)
     warnings = setting_warnings(kind, served.build.get("argv") or [], settings)
     for line in warnings:
@@ -304,33 +176,202 @@ def replay_on(
         "effective": settings,
         "warnings": warnings,
     }
-    target.update(header or {})
-    config = options.engine_config(served.url)
-    with watch_counters(served) as counters:  # Prometheus counters, where the server has them
-        code, requests, errors, records = _replay(
-            trace, options, config, out, target, console, workers, trace_path
-        )
-    metrics = counters(records)
+    target.update(job.header)
+    return target
+
+
+def replay(
+    jobs: Sequence[ReplayJob],
+    *,
+    hooks: Hooks | None = None,
+    say: Say = print,
+    console: Console | None = None,
+) -> list[Replayed]:
+    """Replay every job at once (one event loop), each against its own ready server.
+
+    Several jobs run side by side (a scenario's arms, under the first job's `max_duration`);
+    workers and restarts apply to a run of one.
+    The server's log is read for `server` records only after it stops (its shutdown lines come
+    last): call `finish()` for each result once its server is gone.
+    """
+    hooks = hooks or Hooks()
+    if len(jobs) != 1 and (hooks.restart is not None or any(j.workers > 1 for j in jobs)):
+        raise UsageError("workers and restarts apply to a replay of one trace")
+    for job in jobs:
+        check_reachable(job.served.url)
+    targets = [target_header(job, say) for job in jobs]
+    if hooks.restart is not None:
+        return [_segmented(jobs[0], targets[0], hooks, say)]
+    with ExitStack() as stack:
+        memory = [stack.enter_context(server_memory(j.served, j.workdir)) for j in jobs]
+        counters = [stack.enter_context(watch_counters(j.served)) for j in jobs]
+        if jobs[0].workers > 1:
+            outcomes = [_spread(jobs[0], targets[0])]
+        else:
+            recordings = [
+                Recording(
+                    j.trace,
+                    j.options.plan,
+                    j.options.engine_config(j.served.url),
+                    j.out,
+                    t,
+                    keep_records=True,
+                    plan_header=hooks.plan,
+                    annotate=hooks.annotate,
+                )
+                for j, t in zip(jobs, targets, strict=True)
+            ]
+            outcomes = run_recordings(recordings, jobs[0].options.max_duration, console)
+    # Left in reverse order: the counters' last scrape, then the samplers (filling `memory`).
+    done = []
+    for job, outcome, counted, lines in zip(jobs, outcomes, counters, memory, strict=True):
+        metrics = counted(outcome.results)
+        _warn_disagreements(metrics, say)
+        done.append(Replayed(job.out, outcome, outcome.results, [metrics], lines, [job.served]))
+    return done
+
+
+def finish(done: Replayed, log_path: Path | None) -> None:
+    """Append the lines that follow the summary: counters, memory, and the server log's records
+    (read from `log_path`: the stopped server's log, or the stretch of it this replay wrote)."""
+    kind = done.processes[-1].target.kind
+    append_records(done.out, [*done.metrics, *done.memory, *server_records(kind, log_path, done.records)])
+
+
+def _warn_disagreements(metrics: dict[str, Any], say: Say) -> None:
     for line in metrics.get("disagreements") or ():
         say(f"[yellow]warning:[/yellow] server counters disagree with usage: {line}")
-    return ServedRun(code, requests, errors, records, metrics)
 
 
-def _replay(
-    trace: Trace,
-    options: RunOptions,
-    config: EngineConfig,
-    out: Path,
-    target: dict[str, Any],
-    console: Console | None,
-    workers: int,
-    trace_path: Path | None,
-) -> tuple[int, int, int, list[dict[str, Any]]]:
-    """In this process, or spread over `workers` processes by session (their parts merge exactly)."""
-    if workers > 1 and trace_path is not None:
-        spread = run_workers(trace_path, options.plan, config, out, target, workers, options.max_duration)
-        return spread.exit_code, spread.requests, spread.errors, read_results(out).requests
-    outcome = run_trace(
-        trace, options.plan, config, out, target, options.max_duration, console=console, keep_records=True
+def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
+    """The job's sessions over `job.workers` processes (their parts merge exactly)."""
+    config = job.options.engine_config(job.served.url)
+    spread = run_workers(
+        job.trace, job.options.plan, config, job.out, target, job.workers, job.options.max_duration, job.shard
     )
-    return outcome.exit_code, outcome.requests, outcome.errors, outcome.results
+    merged = read_results(job.out)
+    line = merged.summary_line or {}
+    return RunOutcome(
+        out=str(job.out),
+        outcome=str(line.get("outcome", "cut-short")),
+        requests=spread.requests,
+        errors=spread.errors,
+        cancelled=int(line.get("cancelled") or 0),
+        duration_s=float(line.get("duration_s") or 0.0),
+        lag_p50_s=line.get("lag_p50_s"),
+        lag_p99_s=line.get("lag_p99_s"),
+        exit_code=spread.exit_code,
+        results=merged.requests,
+    )
+
+
+def segments(requests: list[Request], cut_before: Callable[[Request], bool]) -> list[list[Request]]:
+    """Requests cut before every request `cut_before` picks: one list per server process."""
+    out: list[list[Request]] = [[]]
+    for r in requests:
+        if cut_before(r) and out[-1]:
+            out.append([])
+        out[-1].append(r)
+    return out
+
+
+def _segmented(job: ReplayJob, target: dict[str, Any], hooks: Hooks, say: Say) -> Replayed:
+    """One trace in segments, the server restarted between them by `hooks.restart`; one results
+    file, one sequence over every server process, one `metrics` and `memory` line per process."""
+    assert hooks.restart is not None and hooks.restart_before is not None
+    trace, plan = job.trace, job.options.plan
+    by_id = trace.by_id()
+    served = job.served
+    processes: list[Served] = []
+    metrics: list[dict[str, Any]] = []
+    memory: list[dict[str, Any]] = []
+    restarts = 0
+    index = 0
+    records: list[dict[str, Any]] = []  # every line written, over every server process
+    sent = 0
+
+    def annotate(rec: RequestRecord) -> None:
+        nonlocal sent
+        sent += 1
+        rec.seq = sent  # one sequence over every server process
+        if hooks.annotate is not None:
+            hooks.annotate(rec)
+        rec.extra["server_process"] = index
+
+    config = job.options.engine_config(served.url)
+    recording = Recording(
+        dataclasses.replace(trace, requests=[]),
+        plan,
+        config,
+        job.out,
+        target,
+        keep_records=False,
+        plan_header=hooks.plan,
+        annotate=annotate,
+        observe=records.append,
+    )
+    outcome = "done"
+    sessions: dict[str, Any] | None = None
+    try:
+        for index, part in enumerate(segments(trace.requests, hooks.restart_before)):  # noqa: B007
+            if index:
+                served, line = hooks.restart(served, part[0].id)
+                restarts += 1
+                recording.writer.write(line)
+                check_reachable(served.url)
+            processes.append(served)
+            first = len(records)
+            if sessions is not None:
+                part = _detach(part, sessions, by_id)
+            engine = Engine(
+                dataclasses.replace(trace, requests=part),
+                plan,
+                job.options.engine_config(served.url),
+                recording.sink,
+            )
+            engine.by_id = by_id  # replies of earlier segments are looked up by id
+            if sessions is not None:
+                engine.sessions = sessions
+            recording.engine = engine
+            with server_memory(served, job.workdir) as lines, watch_counters(served) as counters:
+                outcome = run_engines([recording], job.options.max_duration)
+            checked = counters(records[first:])
+            checked["server_process"] = index
+            _warn_disagreements(checked, say)
+            metrics.append(checked)
+            memory.extend(lines)
+            sessions = engine.sessions
+            if outcome != "done":
+                break
+    except BaseException as exc:
+        outcome = type(exc).__name__
+        raise
+    finally:
+        (closed,) = close_all([recording], outcome, {"restarts": restarts})
+    closed.results = records
+    return Replayed(job.out, closed, records, metrics, memory, processes)
+
+
+def _detach(part: list[Request], sessions: dict[str, Any], by_id: dict[int, Request]) -> list[Request]:
+    """The segment's requests without waits on requests a previous server process answered.
+
+    A new engine only knows its own requests done: a recorded `after` pointing back is dropped, and
+    a `$reply` marker pointing back becomes the reply that was actually spliced in (the live one),
+    which is what the engine would have sent anyway.
+    """
+    own = {r.id for r in part}
+    out = []
+    for r in part:
+        append = tuple(
+            sessions[r.session].reply_for(by_id[m["$reply"]])
+            if "$reply" in m and m["$reply"] not in own
+            else m
+            for m in r.append
+        )
+        after = r.after if (r.after or {}).get("request") in own else None
+        out.append(
+            r
+            if (append == r.append and after is r.after)
+            else dataclasses.replace(r, append=append, after=after)
+        )
+    return out

@@ -1,8 +1,9 @@
 """The cache probe (E1-E5) end to end against a server the drivers start, restart included.
 
 `replay run` cannot do E5: it stands for "save the slot, restart the server, restore the slot,
-resend", and the engine has no hands to restart anything. This runner replays the scenario's trace
-with the same engine, cut at every request tagged `probe`: before such a request it saves the slot
+resend", and the engine has no hands to restart anything. The probe replays the scenario's trace
+through the one pipeline (`replay.runs.pipeline.replay`) with a restart hook, cut at every request
+tagged `probe`: before such a request it saves the slot
 (llama-server `POST /slots/N?action=save`), stops the server by its PID, starts a new one from the
 same target, restores the slot into it and only then lets the engine go on. Server kinds without
 slot files (ds4, the simulator) are restarted the same way, their own disk cache being their
@@ -13,54 +14,40 @@ are `probe_restart` lines, counter checks `metrics` lines), and `ProbeReport` ho
 probe is about: per step, the prompt tokens the server says it re-processed (`timings.prompt_n` on
 llama-server).
 
-`replay run` of such a trace should say that the probe requests are left out: `skip_probes` does
-both (a trace without them, and the sentence to print).
+`replay run` of such a trace leaves the probe requests out and says so
+(`replay.trace.select.skip_probes`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shlex
-import sys
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
-import orjson
-from rich.console import Console
 from rich.table import Table
 
 from drivers.launch import Served, start_target
 from drivers.logs import llamacpp as llama_log
 from drivers.servers.base import has_flag
 from drivers.target import Target, load_target
-from replay import __version__
 from replay.engine.plans import Alternate
-from replay.engine.run import Engine, EngineConfig
 from replay.errors import DriverError, TargetError, UsageError
 from replay.metrics.record import RequestRecord
-from replay.metrics.results import ResultsWriter
-from replay.runs.pipeline import check_reachable, file_sha256
+from replay.runs.pipeline import Hooks, ReplayJob, RunOptions, finish, replay
+from replay.runs.pipeline import segments as cut
 from replay.runs.serverlog import effective_settings
-from replay.runs.servermetrics import check_after, scrape_before
-from replay.runs.targets import resolve_target
-from replay.scenario.build import PROBE_TAG, generate, plan_requests
+from replay.scenario.build import generate, plan_requests
 from replay.scenario.catalog import find_scenario
-from replay.scenario.spec import parse_params
 from replay.trace.model import Request, Trace
 from replay.trace.reader import read_trace
+from replay.trace.select import PROBE_TAG
 
 SLOT_FILE = "probe-{rid}.bin"
 SLOT_KINDS = ("llamacpp",)  # kinds with llama-server's slot save/restore API
-SKIP_NOTICE = (
-    "{n} request(s) tagged 'probe' ({ids}) left out: each stands for 'save the slot, restart the "
-    "server, restore, resend', which `replay run` cannot do; `replay probe --server FILE` runs them."
-)
 Say = Callable[[str], None]
 
 
@@ -147,41 +134,13 @@ class ProbeReport:
         }
 
 
-def skip_probes(trace: Trace) -> tuple[Trace, str | None]:
-    """The trace without its `probe` requests, and the one-line notice to print (None if none).
-
-    Nothing in a scenario's trace depends on a probe request (a probe is not a turn: no later
-    request carries its reply or waits for it); a trace where something does keeps that probe,
-    since leaving it out would leave a request waiting for a reply that never comes.
-    """
-    needed = _depended_on(trace)
-    dropped = [r.id for r in trace.requests if r.tag == PROBE_TAG and r.id not in needed]
-    if not dropped:
-        return trace, None
-    kept = [r for r in trace.requests if r.id not in set(dropped)]
-    ids = ", ".join(f"#{i}" for i in dropped[:8]) + (" ..." if len(dropped) > 8 else "")
-    notice = SKIP_NOTICE.format(n=len(dropped), ids=ids)
-    return dataclasses.replace(trace, requests=kept), notice
-
-
-def _depended_on(trace: Trace) -> set[int]:
-    out: set[int] = set()
-    for r in trace.requests:
-        out.update(m["$reply"] for m in r.append if "$reply" in m)
-        after = (r.after or {}).get("request")
-        if after is not None:
-            out.add(after)
-    return out
+def is_probe(request: Request) -> bool:
+    return request.tag == PROBE_TAG
 
 
 def segments(requests: list[Request]) -> list[list[Request]]:
     """Requests cut before every `probe` request: one list per server process."""
-    out: list[list[Request]] = [[]]
-    for r in requests:
-        if r.tag == PROBE_TAG and out[-1]:
-            out.append([])
-        out[-1].append(r)
-    return out
+    return cut(requests, is_probe)
 
 
 def run_cache_probe(
@@ -219,15 +178,6 @@ def _with_slot_dir(target: Target, slots: Path) -> Target:
     return dataclasses.replace(target, flags=(*target.flags, "--slot-save-path", str(slots.resolve())))
 
 
-@dataclass(slots=True)
-class _Process:
-    """One server process of the probe and what was measured on it."""
-
-    served: Served
-    log_path: Path | None
-    records: list[dict[str, Any]] = field(default_factory=list)
-
-
 def _run(
     target: Target,
     trace: Trace,
@@ -238,136 +188,70 @@ def _run(
     timeout_s: float,
     say: Say,
 ) -> ProbeReport:
+    """The trace through the one replay pipeline, with a restart hook before each probe."""
     results = out / f"{name}.results.jsonl"
     workdir = out / "work"
-    parts = segments(trace.requests)
-    by_id = trace.by_id()
-    sessions: dict[str, Any] | None = None
-    processes: list[_Process] = []
     restarts: list[Restart] = []
-    metrics: list[dict[str, Any]] = []
-    steps: list[dict[str, Any]] = []
-    with ExitStack() as stack:
-        server = stack.enter_context(ExitStack())  # closed and refilled at every restart
-        served = server.enter_context(_server(target, workdir))
-        header = {
-            "tool": {"name": "agent-replay", "version": __version__},
-            "trace": {"path": trace.path, "sha256": file_sha256(trace.path), "source": trace.header.source},
-            "target": _target_header(served),
-            "plan": {"plan": "alternate", "probe": "restart before each 'probe' request"},
-            "history": "live",
-            "think": "off",
-        }
-        writer = ResultsWriter(results, header)
+    logs: list[Path | None] = []
+    measured: list[RequestRecord] = []  # this server process's records, for the progress line
 
-        def close(exc_type: type[BaseException] | None, *_exc: object) -> None:
-            outcome = "done" if exc_type is None else exc_type.__name__
-            errors = sum(1 for r in steps if r["status"] != "ok")
-            extra = {"outcome": outcome, "requests": len(steps), "errors": errors, "restarts": len(restarts)}
-            writer.close(extra)
+    def annotate(rec: RequestRecord) -> None:
+        rec.extra["label"] = labels.get(rec.request_id, "")
+        measured.append(rec)
 
-        stack.push(close)
-        for index, part in enumerate(parts):
-            if index:
-                restart, served = _restart(server, processes[-1], target, workdir, part[0].id, slot, say)
-                restarts.append(restart)
-                writer.write(restart.to_json())
-            proc = _Process(served, served.log_path)
-            processes.append(proc)
+    with ExitStack() as server:  # closed and refilled at every restart
+        served = server.enter_context(start_target(target, workdir))
+        logs.append(served.log_path)
 
-            def sink(rec: RequestRecord, proc: _Process = proc, index: int = index) -> None:
-                rec.seq = len(steps) + 1  # one sequence over every server process
-                rec.extra["label"] = labels.get(rec.request_id, "")
-                rec.extra["server_process"] = index
-                line = writer.request(rec)
-                steps.append(line)
-                proc.records.append(line)
+        def restart(old: Served, rid: int) -> tuple[Served, dict[str, Any]]:
+            say(_progress_line(measured))
+            measured.clear()
+            done, new, logs[-1] = _restart(server, old, target, workdir, rid, slot, say)
+            logs.append(new.log_path)
+            restarts.append(done)
+            return new, done.to_json()
 
-            before = scrape_before(served)
-            sessions = _replay(trace, part, by_id, served, sessions, sink, timeout_s)
-            checked = check_after(served, before, proc.records)
-            checked["server_process"] = index
-            metrics.append(checked)
-            writer.write(checked)
-            say(_progress_line(proc.records))
-    logs = [p.log_path for p in processes if p.log_path is not None]
+        job = ReplayJob(
+            served=served,
+            trace=trace,
+            options=RunOptions(Alternate(), timeout=timeout_s),
+            out=results,
+            workdir=workdir,
+        )
+        hooks = Hooks(
+            restart_before=is_probe,
+            restart=restart,
+            annotate=annotate,
+            plan={"probe": "restart before each 'probe' request"},
+        )
+        (done,) = replay([job], hooks=hooks, say=say)
+        say(_progress_line(measured))
+    finish(done, None)  # the counters and memory of every server process
+    kept = [p for p in logs if p is not None]
     return ProbeReport(
         scenario=name,
         trace=Path(trace.path),
         results=results,
-        steps=[ProbeStep.from_record(r) for r in steps],
+        steps=[ProbeStep.from_record(r) for r in done.records],
         restarts=restarts,
-        logs=logs,
-        settings=[effective_settings(target.kind, p.log_path) for p in processes],
-        log_events=[_log_events(target.kind, p.log_path) for p in processes],
-        metrics=metrics,
+        logs=kept,
+        settings=[effective_settings(target.kind, p) for p in logs],
+        log_events=[_log_events(target.kind, p) for p in logs],
+        metrics=done.metrics,
     )
-
-
-@contextmanager
-def _server(target: Target, workdir: Path) -> Iterator[Served]:
-    with start_target(target, workdir) as served:
-        check_reachable(served.url)
-        yield served
-
-
-def _replay(
-    trace: Trace,
-    part: list[Request],
-    by_id: dict[int, Request],
-    served: Served,
-    sessions: dict[str, Any] | None,
-    sink: Callable[[RequestRecord], None],
-    timeout_s: float,
-) -> dict[str, Any]:
-    """One segment through the engine; the sessions' live replies carry over to the next one."""
-    config = EngineConfig(base_url=served.url, timeout_s=timeout_s, run_id=uuid.uuid4().hex[:8])
-    if sessions is not None:
-        part = _detach(part, sessions, by_id)
-    engine = Engine(dataclasses.replace(trace, requests=part), Alternate(), config, sink)
-    engine.by_id = by_id  # replies of earlier segments are looked up by id
-    if sessions is not None:
-        engine.sessions = sessions
-    anyio.run(engine.run)
-    return engine.sessions
-
-
-def _detach(part: list[Request], sessions: dict[str, Any], by_id: dict[int, Request]) -> list[Request]:
-    """The segment's requests without waits on requests a previous server process answered.
-
-    A new engine only knows its own requests done: a recorded `after` pointing back is dropped, and
-    a `$reply` marker pointing back becomes the reply that was actually spliced in (the live one),
-    which is what the engine would have sent anyway.
-    """
-    own = {r.id for r in part}
-    out = []
-    for r in part:
-        append = tuple(
-            sessions[r.session].reply_for(by_id[m["$reply"]])
-            if "$reply" in m and m["$reply"] not in own
-            else m
-            for m in r.append
-        )
-        after = r.after if (r.after or {}).get("request") in own else None
-        out.append(
-            r
-            if (append == r.append and after is r.after)
-            else dataclasses.replace(r, append=append, after=after)
-        )
-    return out
 
 
 def _restart(
     stack: ExitStack,
-    old: _Process,
+    served: Served,
     target: Target,
     workdir: Path,
     rid: int,
     slot: int,
     say: Say,
-) -> tuple[Restart, Served]:
-    """Save the slot, stop the server by its PID, start a new one, restore the slot into it."""
-    served = old.served
+) -> tuple[Restart, Served, Path | None]:
+    """Save the slot, stop the server by its PID, start a new one, restore the slot into it;
+    returns what happened, the new server and where the old one's log was set aside."""
     if served.process is None:
         raise DriverError(f"{target.where}: the server was not started by the tool; cannot restart it")
     filename = SLOT_FILE.format(rid=rid)
@@ -375,8 +259,8 @@ def _restart(
     save = _slot_action(served.url, slot, "save", filename) if uses_slots else {}
     stopped = served.process.stop()
     stack.close()  # leaves start_target's block; the process is already stopped
-    old.log_path = _set_aside(old.log_path, rid)
-    new = stack.enter_context(_server(target, workdir))
+    old_log = _set_aside(served.log_path, rid)
+    new = stack.enter_context(start_target(target, workdir))
     restore = _slot_action(new.url, slot, "restore", filename) if uses_slots else {}
     restart = Restart(
         before_request=rid,
@@ -392,7 +276,7 @@ def _restart(
         f"restarted the server before request {rid}: pid {served.pid} -> {new.pid}"
         + (tokens if uses_slots else "")
     )
-    return restart, new
+    return restart, new, old_log
 
 
 def _set_aside(log_path: Path | None, rid: int) -> Path | None:
@@ -424,23 +308,14 @@ def _slot_action(url: str, slot: int, action: str, filename: str) -> dict[str, A
     return out
 
 
-def _target_header(served: Served) -> dict[str, Any]:
-    return {
-        "kind": served.target.kind,
-        "url": served.url,
-        "build": served.build,
-        "effective": effective_settings(served.target.kind, served.log_path),
-    }
-
-
 def _log_events(kind: str, log_path: Path | None) -> dict[str, int]:
     if kind != "llamacpp" or log_path is None or not Path(log_path).exists():
         return {}
     return dict(sorted(llama_log.parse_files([log_path]).stats.by_kind.items()))
 
 
-def _progress_line(records: list[dict[str, Any]]) -> str:
-    shown = ", ".join(f"#{r['id']} {r.get('reprocessed_tokens')}" for r in records)
+def _progress_line(records: list[RequestRecord]) -> str:
+    shown = ", ".join(f"#{r.request_id} {r.usage.reprocessed_tokens}" for r in records)
     return f"re-processed tokens per request: {shown}"
 
 
@@ -475,42 +350,3 @@ def probe_table(report: ProbeReport) -> Table:
 
 def _n(v: int | None) -> str:
     return "-" if v is None else f"{v:,}"
-
-
-def probe_command(
-    server: Path | None,
-    out: Path,
-    console: Console,
-    *,
-    target: str | None = None,
-    sim_args: str = "",
-    scenario: str = "cache-probe",
-    params: list[str] | None = None,
-    slot: int = 0,
-    timeout_s: float = 1800.0,
-    as_json: bool = False,
-) -> int:
-    """`replay probe --server FILE` (or `--target sim`): run, print the per-step table (or JSON);
-    1 if a step failed. The simulator's disk-KV directory lives under `out`, so it outlives the
-    restart like a real server's would."""
-    resolved = resolve_target(target, server, shlex.split(sim_args), Path(out) / "sim")
-    report = run_cache_probe(
-        resolved,
-        out,
-        scenario=scenario,
-        params=parse_params(params or []),
-        slot=slot,
-        timeout_s=timeout_s,
-        say=lambda m: console.print(m, highlight=False),
-    )
-    if as_json:
-        sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        console.print(probe_table(report))
-        for m in report.metrics:
-            for problem in m.get("disagreements") or ():
-                console.print(f"[yellow]metrics:[/yellow] {problem}", highlight=False)
-        console.print(
-            f"results in {report.results}; server logs {', '.join(map(str, report.logs))}", highlight=False
-        )
-    return 0 if all(s.status == "ok" for s in report.steps) else 1

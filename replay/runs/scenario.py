@@ -9,23 +9,23 @@ from __future__ import annotations
 
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from replay.engine.plans import make_plan
-from replay.engine.run import EngineConfig
-from replay.metrics.results import append_records
-from replay.runs.pipeline import RunOutcome, TraceRun, check_reachable, run_trace, run_traces
-from replay.runs.serverlog import effective_settings, server_records
+from replay.errors import UsageError
+from replay.runs.leftovers import write_leftovers
+from replay.runs.pipeline import Replayed, ReplayJob, RunOptions, RunOutcome, finish, replay
 from replay.runs.targets import Target, open_target, resolve_target
 from replay.scenario.build import GenerateResult, generate
+from replay.scenario.show import arm_sim_flags
 from replay.scenario.spec import Arm, Scenario
 from replay.trace.reader import read_trace
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(slots=True)
-class ArmRun:
+class ArmResult:
     arm: str
     trace: Path
     results: Path
@@ -43,28 +43,13 @@ class ArmRun:
     generated: GenerateResult
 
 
-def sim_flags(arm: Arm, time_scale: float) -> list[str]:
-    """The arm's simulator flags with the time scale (an arm's own `--time-scale` wins)."""
-    flags = list(arm.sim)
-    if "--time-scale" not in flags:
-        flags += ["--time-scale", f"{time_scale:g}"]
-    return flags
-
-
-def run_command(spec: Scenario, arm: Arm, trace: str = "TRACE.jsonl") -> str:
-    """The `replay run` command line that replays one arm by hand (shown by `scenario show`)."""
-    flags = sim_flags(arm, spec.run.time_scale)
-    parts = ["replay run", trace, "--target sim", f"--plan {spec.run.plan}"]
-    if spec.run.concurrency:
-        parts.append(f"--concurrency {spec.run.concurrency}")
-    if spec.run.round_robin:
-        parts.append("--round-robin")
-    if spec.run.think != "off":
-        parts.append(f"--think {spec.run.think}")
-    if spec.run.plan in ("timed", "closed-loop"):
-        parts.append(f"--speed {spec.run.time_scale:g}")
-    parts.append(f"--sim-args '{' '.join(flags)}'")
-    return " ".join(parts)
+def first_request_clock(spec: Scenario, trace_path: Path) -> str | None:
+    """The report's clock at the trace's first request (`--clock`), for a spec that has one."""
+    if spec.clock is None:
+        return None
+    first = next(iter(read_trace(trace_path).requests), None)
+    when = datetime.fromisoformat(spec.clock) + timedelta(seconds=first.t if first is not None else 0.0)
+    return when.isoformat()
 
 
 def _prepare(spec: Scenario, arm: Arm, out: Path) -> tuple[Scenario, Path, GenerateResult]:
@@ -74,35 +59,29 @@ def _prepare(spec: Scenario, arm: Arm, out: Path) -> tuple[Scenario, Path, Gener
     return armed, trace_path, generate(armed, trace_path)
 
 
-def _trace_run(
+def _job(
     spec: Scenario,
     arm: Arm,
     out: Path,
     served: Served,
-    kind: str,
     scale: float,
     trace_path: Path,
     timeout_s: float,
-) -> TraceRun:
+    workdir: Path,
+) -> ReplayJob:
     """What replaying one arm against a server that is already up takes."""
-    results = out / f"{spec.name}-{arm.name}.results.jsonl"
     speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
     plan = make_plan(
         spec.run.plan, concurrency=spec.run.concurrency, speed=speed, round_robin=spec.run.round_robin
     )
-    config = EngineConfig(
-        base_url=served.url, think=spec.run.think, timeout_s=timeout_s, run_id=uuid.uuid4().hex[:8]
+    return ReplayJob(
+        served=served,
+        trace=read_trace(trace_path),
+        options=RunOptions(plan, think=spec.run.think, timeout=timeout_s),
+        out=out / f"{spec.name}-{arm.name}.results.jsonl",
+        workdir=workdir,
+        header={"scenario": spec.name, "arm": arm.name, "time_scale": scale},
     )
-    header: dict[str, Any] = {
-        "kind": kind,
-        "url": served.url,
-        "build": served.build,
-        "effective": effective_settings(kind, served.log_path),
-        "scenario": spec.name,
-        "arm": arm.name,
-        "time_scale": scale,
-    }
-    return TraceRun(read_trace(trace_path), plan, config, results, header)
 
 
 def _log_size(served: Served) -> int:
@@ -110,9 +89,9 @@ def _log_size(served: Served) -> int:
     return Path(path).stat().st_size if path and Path(path).exists() else 0
 
 
-def _arm_run(arm: Arm, trace_path: Path, generated: GenerateResult, outcome: RunOutcome) -> ArmRun:
+def _arm_result(arm: Arm, trace_path: Path, generated: GenerateResult, outcome: RunOutcome) -> ArmResult:
     results = Path(outcome.out)
-    return ArmRun(
+    return ArmResult(
         arm=arm.name,
         trace=trace_path,
         results=results,
@@ -134,15 +113,17 @@ def _settled_size(path: Path, quiet_s: float = 0.05, limit_s: float = 2.0) -> in
     return size
 
 
-def _finish(run: ArmRun, served: Served, kind: str, log_start: int) -> None:
-    """Copy this run's part of the server log next to its results and append its `server` records."""
-    if served.log_path is None or not Path(served.log_path).exists():
-        return
-    _settled_size(Path(served.log_path))
-    with open(served.log_path, "rb") as src:
-        src.seek(log_start)
-        run.log.write_bytes(src.read())
-    append_records(run.results, server_records(kind, run.log, run.outcome.results))
+def _finish(run: ArmResult, done: Replayed, served: Served, log_start: int) -> None:
+    """Copy this run's part of the server log next to its results and append the lines that
+    follow its summary (counters, memory, the log's `server` records)."""
+    log = None
+    if served.log_path is not None and Path(served.log_path).exists():
+        _settled_size(Path(served.log_path))
+        with open(served.log_path, "rb") as src:
+            src.seek(log_start)
+            run.log.write_bytes(src.read())
+        log = run.log
+    finish(done, log)
 
 
 def run_arm(
@@ -152,7 +133,7 @@ def run_arm(
     time_scale: float | None = None,
     console: Console | None = None,
     timeout_s: float = 600.0,
-) -> ArmRun:
+) -> ArmResult:
     """Generate the arm's trace, start a simulator with the arm's flags, replay, stop it."""
     return run_arms(spec, out_dir, [arm.name], time_scale=time_scale, console=console, timeout_s=timeout_s)[0]
 
@@ -163,7 +144,7 @@ def run_shared(
     flags: list[str],
     time_scale: float,
     timeout_s: float = 600.0,
-) -> list[ArmRun]:
+) -> list[ArmResult]:
     """Several (scenario, arm) runs, one after another, on ONE simulator started with `flags`.
 
     The server's state (live slot, disk checkpoints) carries over from run to run, so use it only
@@ -171,19 +152,21 @@ def run_shared(
     Each run's results get the server records of its own stretch of the log.
     """
     out = Path(out_dir)
-    done: list[ArmRun] = []
+    done: list[ArmResult] = []
     with tempfile.TemporaryDirectory(prefix="replay-scenario-") as scratch:
         scaled = flags if "--time-scale" in flags else [*flags, "--time-scale", f"{time_scale:g}"]
+        if any(spec.leftovers for spec, _ in runs):
+            raise UsageError("scenarios with [[leftovers]] need a simulator of their own (run_arms)")
         target = resolve_target("sim", None, scaled, Path(scratch))
-        with open_target(target, Path(scratch) / "work") as served:
-            check_reachable(served.url)
+        work = Path(scratch) / "work"
+        with open_target(target, work) as served:
             for spec, arm in runs:
                 armed, trace_path, generated = _prepare(spec, arm, out)
                 log_start = _log_size(served)
-                job = _trace_run(armed, arm, out, served, target.kind, time_scale, trace_path, timeout_s)
-                outcome = run_trace(job.trace, job.plan, job.config, job.out, job.target, keep_records=True)
-                run = _arm_run(arm, trace_path, generated, outcome)
-                _finish(run, served, target.kind, log_start)
+                job = _job(armed, arm, out, served, time_scale, trace_path, timeout_s, work)
+                (replayed,) = replay([job], say=_quiet)
+                run = _arm_result(arm, trace_path, generated, replayed.outcome)
+                _finish(run, replayed, served, log_start)
                 done.append(run)
     return done
 
@@ -195,7 +178,7 @@ def run_arms(
     time_scale: float | None = None,
     console: Console | None = None,
     timeout_s: float = 600.0,
-) -> list[ArmRun]:
+) -> list[ArmResult]:
     """Every arm (or the named ones), each on its own simulator, all at once.
 
     Arms share nothing but the client's event loop, so the scenario takes as long as its longest
@@ -216,23 +199,30 @@ def run_arms(
             for _ in prepared
         ]
         targets = [
-            resolve_target("sim", None, sim_flags(arm, scale), d)
-            for (_, arm, _, _), d in zip(prepared, scratch, strict=True)
+            resolve_target("sim", None, arm_sim_flags(arm, scale, first_request_clock(armed, trace_path)), d)
+            for (armed, arm, trace_path, _), d in zip(prepared, scratch, strict=True)
         ]
+        for (armed, arm, trace_path, _), d in zip(prepared, scratch, strict=True):
+            write_leftovers(
+                armed, trace_path, d / "kv", list(arm.sim), first_request_clock(armed, trace_path)
+            )
         with _serve_all(targets, scratch) as served:
-            jobs = []
-            for (armed, arm, trace_path, _), srv, target in zip(prepared, served, targets, strict=True):
-                check_reachable(srv.url)
-                jobs.append(_trace_run(armed, arm, out, srv, target.kind, scale, trace_path, timeout_s))
-            outcomes = run_traces(jobs, keep_records=True)
+            jobs = [
+                _job(armed, arm, out, srv, scale, trace_path, timeout_s, d / "work")
+                for (armed, arm, trace_path, _), srv, d in zip(prepared, served, scratch, strict=True)
+            ]
+            say = _quiet if console is None else (lambda m: console.print(m, highlight=False))
+            replayed = replay(jobs, say=say)
         runs = []
-        for (_, arm, trace_path, generated), outcome, srv, target in zip(
-            prepared, outcomes, served, targets, strict=True
-        ):
-            run = _arm_run(arm, trace_path, generated, outcome)
-            _finish(run, srv, target.kind, 0)
+        for (_, arm, trace_path, generated), done, srv in zip(prepared, replayed, served, strict=True):
+            run = _arm_result(arm, trace_path, generated, done.outcome)
+            _finish(run, done, srv, 0)
             runs.append(run)
     return runs
+
+
+def _quiet(_message: str) -> None:
+    """Where a run without a console says things (nothing is shown)."""
 
 
 @contextmanager

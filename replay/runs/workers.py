@@ -1,10 +1,11 @@
 """Spread one run over several processes (`--workers N`) or hosts (`--shard i/N`), merge it exactly.
 
-One Python process saturates one core; a run that needs more is split by session. Each session
-belongs to one shard, chosen by a stable hash of its id (the same on every host and Python
-version), so a session's turns, history and live replies never leave the process that owns them.
-Each shard writes an ordinary results file; merging adds their encoded HDR histograms, which
-gives the same percentiles as one process that saw every request.
+One Python process saturates one core; a run that needs more is split by session
+(`replay.trace.select`: a stable hash of the session id, so a session's turns, history and live
+replies never leave the process that owns them). The parent hands each worker its own sessions,
+already selected (shard, probe skipping): a worker never reads the trace file itself. Each worker
+writes an ordinary results file; merging adds their encoded HDR histograms, which gives the same
+percentiles as one process that saw every request.
 
 Across hosts: host k runs `replay run TRACE --shard k/N --out part-k.jsonl` (shards are numbered
 1..N) and `replay report part-*.jsonl` merges the files.
@@ -12,12 +13,12 @@ Across hosts: host k runs `replay run TRACE --shard k/N --out part-k.jsonl` (sha
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import multiprocessing as mp
 import queue as queue_mod
 import resource
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,53 +29,88 @@ from replay.engine.run import EngineConfig
 from replay.errors import ReplayError, UsageError
 from replay.metrics.hist import Summary
 from replay.metrics.results import FORMAT, read_results
-from replay.trace.model import Trace
+from replay.runs.recording import percentile, run_trace
+from replay.trace.model import Request, Session, Trace, TraceHeader
+from replay.trace.select import split_workers
 
 _BARRIER_TIMEOUT_S = 600.0
 
 
-def parse_shard(spec: str) -> tuple[int, int]:
-    """`"2/4"` -> (2, 4); shards are numbered from 1."""
-    index, slash, count = spec.partition("/")
-    try:
-        i, n = int(index), int(count)
-    except ValueError:
-        i = n = 0
-    if not slash or n < 1 or not 1 <= i <= n:
-        raise UsageError(f"--shard must be i/N with 1 <= i <= N (e.g. 1/2), not {spec!r}")
-    return i, n
-
-
-def shard_of(session_id: str, count: int) -> int:
-    """The shard (1..count) that owns a session: a hash that no process or host can disagree on."""
-    digest = hashlib.blake2b(session_id.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % count + 1
-
-
-def select_shard(trace: Trace, index: int, count: int) -> Trace:
-    """The part of `trace` that shard `index` of `count` replays.
-
-    A request that waited (`after.request`) for a request of another shard would wait forever
-    in this process, so that one dependency is dropped; its own session's replies stay.
-    """
-    if not 1 <= index <= count:
-        raise UsageError(f"shard {index} is not between 1 and {count}")
-    sessions = {sid: s for sid, s in trace.sessions.items() if shard_of(sid, count) == index}
-    mine = {r.id for r in trace.requests if r.session in sessions}
-    requests = []
-    for req in trace.requests:
-        if req.session not in sessions:
-            continue
-        after = req.after
-        if after and after.get("request") is not None and after["request"] not in mine:
-            after = {k: v for k, v in after.items() if k != "request"}
-            req = replace(req, after=after)
-        requests.append(req)
-    return Trace(path=trace.path, header=trace.header, sessions=sessions, requests=requests)
-
-
 def part_path(out: Path, index: int, count: int) -> Path:
     return out.with_name(f"{out.stem}.part{index}of{count}{out.suffix or '.jsonl'}")
+
+
+Packed = tuple[str, tuple[Any, ...], list[tuple[Any, ...]], list[tuple[Any, ...]]]
+
+
+def pack(trace: Trace) -> Packed:
+    """A trace as flat rows for another process: parents by id, so a 10,000-turn session is not a
+    10,000-deep chain for pickle to recurse through. A parent that is not among the requests (a
+    probe left out) travels too, marked, because its children rebuild their history from it.
+    Requests come after their parents, as the reader reads them."""
+    rows: list[tuple[Any, ...]] = []
+    seen: set[int] = set()
+    for req in trace.requests:
+        parent = req.parent
+        if parent is not None and parent.id not in seen:  # a parent left out of the list
+            _pack_unlisted(parent, seen, rows)
+        seen.add(req.id)
+        rows.append(_row(req, True))
+    sessions = [_values(s) for s in trace.sessions.values()]
+    return trace.path, _values(trace.header), sessions, rows
+
+
+def _values(obj: Any) -> tuple[Any, ...]:
+    """A dataclass's fields in order: what its constructor takes back."""
+    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
+
+
+def _row(r: Request, listed: bool) -> tuple[Any, ...]:
+    parent = None if r.parent is None else r.parent.id
+    return (
+        parent,
+        listed,
+        r.id,
+        r.session,
+        r.t,
+        r.keep,
+        r.append,
+        r.params,
+        r.reply,
+        r.usage,
+        r.after,
+        r.tag,
+        r.line,
+    )
+
+
+def _pack_unlisted(node: Request, seen: set[int], rows: list[tuple[Any, ...]]) -> None:
+    """A parent chain not yet sent, oldest first, marked as not among the trace's requests."""
+    chain = []
+    cur: Request | None = node
+    while cur is not None and cur.id not in seen:
+        chain.append(cur)
+        seen.add(cur.id)
+        cur = cur.parent
+    rows.extend(_row(r, False) for r in reversed(chain))
+
+
+def unpack(packed: Packed) -> Trace:
+    """The trace `pack` flattened, with the same requests in the same order."""
+    path, header, sessions, rows = packed
+    made: dict[int, Request] = {}
+    requests = []
+    for parent, is_listed, rid, session, t, keep, *rest in rows:
+        req = Request(rid, session, t, None if parent is None else made[parent], keep, *rest)
+        made[rid] = req
+        if is_listed:
+            requests.append(req)
+    return Trace(
+        path=path,
+        header=TraceHeader(*header),
+        sessions={s[0]: Session(*s) for s in sessions},
+        requests=requests,
+    )
 
 
 @dataclass(slots=True)
@@ -127,7 +163,7 @@ def _rss_mib() -> float:
 
 
 def run_shard(
-    trace_path: str,
+    packed: Packed,
     index: int,
     count: int,
     plan: Plan,
@@ -137,17 +173,14 @@ def run_shard(
     max_duration_s: float | None = None,
     barrier: Any = None,
 ) -> WorkerReport:
-    """Load the trace, keep shard `index`, replay it; `barrier` lines the shards' starts up."""
-    from replay.runs.pipeline import run_trace
-    from replay.trace.reader import read_trace
-
+    """Replay worker `index`'s part of the run; `barrier` lines the workers' starts up."""
     report = WorkerReport(shard=index, count=count, out=out)
-    trace = select_shard(read_trace(trace_path), index, count)
+    trace = unpack(packed)
     report.rss_loaded_mib = round(_rss_mib(), 1)
     if barrier is not None:
         barrier.wait(_BARRIER_TIMEOUT_S)
     cpu0, t0 = _cpu_s(), time.perf_counter_ns()
-    outcome = run_trace(trace, plan, config, out, {**target, "shard": f"{index}/{count}"}, max_duration_s)
+    outcome = run_trace(trace, plan, config, out, {**target, "worker": f"{index}/{count}"}, max_duration_s)
     report.wall_s = round((time.perf_counter_ns() - t0) / 1e9, 4)
     report.cpu_s = round(_cpu_s() - cpu0, 4)
     report.peak_rss_mib = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -169,21 +202,24 @@ def _worker_main(args: tuple[Any, ...], barrier: Any, queue: Any) -> None:
 
 
 def run_workers(
-    trace_path: str | Path,
+    trace: Trace,
     plan: Plan,
     config: EngineConfig,
     out: str | Path,
     target: dict[str, Any],
     workers: int,
     max_duration_s: float | None = None,
+    shard: tuple[int, int] = (1, 1),
 ) -> WorkersOutcome:
-    """Replay `trace_path` in `workers` processes, one shard each, then merge into `out`.
+    """Replay `trace` (shard `shard` of the whole, already selected) in `workers` processes, each
+    handed its own sessions, then merge into `out`.
 
-    Every worker loads the trace and waits at a barrier, so the shards start together (a timed
+    Every worker unpacks its part and waits at a barrier, so the workers start together (a timed
     plan's clock starts at the same moment in each). Part files stay next to `out`.
     """
     if workers < 1:
         raise UsageError("--workers must be at least 1")
+    parts = split_workers(trace, workers, shard)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")  # no fork: the parent may hold threads and an event loop
@@ -192,7 +228,7 @@ def run_workers(
     procs = []
     for index in range(1, workers + 1):
         part = str(part_path(out, index, workers))
-        args = (str(trace_path), index, workers, plan, config, part, target, max_duration_s)
+        args = (pack(parts[index - 1]), index, workers, plan, config, part, target, max_duration_s)
         proc = ctx.Process(target=_worker_main, args=(args, barrier, queue), name=f"replay-shard-{index}")
         proc.start()
         procs.append(proc)
@@ -216,11 +252,11 @@ def run_workers(
         for proc in procs:
             proc.join()
     reports.sort(key=lambda r: r.shard)
-    parts = [Path(r.out) for r in reports if r.out and Path(r.out).exists()]
-    if not parts:
+    written = [Path(r.out) for r in reports if r.out and Path(r.out).exists()]
+    if not written:
         problems = "; ".join(r.error or f"shard {r.shard}: no results" for r in reports)
         raise ReplayError(f"no shard wrote a results file: {problems}")
-    summary = merge_results(parts, out, workers=workers)
+    summary = merge_results(written, out, workers=workers)
     return WorkersOutcome(out=str(out), parts=reports, summary=summary)
 
 
@@ -237,6 +273,8 @@ def merge_results(parts: list[Path], out: Path, workers: int | None = None) -> S
             res = read_results(part)
             if header is None:
                 header = {**res.run, "format": FORMAT, "merged_from": [str(p) for p in parts]}
+                if isinstance(header.get("target"), dict):  # the whole run's target, not a worker's
+                    header["target"] = {k: v for k, v in header["target"].items() if k != "worker"}
                 if workers is not None:
                     header["workers"] = workers
                 handle.write(orjson.dumps(header) + b"\n")
@@ -250,13 +288,8 @@ def merge_results(parts: list[Path], out: Path, workers: int | None = None) -> S
                 totals[key] += int(line.get(key) or 0)
             outcomes.append(str(line.get("outcome", "cut-short")))
             duration = max(duration, float(line.get("duration_s") or 0.0))
-        lags.sort()
-
-        def pct(p: float) -> float | None:
-            return lags[min(len(lags) - 1, max(0, round(p / 100 * (len(lags) - 1))))] if lags else None
-
         outcome = next((o for o in outcomes if o != "done"), "done")
         tail = {"kind": "summary", "classes": summary.encode(), "outcome": outcome, "duration_s": duration}
-        tail.update(totals, lag_p50_s=pct(50), lag_p99_s=pct(99), parts=len(parts))
+        tail.update(totals, lag_p50_s=percentile(lags, 50), lag_p99_s=percentile(lags, 99), parts=len(parts))
         handle.write(orjson.dumps(tail) + b"\n")
     return summary

@@ -6,9 +6,35 @@ from rich.console import Group, RenderableType
 from rich.markdown import Markdown
 from rich.table import Table
 
-from replay.runs.scenario import run_command
 from replay.scenario.build import plan_requests
-from replay.scenario.spec import Scenario, Step
+from replay.scenario.spec import Arm, Scenario, Step
+
+
+def arm_sim_flags(arm: Arm, time_scale: float, clock: str | None = None) -> list[str]:
+    """The arm's simulator flags with the time scale (an arm's own `--time-scale` wins) and the
+    report's clock at the first request, so the simulator's log reads in the report's own hours."""
+    flags = list(arm.sim)
+    if "--time-scale" not in flags:
+        flags += ["--time-scale", f"{time_scale:g}"]
+    if clock is not None and "--clock" not in flags:
+        flags += ["--clock", clock]
+    return flags
+
+
+def run_command_line(spec: Scenario, arm: Arm, trace: str = "TRACE.jsonl") -> str:
+    """The `replay run` command line that replays one arm by hand (shown by `scenario show`)."""
+    flags = arm_sim_flags(arm, spec.run.time_scale)
+    parts = ["replay run", trace, "--target sim", f"--plan {spec.run.plan}"]
+    if spec.run.concurrency:
+        parts.append(f"--concurrency {spec.run.concurrency}")
+    if spec.run.round_robin:
+        parts.append("--round-robin")
+    if spec.run.think != "off":
+        parts.append(f"--think {spec.run.think}")
+    if spec.run.plan in ("timed", "closed-loop"):
+        parts.append(f"--speed {spec.run.time_scale:g}")
+    parts.append(f"--sim-args '{' '.join(flags)}'")
+    return " ".join(parts)
 
 
 def list_table(scenarios: list[Scenario]) -> Table:
@@ -107,10 +133,24 @@ def describe(spec: Scenario) -> RenderableType:
     for arm in spec.arms:
         extra = f"; params {arm.params}" if arm.params else ""
         md.append(f"- **{arm.name}**: {arm.about or '-'} (`{' '.join(arm.sim) or 'defaults'}`{extra})")
+    if spec.expects:
+        md += ["", f"## Field figures (`replay scenario check {spec.name}`)"]
+        for e in spec.expects:
+            gap = f" (known gap: {e.gap})" if e.gap else ""
+            md.append(f"- {e.arm}, {e.selection}: {e.about or e.metric} = {e.field} [{e.source}]{gap}")
+    if spec.leftovers:
+        md += ["", "## On disk at the start (an earlier day's files)"]
+        for row in spec.leftovers:
+            what = (
+                "the shared system prefix"
+                if row.what == "system-prefix"
+                else f"{row.gib:g} GiB of other files"
+            )
+            md.append(f"- {what}: {row.hits} hits, last used {row.age_h:g} h before")
     md += ["", "## Run it", "```", f"replay scenario generate {spec.name} -o {spec.name}.jsonl"]
     for arm in spec.arms:
         md.append(
-            run_command(spec, arm, f"{spec.name}.jsonl").replace(
+            run_command_line(spec, arm, f"{spec.name}.jsonl").replace(
                 "replay run", f"replay run --out {spec.name}-{arm.name}.jsonl", 1
             )
         )

@@ -80,12 +80,21 @@ def sweep_table(report: SweepReport) -> Table:
             f"{r.wait_max_s:.1f}s",
             human_bytes(r.peak_disk_bytes),
         )
+    notes = [PEAK_NOTE]
     if report.target_reread is not None:
-        table.caption = (
+        notes.insert(
+            0,
             f"smallest budget where no switch re-reads more than {report.target_reread:,} tokens: "
-            + (f"{report.best_budget / 2**30:.1f} GiB (*)" if report.best_budget else "none of these")
+            + (f"{report.best_budget / 2**30:.1f} GiB (*)" if report.best_budget else "none of these"),
         )
+    table.caption = "\n".join(notes)
     return table
+
+
+PEAK_NOTE = (
+    "peak disk: the most the directory held; ds4's May build (--eviction base) writes a checkpoint "
+    "and then evicts, so it can hold one file over the budget for a moment"
+)
 
 
 def chain_json(c: Chain, *, others: Sequence[int] = (), cfg: SimConfig | None = None) -> dict[str, Any]:

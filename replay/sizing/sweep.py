@@ -140,7 +140,7 @@ class _Tally:
                         self.waits.append(r.total_s - r.decode_s)
         disk = self.model.disk
         if disk is not None:
-            row.peak_disk_bytes = max(row.peak_disk_bytes, disk.total)
+            row.peak_disk_bytes = max(row.peak_disk_bytes, disk.peak)
 
     def close(self) -> SweepRow:
         row = self.row

@@ -38,14 +38,24 @@ class _SessionState:
 class TraceWriter:
     """Append-only writer of one trace file."""
 
-    def __init__(self, path: str | Path, source: str, notes: str = "", created: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        source: str,
+        notes: str = "",
+        created: str | None = None,
+        start: str | None = None,
+    ) -> None:
         self.path = str(path)
         self._out: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by close()
         self._next_id = 1
         self._sessions: dict[str, _SessionState] = {}
         self._blobs: set[str] = set()
         created = created or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-        self._line({"kind": "trace", "format": FORMAT, "created": created, "source": source, "notes": notes})
+        header = {"kind": "trace", "format": FORMAT, "created": created, "source": source, "notes": notes}
+        if start:
+            header["start"] = start  # the wall-clock time of t=0 (FORMAT.md)
+        self._line(header)
 
     def __enter__(self) -> TraceWriter:
         return self

@@ -18,7 +18,7 @@ from replay.engine.plans import make_plan
 from replay.engine.run import Engine, EngineConfig
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import read_results
-from replay.runs.pipeline import TraceRun, run_trace, run_traces
+from replay.runs.recording import Recording, run_recordings, run_trace
 from replay.trace import TraceWriter, read_trace
 
 SAMPLE = Path("traces/sample.jsonl")
@@ -146,20 +146,21 @@ def test_overlap_never_exceeds_k_in_flight(scripted_server, tmp_path):
     assert any("concurrent" in r["switch"] for r in outcome.results)
 
 
-def test_run_traces_replays_side_by_side_into_separate_files(scripted_server, tmp_path):
+def test_recordings_replay_side_by_side_into_separate_files(scripted_server, tmp_path):
     scripted_server.default = Script(first_token_delay_s=0.05, usage=USAGE)
     config = EngineConfig(base_url=scripted_server.url, timeout_s=5.0, run_id="t")
     runs = [
-        TraceRun(
+        Recording(
             read_trace(_many_sessions(tmp_path / f"{name}.jsonl", sessions=1, turns=4)),
             make_plan("alternate"),
             config,
             tmp_path / f"{name}.results.jsonl",
             {"kind": name},
+            keep_records=True,
         )
         for name in ("a", "b")
     ]
-    outcomes = run_traces(runs, keep_records=True)
+    outcomes = run_recordings(runs, None)
     assert [o.requests for o in outcomes] == [4, 4]
     assert [read_results(o.out).run["target"]["kind"] for o in outcomes] == ["a", "b"]
     # Each trace is one request at a time; only running both at once puts two in flight.

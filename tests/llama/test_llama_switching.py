@@ -32,9 +32,10 @@ from drivers.launch import start_target
 from drivers.logs import llamacpp as L
 from drivers.target import Target
 from replay.engine.plans import make_plan
-from replay.runs.pipeline import RunOptions, replay_on
-from replay.scenario import find_scenario, generate
+from replay.runs import pipeline
+from replay.runs.pipeline import ReplayJob, RunOptions
 from replay.runs.serverlog import effective_settings
+from replay.scenario import find_scenario, generate
 from replay.trace.reader import read_trace
 
 pytestmark = pytest.mark.llama
@@ -72,13 +73,17 @@ def replay(model: Path, trace: Path, work: Path, *flags: str) -> Run:
     loaded = read_trace(trace)
     options = RunOptions(make_plan("alternate"), timeout=120.0)
     with start_target(target, work) as served:
-        done = replay_on(served, "llamacpp", loaded, options, work / "results.jsonl", say=lambda _line: None)
+        job = ReplayJob(
+            served=served, trace=loaded, options=options, out=work / "results.jsonl", workdir=work
+        )
+        (done,) = pipeline.replay([job], say=lambda _line: None)
     assert done.exit_code == 0 and done.requests == 6
-    assert done.metrics["scrapes"] >= 2  # before and after, and every few seconds between
+    (metrics,) = done.metrics
+    assert metrics["scrapes"] >= 2  # before and after, and every few seconds between
     assert served.log_path is not None
     return Run(
         records=done.records,
-        metrics=done.metrics,
+        metrics=metrics,
         settings=effective_settings("llamacpp", served.log_path),
         events=L.parse_files([served.log_path]).events,
     )

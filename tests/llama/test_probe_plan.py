@@ -15,10 +15,12 @@ import replay.runs.servermetrics as mc
 from drivers.launch import Served
 from drivers.scrape import parse_exposition
 from drivers.target import Target
+from replay.commands.probe import ProbeArgs, probe
 from replay.errors import UsageError
-from replay.runs.probe import probe_command, run_cache_probe, segments, skip_probes
+from replay.runs.probe import run_cache_probe, segments
 from replay.scenario import find_scenario, generate
 from replay.trace.reader import read_trace
+from replay.trace.select import skip_probes
 from replay.trace.writer import TraceWriter
 
 
@@ -131,7 +133,8 @@ def test_nothing_to_compare_is_skipped_not_failed(counters: list[dict[str, int]]
 def test_probe_command_on_the_simulator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Kinds without slot files restart too: the simulator's disk checkpoints are its restore path."""
     console = Console(file=io.StringIO(), width=160)
-    code = probe_command(None, tmp_path, console, target="sim", params=["document=2000"], as_json=True)
+    args = ProbeArgs(target="sim", params=["document=2000"], out=tmp_path, as_json=True)
+    code = probe(args, console)
     assert code == 0
     doc = json.loads(capsys.readouterr().out)
     (restart,) = doc["restarts"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from replay.commands.demo import run_demo
+from replay.commands.demo import DemoArgs, demo
 from replay.metrics.results import read_results
 
 pytestmark = pytest.mark.e2e
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.e2e
 def test_demo_compares_4g_with_64g_and_writes_the_report(tmp_path: Path) -> None:
     buf = io.StringIO()
     started = time.monotonic()
-    code = run_demo(Console(file=buf, width=140), tmp_path / "demo")
+    code = demo(DemoArgs(out=tmp_path / "demo"), Console(file=buf, width=140))
     elapsed = time.monotonic() - started
     out = buf.getvalue()
     assert code == 0, out

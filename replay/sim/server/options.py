@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 from dataclasses import dataclass
 
 from replay.errors import UsageError
@@ -33,6 +34,9 @@ class ServeOptions:
     kv_dir: str | None = None
     time_scale: float = 1.0
     log: str | None = None
+    # Wall-clock epoch of modelled time 0 and its UTC offset in seconds (`--clock`); None = now, local.
+    clock: float | None = None
+    utc_offset_s: float | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--log", metavar="FILE", help="append ds4-format log lines here instead of stderr")
     g.add_argument("--time-scale", type=float, default=1.0, help="run S times faster than modelled time")
+    g.add_argument(
+        "--clock",
+        metavar="ISO",
+        help="the time of the first request (e.g. 2026-09-01T06:45:00+00:00): modelled time starts "
+        "with it and log lines and file times are stamped in modelled time from it (default: the "
+        "start, local time)",
+    )
     m = p.add_argument_group("model")
     m.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET)
     m.add_argument("-m", "--model", dest="model_id", help="model id to serve (default: the preset's)")
@@ -129,6 +140,23 @@ def parse(argv: list[str] | None = None) -> tuple[SimConfig, ServeOptions]:
         raise UsageError("--time-scale must be positive")
     cfg = config_for(ns.preset, disk=ns.kv_disk_dir is not None, **overrides)
     host = "127.0.0.1" if ns.host == "localhost" else ns.host
+    clock = offset = None
+    if ns.clock is not None:
+        try:
+            when = _dt.datetime.fromisoformat(ns.clock)
+        except ValueError:
+            raise UsageError(f"--clock: not an ISO 8601 time: {ns.clock!r}") from None
+        if when.tzinfo is None:
+            when = when.astimezone()
+        clock = when.timestamp()
+        delta = when.utcoffset()
+        offset = delta.total_seconds() if delta is not None else 0.0
     return cfg, ServeOptions(
-        host=host, port=ns.port, kv_dir=ns.kv_disk_dir, time_scale=ns.time_scale, log=ns.log
+        host=host,
+        port=ns.port,
+        kv_dir=ns.kv_disk_dir,
+        time_scale=ns.time_scale,
+        log=ns.log,
+        clock=clock,
+        utc_offset_s=offset,
     )

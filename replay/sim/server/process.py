@@ -64,8 +64,8 @@ def run(cfg: SimConfig, opts: ServeOptions) -> int:
 
 
 async def _main(cfg: SimConfig, opts: ServeOptions, stream: TextIO) -> int:
-    sink = LogSink(stream)
-    runtime = SimRuntime(cfg, kv_dir=opts.kv_dir, time_scale=opts.time_scale, log=sink)
+    sink = LogSink(stream, opts.utc_offset_s)
+    runtime = SimRuntime(cfg, kv_dir=opts.kv_dir, time_scale=opts.time_scale, log=sink, clock=opts.clock)
     await runtime.start()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -23,11 +23,12 @@ from rich.console import Console
 
 from drivers.ports import free_port
 from drivers.target import target_from_dict
-from replay.runs.ab import RunOptions, ab, arm_order, cache_target, plan_runs, run_ab
+from replay.commands.ab import AbArgs, ab
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.metrics.results import RunResults, read_results
 from replay.report.ab import ArmRun, compare_outputs, pairs, render, winner, within_ratios
+from replay.runs.ab import RunOptions, arm_order, cache_target, plan_runs, run_ab
 from replay.trace.writer import TraceWriter
 
 SIM_FLAGS = ["--batched-session", "2", "--time-scale", "500", "--hidden-reasoning"]
@@ -91,7 +92,7 @@ def test_cold_saves_on_beat_off_in_order_abba_on_fresh_caches(
 ) -> None:
     trace, a, b = arms
     out = tmp_path / "ab"
-    code = ab(trace, a, b, repeat=2, out_dir=out, think="on", as_json=True)
+    code = ab(AbArgs(trace=trace, a=a, b=b, repeat=2, out_dir=out, think="on", as_json=True), Console())
     assert code == 0
     doc = orjson.loads(capsys.readouterr().out)
     assert doc == orjson.loads((out / "ab.json").read_bytes())

@@ -1,10 +1,10 @@
-"""Sharding by session, and merging shard results into exactly the single-process percentiles."""
+"""Workers: each replays the sessions it is handed, and their files merge into exactly the
+single-process percentiles."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import dataclasses
+import pickle
 from pathlib import Path
 
 import pytest
@@ -14,40 +14,13 @@ from hypothesis import strategies as st
 from bench.refserver import Pacing, serve_in_thread
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
-from replay.errors import UsageError
 from replay.metrics.hist import Summary
 from replay.metrics.record import RequestRecord, Usage
 from replay.metrics.results import ResultsWriter, read_results
-from replay.runs.workers import merge_results, parse_shard, run_workers, select_shard, shard_of
+from replay.runs.workers import merge_results, pack, run_workers, unpack
 from replay.trace import TraceWriter, read_trace
-
-
-def test_parse_shard():
-    assert parse_shard("1/1") == (1, 1)
-    assert parse_shard("3/4") == (3, 4)
-    for bad in ("0/2", "3/2", "2", "a/b", "1/0", "-1/2"):
-        with pytest.raises(UsageError):
-            parse_shard(bad)
-
-
-def test_shard_of_is_stable_and_covers_every_shard():
-    # Pinned values: hosts running `--shard i/N` must agree without talking to each other.
-    assert [shard_of(f"session-{i}", 7) for i in range(4)] == [5, 2, 2, 2]
-    # Python's str hash() is salted per process; the shard must not be.
-    code = "from replay.runs.workers import shard_of; print([shard_of(f's{i}', 5) for i in range(50)])"
-    for seed in ("1", "2"):
-        out = subprocess.run(
-            [sys.executable, "-c", code],
-            env={**os.environ, "PYTHONHASHSEED": seed},
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        assert out.stdout.strip() == str([shard_of(f"s{i}", 5) for i in range(50)])
-    counts = [0] * 4
-    for i in range(400):
-        counts[shard_of(f"s{i}", 4) - 1] += 1
-    assert all(60 < c < 140 for c in counts)
+from replay.trace.model import Request, Session, Trace, TraceHeader
+from replay.trace.select import shard_of
 
 
 def _trace(path: Path, sessions: int, turns: int = 2) -> Path:
@@ -69,23 +42,47 @@ def _trace(path: Path, sessions: int, turns: int = 2) -> Path:
     return path
 
 
-def test_select_shard_partitions_sessions_and_drops_cross_shard_waits(tmp_path):
-    trace = read_trace(_trace(tmp_path / "t.jsonl", 12))
-    # A request that waits for another session's request (which may live in another shard).
-    trace.requests[-1].after = {"request": trace.requests[0].id, "delay_s": 1.0}
-    parts = [select_shard(trace, i, 3) for i in (1, 2, 3)]
-    seen = [r.id for p in parts for r in p.requests]
-    assert sorted(seen) == sorted(r.id for r in trace.requests)
-    for i, part in enumerate(parts, 1):
-        assert all(shard_of(r.session, 3) == i for r in part.requests)
-        assert set(part.sessions) == {r.session for r in part.requests}
-        ids = {r.id for r in part.requests}
-        for r in part.requests:
-            after = (r.after or {}).get("request")
-            assert after is None or after in ids
-    last = next(r for p in parts for r in p.requests if r.id == trace.requests[-1].id)
-    if shard_of(trace.requests[0].session, 3) != shard_of(last.session, 3):
-        assert last.after == {"delay_s": 1.0}
+def _same(a: Trace, b: Trace) -> None:
+    assert (a.path, a.header, a.sessions) == (b.path, b.header, b.sessions)
+    assert [r.id for r in a.requests] == [r.id for r in b.requests]
+    for x, y in zip(a.requests, b.requests, strict=True):
+        assert x.messages() == y.messages()
+        assert (x.session, x.t, x.keep, x.params, x.reply, x.after, x.tag, x.line, x.n_messages) == (
+            y.session,
+            y.t,
+            y.keep,
+            y.params,
+            y.reply,
+            y.after,
+            y.tag,
+            y.line,
+            y.n_messages,
+        )
+
+
+def test_a_worker_gets_its_sessions_whole_even_with_a_parent_left_out(tmp_path):
+    trace = read_trace(_trace(tmp_path / "t.jsonl", 4, turns=3))
+    firsts = {r.session: r.id for r in reversed(trace.requests)}
+    without = dataclasses.replace(trace, requests=[r for r in trace.requests if r.id not in firsts.values()])
+    back = unpack(pickle.loads(pickle.dumps(pack(without))))
+    _same(back, without)
+    assert all(r.parent is not None for r in back.requests)  # rebuilt from the parent that travelled
+
+
+def test_a_ten_thousand_turn_session_travels_to_a_worker():
+    # A parent chain this deep would make pickle recurse past the interpreter's limit.
+    requests: list[Request] = []
+    parent = None
+    for i in range(10_000):
+        keep = 0 if parent is None else parent.n_messages
+        req = Request(i + 1, "s", float(i), parent, keep, ({"role": "user", "content": f"t{i}"},), {})
+        requests.append(req)
+        parent = req
+    trace = Trace("t.jsonl", TraceHeader(source="test", start="06:45"), {"s": Session("s")}, requests)
+    back = unpack(pickle.loads(pickle.dumps(pack(trace))))
+    assert len(back.requests[-1].messages()) == 10_000
+    assert back.requests[-1].messages() == trace.requests[-1].messages()
+    assert back.header == trace.header
 
 
 _RECORD = st.builds(
@@ -143,7 +140,12 @@ def test_run_workers_replays_each_session_once_and_merges(tmp_path):
     with serve_in_thread(Pacing(first_token_ms=0.0, tokens=3)) as (srv, url):
         config = EngineConfig(base_url=url, run_id="w", timeout_s=20.0)
         outcome = run_workers(
-            trace, make_plan("overlap", concurrency=4), config, tmp_path / "out.jsonl", {"kind": "ref"}, 2
+            read_trace(trace),
+            make_plan("overlap", concurrency=4),
+            config,
+            tmp_path / "out.jsonl",
+            {"kind": "ref"},
+            2,
         )
         truth = srv.truth.rows
     assert [p.shard for p in outcome.parts] == [1, 2]
@@ -152,8 +154,9 @@ def test_run_workers_replays_each_session_once_and_merges(tmp_path):
     for part in outcome.parts:
         recs = read_results(part.out).requests
         assert recs and all(shard_of(r["session"], 2) == part.shard for r in recs)
+    assert {read_results(p.out).run["target"]["worker"] for p in outcome.parts} == {"1/2", "2/2"}
     merged = read_results(tmp_path / "out.jsonl")
-    assert merged.run["workers"] == 2
+    assert merged.run["workers"] == 2 and "worker" not in merged.run["target"]
     assert sorted(r["id"] for r in merged.requests) == list(range(1, 21))
     assert sorted(row[1] for row in truth) == sorted(f"w-{i}" for i in range(1, 21))
     rebuilt = Summary()

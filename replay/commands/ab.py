@@ -1,0 +1,71 @@
+"""`replay ab`: two builds on the same trace, A B B A, then the report (or its JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from replay.commands import print_json
+from replay.engine.plans import make_plan
+from replay.report.ab import render
+from replay.runs.ab import run_ab
+from replay.runs.pipeline import RunOptions
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AbArgs:
+    trace: Path
+    a: Path  # target TOML of build A
+    b: Path
+    repeat: int = 2
+    out_dir: Path | None = None
+    plan: str = "alternate"
+    concurrency: int | None = None
+    speed: float = 1.0
+    round_robin: bool = False
+    api: str | None = None
+    model: str | None = None
+    history: str = "live"
+    think: str = "off"
+    timeout: float = 1800.0
+    max_duration: float | None = None
+    reuse_cache: bool = False
+    keep_cache: bool = False
+    service: Path | None = None
+    as_json: bool = False
+
+
+def ab(args: AbArgs, console: Console) -> int:
+    """Run every arm run, then print the report; returns the exit code."""
+    options = RunOptions(
+        plan=make_plan(
+            args.plan, concurrency=args.concurrency, speed=args.speed, round_robin=args.round_robin
+        ),
+        api=args.api,
+        model=args.model,
+        history=args.history,
+        think=args.think,
+        timeout=args.timeout,
+        max_duration=args.max_duration,
+    )
+    progress = Console(stderr=True)
+    outcome = run_ab(
+        args.trace,
+        args.a,
+        args.b,
+        repeat=args.repeat,
+        out_dir=args.out_dir,
+        options=options,
+        reuse_cache=args.reuse_cache,
+        keep_cache=args.keep_cache,
+        service=args.service,
+        say=lambda msg: progress.print(msg, highlight=False),
+    )
+    if args.as_json:
+        print_json(outcome.doc)
+    else:
+        render(outcome.doc, console)
+        console.print(f"summary in {outcome.summary_path}", highlight=False)
+    return outcome.exit_code

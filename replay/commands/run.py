@@ -1,0 +1,93 @@
+"""`replay run`: a trace against a server, into a results file, then the report."""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from replay.commands.report import ReportArgs, report
+from replay.engine.plans import make_plan
+from replay.errors import UsageError
+from replay.runs.pipeline import ReplayJob, RunOptions, finish, replay
+from replay.runs.targets import dry_run as dry_run_target
+from replay.runs.targets import open_target, resolve_target
+from replay.trace.reader import read_trace
+from replay.trace.select import parse_shard, select_shard, skip_probes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunArgs:
+    trace: Path
+    target: str | None = None
+    server: Path | None = None
+    service: Path | None = None
+    workdir: Path | None = None
+    dry_run: bool = False
+    out: Path = Path("results.jsonl")
+    plan: str = "alternate"
+    concurrency: int | None = None
+    speed: float = 1.0
+    round_robin: bool = False
+    api: str | None = None
+    model: str | None = None
+    history: str = "live"
+    think: str = "off"
+    timeout: float = 1800.0
+    max_duration: float | None = None
+    sim_args: str = ""
+    workers: int = 1
+    shard: str | None = None
+    quiet: bool = False  # no progress display and no report
+
+
+def run(args: RunArgs, console: Console) -> int:
+    """Replay a trace; returns the exit code (0 ok, 1 requests failed, 130/143 interrupted)."""
+    shown = None if args.quiet else console
+    the_plan = make_plan(
+        args.plan, concurrency=args.concurrency, speed=args.speed, round_robin=args.round_robin
+    )
+    options = RunOptions(
+        the_plan, args.api, args.model, args.history, args.think, args.timeout, args.max_duration
+    )
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    loaded = read_trace(args.trace)  # validates fully before anything is sent
+    shard = parse_shard(args.shard) if args.shard is not None else (1, 1)
+    if args.shard is not None:
+        loaded = select_shard(loaded, *shard)
+    say = (shown or Console(stderr=True)).print
+    with tempfile.TemporaryDirectory(prefix="replay-scratch-") as scratch:
+        tgt = resolve_target(args.target, args.server, shlex.split(args.sim_args), Path(scratch))
+        if args.dry_run:
+            dry_run_target(tgt, args.workdir or Path(scratch), args.service, say)
+            return 0
+        loaded, notice = skip_probes(loaded)  # E5-style steps need `replay probe` to restart the server
+        if notice:
+            say(notice)
+        # The server's log must outlive the server: its records are read after it stops.
+        work = args.workdir or Path(scratch) / "work"
+        with open_target(tgt, work, args.service, say=say) as served:
+            job = ReplayJob(
+                served=served,
+                trace=loaded,
+                options=options,
+                out=args.out,
+                workdir=work,
+                header={"shard": args.shard} if args.shard else {},
+                workers=args.workers,
+                shard=shard,
+            )
+            (done,) = replay([job], say=say, console=shown)
+        finish(done, served.log_path)
+    if shown is not None:
+        report(ReportArgs(results=[args.out]), shown)
+        shown.print(f"{done.requests} requests, {done.errors} failed; results in {args.out}", highlight=False)
+        shown.print(
+            f"HTML report and summary: replay report {args.out} --html {Path(args.out).with_suffix('')}-report",
+            highlight=False,
+        )
+    return done.exit_code

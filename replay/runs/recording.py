@@ -1,0 +1,255 @@
+"""One trace replayed into one results file: the run header, the sink, the summary, the exit paths.
+
+Owns the exit paths: whatever ends the run (last reply, a failed request, `--max-duration`,
+Ctrl-C, SIGTERM) every measured request is already on disk and a `summary` line is still written.
+The run header is built here and nowhere else, for every kind of replay (run, ab, scenario arms,
+probe, each worker of a spread run).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import hashlib
+import platform
+import signal
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+
+from replay import __version__
+from replay.engine.plans import Plan
+from replay.engine.run import Engine, EngineConfig
+from replay.metrics.record import RequestRecord
+from replay.metrics.results import ResultsWriter
+from replay.trace.model import Trace
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    out: str
+    outcome: str
+    requests: int
+    errors: int
+    cancelled: int
+    duration_s: float
+    lag_p50_s: float | None
+    lag_p99_s: float | None
+    exit_code: int
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def percentile(values: list[float], pct: float) -> float | None:
+    """Nearest-rank percentile of the schedule lags (seconds, to the microsecond)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return round(ordered[index], 6)
+
+
+def run_header(
+    trace: Trace, plan: dict[str, Any], config: EngineConfig, target: dict[str, Any]
+) -> dict[str, Any]:
+    """The `run` line of every results file (`kind` and `format` are added by the writer)."""
+    return {
+        "tool": {"name": "agent-replay", "version": __version__},
+        "trace": {
+            "path": trace.path,
+            "sha256": file_sha256(trace.path),
+            "source": trace.header.source,
+            **({"start": trace.header.start} if trace.header.start else {}),
+        },
+        "target": target,
+        "plan": plan,
+        "history": config.history,
+        "think": config.think,
+        "seed": 0,
+        "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+    }
+
+
+class Recording:
+    """One trace being replayed into one results file: the engine, its sink and the file.
+
+    `annotate` adds to each record before its line is written (a probe's step label), `observe`
+    sees every line written (cancelled ones too); `engine` may be replaced between segments of a
+    run that restarts its server (the sink and the file stay).
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        plan: Plan,
+        config: EngineConfig,
+        out: str | Path,
+        target: dict[str, Any],
+        keep_records: bool,
+        plan_header: dict[str, Any] | None = None,
+        annotate: Callable[[RequestRecord], None] | None = None,
+        observe: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        header = run_header(trace, {**plan.describe(), **(plan_header or {})}, config, target)
+        self.out = str(out)
+        self.writer = ResultsWriter(out, header)
+        self.keep_records = keep_records
+        self.annotate = annotate
+        self.observe = observe
+        self.lags: list[float] = []
+        self.kept: list[dict[str, Any]] = []
+        self.counts = {"requests": 0, "errors": 0, "cancelled": 0}
+        self.engine = Engine(trace, plan, config, self.sink)
+        self.started: float | None = None  # monotonic, set when the first engine starts
+
+    def sink(self, rec: RequestRecord) -> None:
+        if self.annotate is not None:
+            self.annotate(rec)
+        if rec.status == "cancelled":
+            self.counts["cancelled"] += 1
+            line = self.writer.request(rec, summarise=False)
+        else:
+            self.counts["requests"] += 1
+            if rec.status != "ok":
+                self.counts["errors"] += 1
+            line = self.writer.request(rec)
+            if line["lag_s"] is not None:
+                self.lags.append(line["lag_s"])
+            if self.keep_records:
+                self.kept.append(line)
+        if self.observe is not None:
+            self.observe(line)
+
+    def close(self, outcome: str, duration: float, extra: dict[str, Any] | None = None) -> RunOutcome:
+        """Write the `summary` line and say how the run ended."""
+        counts = self.counts
+        lag_p50, lag_p99 = percentile(self.lags, 50), percentile(self.lags, 99)
+        self.writer.close(
+            {
+                "outcome": outcome,
+                "duration_s": duration,
+                **counts,
+                "lag_p50_s": lag_p50,
+                "lag_p99_s": lag_p99,
+                **(extra or {}),
+            }
+        )
+        if outcome in EXIT_SIGNAL:
+            code = EXIT_SIGNAL[outcome]
+        else:
+            code = EXIT_FAILED if counts["errors"] else EXIT_OK
+        return RunOutcome(
+            out=self.out,
+            outcome=outcome,
+            requests=counts["requests"],
+            errors=counts["errors"],
+            cancelled=counts["cancelled"],
+            duration_s=duration,
+            lag_p50_s=lag_p50,
+            lag_p99_s=lag_p99,
+            exit_code=code,
+            results=self.kept,
+        )
+
+
+def run_trace(
+    trace: Trace,
+    plan: Plan,
+    config: EngineConfig,
+    out: str | Path,
+    target: dict[str, Any],
+    max_duration_s: float | None = None,
+    console: Console | None = None,
+    keep_records: bool = False,
+) -> RunOutcome:
+    """Replay `trace` and write `out`; returns what happened (never raises for request failures)."""
+    recording = Recording(trace, plan, config, out, target, keep_records)
+    return run_recordings([recording], max_duration_s, console)[0]
+
+
+def run_recordings(
+    recordings: list[Recording], max_duration_s: float | None, console: Console | None = None
+) -> list[RunOutcome]:
+    """Run the recordings' engines together on one event loop, then close every file (on every
+    exit path: an exception still leaves each file with its `summary` line)."""
+    outcome = "done"
+    try:
+        outcome = run_engines(recordings, max_duration_s, console)
+    finally:
+        outcomes = close_all(recordings, outcome)
+    return outcomes
+
+
+def close_all(
+    recordings: list[Recording], outcome: str, extra: dict[str, Any] | None = None
+) -> list[RunOutcome]:
+    """Write every file's `summary` line; the duration runs from the first engine's start."""
+    now = time.monotonic()
+    return [r.close(outcome, round(now - (r.started or now), 3), extra) for r in recordings]
+
+
+def run_engines(
+    recordings: list[Recording], max_duration_s: float | None, console: Console | None = None
+) -> str:
+    """Run the recordings' current engines under the run's limits; returns why they ended. Files
+    are left open: the caller closes them, on every exit path."""
+    live: Any = nullcontext()
+    if console is not None and len(recordings) == 1:
+        from replay.report.live import progress_view
+
+        live = progress_view(recordings[0].engine.progress, console)
+    # The loaded traces live for the whole run: keep the collector from re-scanning them (its
+    # full passes pause the event loop for tens of ms with hundreds of streams in flight).
+    gc.collect()
+    gc.freeze()
+    started = time.monotonic()
+    for r in recordings:
+        if r.started is None:
+            r.started = started
+    try:
+        with live:
+            return anyio.run(_supervise, [r.engine for r in recordings], max_duration_s)
+    finally:
+        gc.unfreeze()
+
+
+async def _supervise(engines: list[Engine], max_duration_s: float | None) -> str:
+    """Run the engines under the run's limits; returns why they ended."""
+    outcome = "done"
+    async with anyio.create_task_group() as tg:
+
+        async def watch_signals() -> None:
+            nonlocal outcome
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for sig in signals:
+                    outcome = signal.Signals(sig).name
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(watch_signals)
+        with anyio.move_on_after(max_duration_s) as scope:
+            async with anyio.create_task_group() as runs:
+                for engine in engines:
+                    runs.start_soon(engine.run)
+        if scope.cancelled_caught:
+            outcome = "max-duration"
+        tg.cancel_scope.cancel()
+    return outcome

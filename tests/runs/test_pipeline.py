@@ -1,0 +1,98 @@
+"""The one replay pipeline, end to end through the CLI against the scripted SSE server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from scripted_server import Script
+
+from replay.metrics.results import read_results
+from replay.runs.probe import run_cache_probe
+from replay.runs.scenario import run_arms
+from replay.runs.targets import resolve_target
+from replay.scenario.catalog import find_scenario
+from replay.trace import TraceWriter
+
+USAGE = {"prompt_tokens": 100, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 40}}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "replay", *args], capture_output=True, text=True, check=False
+    )
+
+
+def _sessions_with_a_probe(path: Path, sessions: int = 9, turns: int = 2) -> tuple[Path, int]:
+    """`sessions` conversations of `turns` turns; the last one ends with a `probe` request."""
+    probe = 0
+    with TraceWriter(path, source="test") as w:
+        for s in range(sessions):
+            w.session(f"s{s}")
+        for turn in range(turns):
+            for s in range(sessions):
+                msgs = [{"role": "user", "content": f"s{s} turn {t}"} for t in range(turn + 1)]
+                w.request(f"s{s}", turn * 0.05 + s * 0.01, msgs, {"max_tokens": 3})
+        msgs = [{"role": "user", "content": "again from scratch"}]
+        probe = w.request(f"s{sessions - 1}", 1.0, msgs, {"max_tokens": 3}, tag="probe")
+    return path, probe
+
+
+def _ids(out: Path) -> list[int]:
+    return [r["id"] for r in read_results(out).requests]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("count", [2, 3])
+def test_the_shards_of_a_trace_replay_exactly_one_whole_run(scripted_server, tmp_path, count, workers):
+    scripted_server.default = Script(usage=USAGE)
+    trace, probe = _sessions_with_a_probe(tmp_path / "t.jsonl")
+    url = scripted_server.url
+    whole = tmp_path / "whole.jsonl"
+    done = _cli("run", str(trace), "--target", url, "--out", str(whole), "--quiet")
+    assert done.returncode == 0, done.stderr
+    expected = sorted(_ids(whole))
+    assert len(expected) == 18 and probe not in expected  # `replay run` leaves the probe out
+    seen: list[int] = []
+    for index in range(1, count + 1):
+        part = tmp_path / f"shard{index}.jsonl"
+        argv = ["run", str(trace), "--target", url, "--out", str(part), "--quiet"]
+        done = _cli(*argv, "--shard", f"{index}/{count}", "--workers", str(workers))
+        assert done.returncode == 0, done.stderr
+        res = read_results(part)
+        assert res.run["target"]["shard"] == f"{index}/{count}"
+        seen += _ids(part)
+    assert sorted(seen) == expected  # the union is the whole run, and no request twice
+    assert len(seen) == len(set(seen))
+
+
+RUN_KEYS = {"tool", "trace", "target", "plan", "history", "think", "seed", "started", "host"}
+TARGET_KEYS = {"kind", "url", "build", "effective", "warnings"}
+
+
+def _lines_after_summary(out: Path) -> set[str]:
+    kinds = [o["kind"] for o in map(orjson.loads, out.read_bytes().splitlines())]
+    return set(kinds[kinds.index("summary") + 1 :])
+
+
+@pytest.mark.e2e
+def test_scenario_arms_and_the_probe_write_the_same_header_and_checks_as_a_run(tmp_path):
+    """One pipeline: the run header, the target header with its settings and warnings, the
+    counter check and the memory line, whichever verb replayed the trace."""
+    probe = find_scenario("cache-probe", {"document": 500})
+    (arm,) = run_arms(probe, tmp_path / "scenario", ["4G"], time_scale=10_000.0)
+    server = resolve_target("sim", None, ["--time-scale", "10000"], tmp_path / "sim")
+    report = run_cache_probe(server, tmp_path / "probe", params={"document": 500})
+    for out in (arm.results, report.results):
+        res = read_results(out)
+        assert set(res.run) >= RUN_KEYS and set(res.run["target"]) >= TARGET_KEYS
+        assert res.run["seed"] == 0 and res.run["target"]["effective"]["kv_disk_budget_mib"]
+        assert {"metrics", "memory"} <= _lines_after_summary(out)
+    assert read_results(arm.results).run["target"]["arm"] == "4G"
+    lines = [orjson.loads(x) for x in report.results.read_bytes().splitlines()]
+    assert len([o for o in lines if o["kind"] == "memory"]) == 2  # one per server process
+    assert report.metrics[1]["server_process"] == 1
