@@ -16,10 +16,11 @@ test:
 check:
     replay scenario check
 
-# Lint and format check.
+# Lint, format check, and the import rules of DESIGN.md (.importlinter).
 lint:
     ruff check .
     ruff format --check .
+    lint-imports
 
 # Benchmarks: the client's own overhead, rate, memory, accuracy.
 bench:

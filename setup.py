@@ -1,4 +1,5 @@
-"""Compiles the modules a disk-budget sweep spends its time in with mypyc, when it can.
+"""Compiles the pure cache model and a disk-budget sweep's per-request path with mypyc, when it can
+(the list: `replay/_compiled.py`).
 
 They stay plain Python (the source is what runs where no compiler is, with `REPLAY_PURE=1`, or
 when a source file changed after it was compiled: see `replay/_compiled.py`); compiled, a sweep of

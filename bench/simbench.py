@@ -105,8 +105,8 @@ def sweep(work: Path, requests: int, budgets: int, timeout_s: float) -> dict[str
 
 
 def _slow_morning_main(out_dir: str) -> None:
-    from replay.scenario.catalog import find_scenario
     from replay.runs.scenario import run_arms
+    from replay.scenario.catalog import find_scenario
 
     runs = run_arms(find_scenario("slow-morning"), out_dir)
     requests = sum(r.outcome.requests for r in runs)
@@ -128,8 +128,8 @@ def _sweep_main(path: str, budgets: int) -> None:
     import resource
 
     import replay
-    from replay.sizing.sweep import sweep_trace
     from replay.sizing.parallel import auto_workers
+    from replay.sizing.sweep import sweep_trace
 
     sizes = [(i + 1) * 4 * GiB for i in range(budgets)]
     workers = auto_workers(path, len(sizes))

@@ -20,7 +20,6 @@ from typing import Any
 
 import httpx
 
-import replay
 from drivers.build import build_key, git_identity, run_build, version_line
 from drivers.identity import model_fingerprint, native_identity, package_identity
 from drivers.ports import free_port, port_owners
@@ -40,11 +39,15 @@ KINDS: dict[str, ModuleType] = {
     "external": external,
 }
 
+# This tool's own tree (the sim target's source): drivers/ sits beside replay/, in the same checkout
+# or site-packages, so it is found without importing the package drivers serve.
+TOOL_TREE = Path(__file__).resolve().parent.parent
+
 _SECRET = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
-class Plan:
+class LaunchPlan:
     target: Target
     port: int
     launch: Launch
@@ -62,7 +65,7 @@ class Served:
     process: ChildProcess | None  # None: external, never stopped by the tool
 
 
-def plan_target(target: Target | str | Path, workdir: Path) -> Plan:
+def plan_target(target: Target | str | Path, workdir: Path) -> LaunchPlan:
     """Everything ``start_target`` would run, computed without running it."""
     if not isinstance(target, Target):
         target = load_target(target)
@@ -77,9 +80,7 @@ def plan_target(target: Target | str | Path, workdir: Path) -> Plan:
         if target.ref is not None:
             identity["checkout"]["ref"] = target.ref
     elif target.kind == "sim":
-        identity["source"] = git_identity(
-            Path(replay.__file__).resolve().parent.parent
-        )  # this tool's own tree
+        identity["source"] = git_identity(TOOL_TREE)
     executable = kind.executable(target)
     if executable is not None:
         identity["binary"] = native_identity(executable)
@@ -104,10 +105,10 @@ def plan_target(target: Target | str | Path, workdir: Path) -> Plan:
         "metrics_path": launch.metrics_path,
     }
     log_path = Path(workdir) / f"{_safe(target.name)}.{port}.log" if launch.stoppable else None
-    return Plan(target, port, launch, build, log_path)
+    return LaunchPlan(target, port, launch, build, log_path)
 
 
-def describe_plan(plan: Plan) -> list[str]:
+def describe_plan(plan: LaunchPlan) -> list[str]:
     """The actions ``start_target`` would take, one line each, for a dry run."""
     t = plan.target
     lines = []

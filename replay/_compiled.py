@@ -26,23 +26,36 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-# The sweep's per-request path: reading, rendering, replies, the sequential cache model.
-MODULES: tuple[str, ...] = (
-    "replay.trace.model",
-    "replay.trace.reader",
-    "replay.trace.materialize",
-    "replay.trace.synth",
+# The pure cache model (every module of `replay.sim.model`), what a sweep reads it with from
+# `replay.trace`, and the sweep's own per-request path (`replay.sizing`: jobs made from the trace,
+# the budgets' lanes, the hand-over to worker processes), which runs once per request and budget
+# and so must be compiled with the model it drives.
+MODEL: tuple[str, ...] = (
     "replay.sim.model.tokenizer",
     "replay.sim.model.seq",
     "replay.sim.model.render",
     "replay.sim.model.reply",
+    "replay.sim.model.config",
     "replay.sim.model.job",
+    "replay.sim.model.checkpoint",
     "replay.sim.model.policy",
     "replay.sim.model.disk",
+    "replay.sim.model.events",
+    "replay.sim.model.engine",
     "replay.sim.model.sequential",
-    "replay.sizing.sweep",
+)
+TRACE: tuple[str, ...] = (
+    "replay.trace.model",
+    "replay.trace.reader",
+    "replay.trace.materialize",
+    "replay.trace.synth",
+)
+SWEEP: tuple[str, ...] = (
+    "replay.sizing.jobs",
+    "replay.sizing.lanes",
     "replay.sizing.parallel",
 )
+MODULES: tuple[str, ...] = MODEL + TRACE + SWEEP
 
 HASHES = "_compiled.json"  # beside this file, written by setup.py's build
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # makes `scripted_server` importable from any test dir
+# Makes `scripted_server` and `sim_workloads` importable from any test dir.
+sys.path.insert(0, str(Path(__file__).parent))
 
 from scripted_server import ScriptedServer  # noqa: E402
 

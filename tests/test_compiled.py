@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.machinery
 import json
@@ -14,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import replay
-from replay import _compiled
 from bench.simbench import sweep_trace_file
-from replay.sizing.sweep import sweep_json, sweep_trace
+from replay import _compiled
+from replay.sizing import sweep_json, sweep_trace
 
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
@@ -29,6 +30,32 @@ def test_the_modules_run_as_the_check_decided() -> None:
     assert set(compiled.values()) == {replay.COMPILED == "compiled"}, compiled
     if os.environ.get("REPLAY_REQUIRE_COMPILED") == "1":
         assert replay.COMPILED == "compiled"
+
+
+def test_the_list_is_the_cache_model_and_what_the_sweep_reads_it_with() -> None:
+    """Every module of `replay.sim.model`; from `replay.trace` the modules a sweep reads a trace
+    with; and the sweep's own per-request path. A compiled module imports replay's other modules
+    only from this list, or a few that are off the per-request path."""
+    root = Path(replay.__file__).resolve().parent
+    model = {
+        f"replay.sim.model.{p.stem}" for p in (root / "sim" / "model").glob("*.py") if p.stem != "__init__"
+    }
+    assert set(_compiled.MODEL) == model
+    assert all(name.startswith("replay.trace.") for name in _compiled.TRACE)
+    assert all(name.startswith("replay.sizing.") for name in _compiled.SWEEP)
+    assert _compiled.MODULES == _compiled.MODEL + _compiled.TRACE + _compiled.SWEEP
+    allowed = set(_compiled.MODULES) | {
+        "replay.errors",
+        "replay.trace",
+        "replay.metrics.switch",
+        "replay.sizing.rows",
+    }
+    for name in _compiled.MODULES:
+        tree = ast.parse((root.parent / (name.replace(".", "/") + ".py")).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("replay"):
+                names = {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+                assert names & allowed, (name, node.module)
 
 
 def _fake_build(root: Path, *, hashed: bool = True) -> None:
@@ -106,7 +133,7 @@ def test_compiled_and_source_sweeps_agree(tmp_path: Path) -> None:
     budgets = [2 << 30, 5 << 30, 40 << 30]
     here = sweep_json(sweep_trace(trace, budgets, target_reread=400))
     code = (
-        "import sys, orjson, replay; from replay.sizing.sweep import sweep_json, sweep_trace;"
+        "import sys, orjson, replay; from replay.sizing import sweep_json, sweep_trace;"
         "assert replay.COMPILED != 'compiled';"
         f"sys.stdout.write(orjson.dumps(sweep_json(sweep_trace(sys.argv[1], {budgets!r}, target_reread=400))).decode())"
     )

@@ -14,10 +14,11 @@ Only numbers and closed-vocabulary names leave this module: model paths, hosts, 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from functools import cache
 from pathlib import Path
-from typing import ClassVar
+from typing import Annotated, Any, ClassVar, get_args, get_origin, get_type_hints
 
 from drivers.logs.base import ParseStats, SubstringCounter, Vocab, strip_ansi
 
@@ -49,7 +50,7 @@ class SlotEvent(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SlotSelected(SlotEvent):
     kind: ClassVar[str] = "slot_selected"
-    by: str | None
+    by: Annotated[str | None, SELECTED_BY]
     sim: float | None
     threshold: float | None
     f_keep: float | None
@@ -286,7 +287,7 @@ class CacheReuseDisabled(Event):
     """`cache_reuse is not supported by multimodal|this context, it will be disabled`."""
 
     kind: ClassVar[str] = "cache_reuse_disabled"
-    by: str | None
+    by: Annotated[str | None, REUSE_DISABLED_BY]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -383,81 +384,173 @@ STARTUP_KINDS = (
 )
 
 # ---------------------------------------------------------------------------------------------
-# Grammar
+# Grammar: one row per message shape, tried in order, the first match wins. A row's named groups
+# are the event's fields (converted by the field's annotation: `int`, `float`, `bool`, or `str`
+# checked against the `Vocab` it is annotated with); `fixed` sets the fields a message implies;
+# slot, task, t and line come from the line's prefix. A `listed` row also reads a parenthesised
+# `key = value, ...` list by key, so a field inserted by a newer build moves nothing.
 
 _TS = re.compile(r"(?:^|\s)(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) (?:[IWEDT] )?")
 _SLOT = re.compile(r"(?:^|\s)slot\s+\w+: id\s+(-?\d+) \| task (-?\d+) \| ?(.*)$")
 _SRV = re.compile(r"(?:^|\s)srv\s+\w+: ?(.*)$")
-_NUM = r"(-?\d+(?:\.\d+)?)"
-_SEL_LCP = re.compile(
-    rf"selected slot by LCP similarity, (?:f_)?sim_best = {_NUM} \(> {_NUM} thold\), f_keep = {_NUM}"
+_NUM = r"-?\d+(?:\.\d+)?"
+_KV = re.compile(rf"(\w+) = ({_NUM})")
+_SIZE_MIB = re.compile(rf"size = ({_NUM}) MiB")
+
+
+def _num(name: str) -> str:
+    return rf"(?P<{name}>{_NUM})"
+
+
+_TIMING = rf"{_num('ms')} ms /\s*(?P<tokens>\d+) (?:tokens|runs)\s*\(\s*{_NUM} ms per token,\s*{_num('tps')} tokens per second\)"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    pattern: re.Pattern[str]
+    event: type[Event]
+    fixed: Mapping[str, object] = field(default_factory=dict)
+    listed: bool = False  # the group named `listed` holds `key = value, ...` pairs
+
+
+def _row(pattern: str, event: type[Event], listed: bool = False, **fixed: object) -> Row:
+    return Row(re.compile(pattern), event, fixed, listed)
+
+
+ROWS: tuple[Row, ...] = (
+    _row(
+        rf"selected slot by LCP similarity, (?:f_)?sim_best = {_num('sim')} \(> {_num('threshold')} thold\), f_keep = {_num('f_keep')}",
+        SlotSelected,
+        by="lcp",
+    ),
+    _row(r"selected slot by LRU\b", SlotSelected, by="lru"),
+    _row(r"selected slot by (?P<by>\w+)", SlotSelected),
+    _row(
+        r"new prompt, n_ctx_slot = (?P<n_ctx_slot>\d+), n_keep = (?P<n_keep>-?\d+), (?:task\.n_tokens|n_prompt_tokens) = (?P<n_tokens>\d+)",
+        NewPrompt,
+    ),
+    _row(r"n_tokens = (?P<n_tokens>\d+), memory_seq_rm \[\d+, end\)", SeqRemove),
+    _row(
+        rf"prompt processing progress, n_tokens = (?P<n_tokens>\d+), batch\.n_tokens = (?P<batch_tokens>\d+), progress = {_num('progress')}",
+        PromptProgress,
+    ),
+    _row(
+        rf"prompt processing, n_tokens =\s*(?P<n_tokens>\d+), progress = {_num('progress')}", PromptProgress
+    ),
+    _row(
+        r"prompt processing done, n_tokens = (?P<n_tokens>\d+), batch\.n_tokens = (?P<batch_tokens>\d+)",
+        PromptDone,
+    ),
+    _row(
+        r"created context checkpoint (?P<index>\d+) of (?P<max>\d+) \((?P<listed>[^()]*)\)",
+        CheckpointCreated,
+        listed=True,
+    ),
+    _row(r"restored context checkpoint \((?P<listed>[^()]*)\)", CheckpointRestored, listed=True),
+    _row(r"erased invalidated context checkpoint \((?P<listed>[^()]*)\)", CheckpointErased, listed=True),
+    _row(r"forcing full prompt re-processing", FullReprocess),
+    _row(
+        rf"- checking sim = {_num('sim')} \((?P<lcp>\d+)/(?P<n_tokens>\d+)\) > {_num('threshold')}",
+        SlotSimilarity,
+    ),
+    _row(
+        r"need to evaluate at least 1 token .*\(n_past = (?P<n_past>\d+), task\.n_tokens\(\) = (?P<n_tokens>\d+)\)",
+        LastTokenReevaluated,
+    ),
+    _row(
+        r"checking checkpoint with \[(?P<pos_min>-?\d+), (?P<pos_max>-?\d+)\] against (?P<against>-?\d+)",
+        CheckpointCheck,
+    ),
+    _row(r"superseding context checkpoint at n_tokens = (?P<n_tokens>\d+)", CheckpointSuperseded),
+    _row(r"erasing old context checkpoint \((?P<listed>[^()]*)\)", CheckpointEvicted, listed=True),
+    # The file name that follows is never read.
+    _row(
+        rf"appended (?P<count>\d+) context checkpoint\(s\)(?: \({_num('mib')} MiB\))?",
+        SlotFileCheckpoints,
+        action="save",
+    ),
+    _row(
+        rf"restored (?P<count>\d+) context checkpoint\(s\)(?: \({_num('mib')} MiB\))?",
+        SlotFileCheckpoints,
+        action="restore",
+    ),
+    _row(
+        r"cache reuse is not supported - ignoring n_cache_reuse = (?P<n_cache_reuse>\d+)", CacheReuseIgnored
+    ),
+    _row(
+        r"cache_reuse is not supported (?:by|with) (?:this )?(?P<by>.+?), it will be disabled",
+        CacheReuseDisabled,
+    ),
+    _row(rf"prompt eval time =\s*{_TIMING}", PromptTiming),
+    _row(rf"(?<!prompt )eval time =\s*{_TIMING}", EvalTiming),
+    _row(r"stop processing: n_tokens = (?P<n_tokens>\d+), truncated = (?P<truncated>\d+)", Release),
+    _row(
+        rf"saving prompt with length (?P<tokens>\d+), total state size = {_num('mib')} MiB(?: \(draft: {_num('draft_mib')} MiB\))?",
+        PromptCacheSave,
+    ),
+    # Newer builds print `f_sim`, older ones `sim`.
+    _row(
+        rf"looking for better prompt, base f_keep = {_num('f_keep')}, (?:f_)?sim = {_num('sim')}",
+        PromptCacheLookup,
+    ),
+    _row(rf"found better prompt with f_keep = {_num('f_keep')}, (?:f_)?sim = {_num('sim')}", PromptCacheLoad),
+    _row(
+        rf"- prompt with length\s+(?P<tokens>\d+), lcp =\s+(?P<lcp>\d+), f_keep = {_num('f_keep')}, (?:f_)?sim = {_num('sim')}",
+        PromptCacheCandidate,
+    ),
+    _row(
+        rf"cache state: (?P<prompts>\d+) prompts, {_num('mib')} MiB \(limits: {_num('limit_mib')} MiB, (?P<limit_tokens>\d+) tokens, (?P<est_tokens>\d+) est\)",
+        PromptCacheState,
+    ),
+    _row(
+        rf"cache size limit reached, removing oldest entry \(size = {_num('mib')} MiB\)",
+        PromptCacheEvict,
+        cause="size",
+    ),
+    _row(
+        rf"cache token limit \(\d+, est: \d+\) reached, removing oldest entry \(size = {_num('mib')} MiB\)",
+        PromptCacheEvict,
+        cause="tokens",
+    ),
+    _row(rf"prompt cache update took {_num('ms')} ms", PromptCacheUpdate),
+    _row(
+        r"initializing, n_slots = (?P<n_slots>\d+), n_ctx_slot = (?P<n_ctx_slot>\d+)(?:, kv_unified = '(?P<kv_unified>\w+)')?",
+        SlotsInit,
+    ),
+    _row(r"new slot,? n_ctx(?:_slot)? = (?P<n_ctx>\d+)", NewSlot),
+    _row(
+        r"n_parallel is set to auto, using n_parallel = (?P<n_parallel>\d+) and kv_unified = (?P<kv_unified>\w+)",
+        AutoParallel,
+    ),
+    _row(
+        r"prompt cache is enabled, size limit: (?:(?P<limit_mib>\d+) MiB|no limit)",
+        PromptCacheConfig,
+        limit_mib=-1,
+    ),
+    _row(r"prompt cache is disabled", PromptCacheConfig, limit_mib=0),
+    _row(
+        r"context checkpoints enabled, max = (?P<max>\d+), min spacing = (?P<min_spacing>\d+)",
+        CheckpointConfig,
+    ),
+    _row(r"context checkpoints disabled", CheckpointConfig, max=0),
+    _row(r"idle slots will be saved to prompt cache", CacheIdleSlots, enabled=True),
+    _row(r"--cache-idle-slots requires --cache-ram, disabling", CacheIdleSlots, enabled=False),
+    _row(r"creating\s+SWA KV cache, size = (?P<cells>\d+) cells", SwaCache),
+    _row(r"using full-size SWA cache", SwaCache, full=True),
+    # srv send_error, the function name stripped; only a prompt over the context is told apart.
+    _row(
+        r"^task id = (?P<task>-?\d+), error: .*?request \((?P<n_prompt_tokens>\d+) tokens\) exceeds the available context size \((?P<n_ctx>\d+) tokens\)",
+        RequestError,
+        cause="context",
+    ),
+    _row(r"^task id = (?P<task>-?\d+), error: ", RequestError, cause="other"),
+    _row(
+        r"system_info: n_threads = (?P<n_threads>\d+) \(n_threads_batch = (?P<n_threads_batch>\d+)\)", Threads
+    ),
+    _row(r"llama threadpool init, n_threads = (?P<n_threads>\d+)", Threads),
+    _row(r"common_params_print_info: verbosity = (?P<level>\d+)", LogVerbosity),
+    _row(r"(?:server is )?listening on \S*?:(?P<port>\d+)\b", Listening),
 )
-_SEL_LRU = re.compile(r"selected slot by LRU\b")
-_SEL_OTHER = re.compile(r"selected slot by (\w+)")
-_NEW_PROMPT = re.compile(
-    r"new prompt, n_ctx_slot = (\d+), n_keep = (-?\d+), (?:task\.n_tokens|n_prompt_tokens) = (\d+)"
-)
-_SEQ_RM = re.compile(r"n_tokens = (\d+), memory_seq_rm \[(\d+), end\)")
-_PROGRESS = re.compile(
-    rf"prompt processing progress, n_tokens = (\d+), batch\.n_tokens = (\d+), progress = {_NUM}"
-)
-_PROGRESS_PP = re.compile(rf"prompt processing, n_tokens =\s*(\d+), progress = {_NUM}")
-_DONE = re.compile(r"prompt processing done, n_tokens = (\d+), batch\.n_tokens = (\d+)")
-_CKPT_CREATED = re.compile(r"created context checkpoint (\d+) of (\d+) \(([^()]*)\)")
-_CKPT_RESTORED = re.compile(r"restored context checkpoint \(([^()]*)\)")
-_CKPT_ERASED = re.compile(r"erased invalidated context checkpoint \(([^()]*)\)")
-_FULL = re.compile(r"forcing full prompt re-processing")
-_SIM = re.compile(rf"- checking sim = {_NUM} \((\d+)/(\d+)\) > {_NUM}")
-_REEVAL = re.compile(r"need to evaluate at least 1 token .*\(n_past = (\d+), task\.n_tokens\(\) = (\d+)\)")
-_CKPT_CHECK = re.compile(r"checking checkpoint with \[(-?\d+), (-?\d+)\] against (-?\d+)")
-_CKPT_SUPERSEDED = re.compile(r"superseding context checkpoint at n_tokens = (\d+)")
-_CKPT_EVICTED = re.compile(r"erasing old context checkpoint \(([^()]*)\)")
-# The file name that follows is never read.
-_SLOT_FILE_CKPT = re.compile(rf"(appended|restored) (\d+) context checkpoint\(s\)(?: \({_NUM} MiB\))?")
-_REUSE_IGNORED = re.compile(r"cache reuse is not supported - ignoring n_cache_reuse = (\d+)")
-_REUSE_DISABLED = re.compile(r"cache_reuse is not supported (?:by|with) (.+?), it will be disabled")
-_PROMPT_EVAL = re.compile(
-    rf"prompt eval time =\s*{_NUM} ms /\s*(\d+) tokens \(\s*{_NUM} ms per token,\s*{_NUM} tokens per second\)"
-)
-_EVAL = re.compile(
-    rf"(?<!prompt )eval time =\s*{_NUM} ms /\s*(\d+) (?:tokens|runs)\s*\(\s*{_NUM} ms per token,\s*{_NUM} tokens per second\)"
-)
-_RELEASE = re.compile(r"stop processing: n_tokens = (\d+), truncated = (\d+)")
-_PC_SAVE = re.compile(
-    rf"saving prompt with length (\d+), total state size = {_NUM} MiB(?: \(draft: {_NUM} MiB\))?"
-)
-# Newer builds print `f_sim`, older ones `sim`.
-_PC_LOOKUP = re.compile(rf"looking for better prompt, base f_keep = {_NUM}, (?:f_)?sim = {_NUM}")
-_PC_LOAD = re.compile(rf"found better prompt with f_keep = {_NUM}, (?:f_)?sim = {_NUM}")
-_PC_CANDIDATE = re.compile(
-    rf"- prompt with length\s+(\d+), lcp =\s+(\d+), f_keep = {_NUM}, (?:f_)?sim = {_NUM}"
-)
-_PC_STATE = re.compile(
-    rf"cache state: (\d+) prompts, {_NUM} MiB \(limits: {_NUM} MiB, (\d+) tokens, (\d+) est\)"
-)
-_PC_EVICT_SIZE = re.compile(rf"cache size limit reached, removing oldest entry \(size = {_NUM} MiB\)")
-_PC_EVICT_TOKENS = re.compile(
-    rf"cache token limit \(\d+, est: \d+\) reached, removing oldest entry \(size = {_NUM} MiB\)"
-)
-_PC_UPDATE = re.compile(rf"prompt cache update took {_NUM} ms")
-_SLOTS_INIT = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+)(?:, kv_unified = '(\w+)')?")
-_NEW_SLOT = re.compile(r"new slot,? n_ctx(?:_slot)? = (\d+)")
-_AUTO_PAR = re.compile(r"n_parallel is set to auto, using n_parallel = (\d+) and kv_unified = (\w+)")
-_PC_ENABLED = re.compile(r"prompt cache is enabled, size limit: (?:(\d+) MiB|(no limit))")
-_PC_DISABLED = re.compile(r"prompt cache is disabled")
-_CKPT_ENABLED = re.compile(r"context checkpoints enabled, max = (\d+), min spacing = (\d+)")
-_CKPT_DISABLED = re.compile(r"context checkpoints disabled")
-_IDLE_SLOTS = re.compile(r"idle slots will be saved to prompt cache")
-_IDLE_SLOTS_OFF = re.compile(r"--cache-idle-slots requires --cache-ram, disabling")
-_SWA_CELLS = re.compile(r"creating\s+SWA KV cache, size = (\d+) cells")
-_SWA_FULL = re.compile(r"using full-size SWA cache")
-_SEND_ERROR = re.compile(r"^task id = (-?\d+), error: ")  # srv send_error, function name stripped
-_CTX_EXCEEDED = re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)")
-_THREADS = re.compile(r"system_info: n_threads = (\d+) \(n_threads_batch = (\d+)\)")
-_THREADPOOL = re.compile(r"llama threadpool init, n_threads = (\d+)")
-_VERBOSITY = re.compile(r"common_params_print_info: verbosity = (\d+)")
-_LISTEN = re.compile(r"(?:server is )?listening on \S*?:(\d+)\b")
-_KV = re.compile(rf"(\w+) = {_NUM}")
 
 _IGNORED = re.compile(
     r"processing task, is_child|total time =|graphs reused =|draft acceptance|n_gen =|init sampler|"
@@ -499,21 +592,89 @@ _CROSS_CHECKS = (
 )
 
 
-def _kv(inner: str) -> dict[str, float]:
-    return {k: float(v) for k, v in _KV.findall(inner)}
+Converter = Callable[[str, ParseStats], object]
+_CONTEXT = frozenset({"t", "line", "slot", "task"})  # from the line's prefix, never from its message
 
 
-def _int(d: dict[str, float], k: str) -> int | None:
-    return int(d[k]) if k in d else None
+def _to_int(v: str) -> int:
+    return int(float(v)) if "." in v else int(v)
 
 
-def _size_mib(inner: str) -> float | None:
-    m = re.search(rf"size = {_NUM} MiB", inner)
-    return float(m.group(1)) if m else None
+def _to_bool(v: str) -> bool:
+    return v.lower() in ("true", "1", "yes")
 
 
-def _bool(v: str | None) -> bool | None:
-    return None if v is None else v.lower() in ("true", "1", "yes")
+def _converter(hint: Any) -> Converter | None:
+    """How a field's text becomes its value, from its annotation: a number, a flag, or a name of
+    the `Vocab` it is annotated with. None for a plain `str`: only a row's `fixed` sets one."""
+    extras: tuple[Any, ...] = ()
+    if get_origin(hint) is Annotated:
+        hint, *rest = get_args(hint)
+        extras = tuple(rest)
+    (kind,) = [a for a in get_args(hint) if a is not type(None)] or [hint]
+    if kind is int:
+        return lambda v, _: _to_int(v)
+    if kind is float:
+        return lambda v, _: float(v)
+    if kind is bool:
+        return lambda v, _: _to_bool(v)
+    vocab = next((e for e in extras if isinstance(e, Vocab)), None)
+    if vocab is not None:
+        return lambda v, stats: vocab(v.strip().lower(), stats)
+    return None
+
+
+@cache
+def _converters(event: type[Event]) -> dict[str, Converter | None]:
+    """Each field's converter (the line-prefix fields are ints: slot, task, line; `t` is never matched)."""
+    hints = get_type_hints(event, include_extras=True)
+    return {f.name: _converter(hints[f.name]) for f in fields(event)}
+
+
+def check_row(row: Row) -> None:
+    """A row names only fields its event has, and feeds log text only to numbers and vocabularies."""
+    conv = _converters(row.event)
+    for name in row.fixed:
+        if name not in conv:
+            raise TypeError(f"{row.event.__name__} has no field {name!r}")
+    for name in row.pattern.groupindex:
+        if name != "listed" and conv.get(name) is None:
+            raise TypeError(f"{row.event.__name__}.{name} cannot take text from a log line")
+
+
+for _r in ROWS:
+    check_row(_r)
+
+
+def _event(row: Row, m: re.Match[str], context: dict[str, Any], stats: ParseStats) -> Event:
+    conv = _converters(row.event)
+    values: dict[str, object] = {name: context.get(name) for name in conv}
+    values.update(row.fixed)
+    if row.listed:
+        listed = m["listed"]
+        for key, text in _KV.findall(listed):
+            convert = conv.get(key)
+            if convert is not None and key not in _CONTEXT:
+                values[key] = convert(text, stats)
+        size = _SIZE_MIB.search(listed)
+        values["mib"] = float(size.group(1)) if size else None
+    for name, text in m.groupdict().items():
+        if text is not None and name != "listed":
+            convert = conv[name]
+            assert convert is not None  # `check_row`
+            values[name] = convert(text, stats)
+    return row.event(**values)
+
+
+def message_event(
+    msg: str, context: dict[str, Any], stats: ParseStats, rows: Sequence[Row] = ROWS
+) -> Event | None:
+    """The event of the first row whose pattern is found in `msg`."""
+    for row in rows:
+        m = row.pattern.search(msg)
+        if m is not None:
+            return _event(row, m, context, stats)
+    return None
 
 
 class LlamaParser:
@@ -556,7 +717,7 @@ class LlamaParser:
             s = _SRV.search(line)
             msg = s.group(1) if s else line
             slot, task = self._slot_task  # bare timing lines follow their slot header
-        ev = self._message(msg, slot, task)
+        ev = message_event(msg, {"t": self._t, "line": self._n, "slot": slot, "task": task}, st)
         if ev is None:
             # In a timestamped log a line without a stamp continues a multi-line entry (sampler
             # params, the chat template example); it was given its chance as a bare line above.
@@ -573,194 +734,6 @@ class LlamaParser:
     def finish(self) -> ParseStats:
         self.stats.checks = self._counter.checks(self.stats.by_kind)
         return self.stats
-
-    def _message(self, msg: str, slot: int | None, task: int | None) -> Event | None:
-        b = {"t": self._t, "line": self._n}
-        s = {**b, "slot": slot, "task": task}
-        if "selected slot by" in msg:
-            if m := _SEL_LCP.search(msg):
-                return SlotSelected(
-                    **s,
-                    by="lcp",
-                    sim=float(m.group(1)),
-                    threshold=float(m.group(2)),
-                    f_keep=float(m.group(3)),
-                )
-            if _SEL_LRU.search(msg):
-                return SlotSelected(**s, by="lru", sim=None, threshold=None, f_keep=None)
-            if m := _SEL_OTHER.search(msg):
-                return SlotSelected(
-                    **s, by=SELECTED_BY(m.group(1).lower(), self.stats), sim=None, threshold=None, f_keep=None
-                )
-            return None
-        if m := _NEW_PROMPT.search(msg):
-            return NewPrompt(
-                **s, n_ctx_slot=int(m.group(1)), n_keep=int(m.group(2)), n_tokens=int(m.group(3))
-            )
-        if m := _SEQ_RM.search(msg):
-            return SeqRemove(**s, n_tokens=int(m.group(1)))
-        if m := _PROGRESS.search(msg):
-            return PromptProgress(
-                **s, n_tokens=int(m.group(1)), batch_tokens=int(m.group(2)), progress=float(m.group(3))
-            )
-        if m := _PROGRESS_PP.search(msg):
-            return PromptProgress(
-                **s, n_tokens=int(m.group(1)), batch_tokens=None, progress=float(m.group(2))
-            )
-        if m := _DONE.search(msg):
-            return PromptDone(**s, n_tokens=int(m.group(1)), batch_tokens=int(m.group(2)))
-        if m := _CKPT_CREATED.search(msg):
-            kv = _kv(m.group(3))
-            return CheckpointCreated(
-                **s,
-                index=int(m.group(1)),
-                max=int(m.group(2)),
-                pos_min=_int(kv, "pos_min"),
-                pos_max=_int(kv, "pos_max"),
-                n_tokens=_int(kv, "n_tokens"),
-                mib=_size_mib(m.group(3)),
-            )
-        if m := _CKPT_RESTORED.search(msg):
-            kv = _kv(m.group(1))
-            return CheckpointRestored(
-                **s,
-                pos_min=_int(kv, "pos_min"),
-                pos_max=_int(kv, "pos_max"),
-                n_tokens=_int(kv, "n_tokens"),
-                n_past=_int(kv, "n_past"),
-                mib=_size_mib(m.group(1)),
-            )
-        if m := _CKPT_ERASED.search(msg):
-            kv = _kv(m.group(1))
-            return CheckpointErased(
-                **s,
-                pos_min=_int(kv, "pos_min"),
-                pos_max=_int(kv, "pos_max"),
-                n_tokens=_int(kv, "n_tokens"),
-                mib=_size_mib(m.group(1)),
-            )
-        if _FULL.search(msg):
-            return FullReprocess(**s)
-        if m := _SIM.search(msg):
-            return SlotSimilarity(
-                **s,
-                sim=float(m.group(1)),
-                lcp=int(m.group(2)),
-                n_tokens=int(m.group(3)),
-                threshold=float(m.group(4)),
-            )
-        if m := _REEVAL.search(msg):
-            return LastTokenReevaluated(**s, n_past=int(m.group(1)), n_tokens=int(m.group(2)))
-        if m := _CKPT_CHECK.search(msg):
-            return CheckpointCheck(
-                **s, pos_min=int(m.group(1)), pos_max=int(m.group(2)), against=int(m.group(3))
-            )
-        if m := _CKPT_SUPERSEDED.search(msg):
-            return CheckpointSuperseded(**s, n_tokens=int(m.group(1)))
-        if m := _CKPT_EVICTED.search(msg):
-            kv = _kv(m.group(1))
-            return CheckpointEvicted(
-                **s,
-                pos_min=_int(kv, "pos_min"),
-                pos_max=_int(kv, "pos_max"),
-                n_tokens=_int(kv, "n_tokens"),
-                mib=_size_mib(m.group(1)),
-            )
-        if m := _SLOT_FILE_CKPT.search(msg):
-            return SlotFileCheckpoints(
-                **s,
-                action="save" if m.group(1) == "appended" else "restore",
-                count=int(m.group(2)),
-                mib=float(m.group(3)) if m.group(3) else None,
-            )
-        if m := _REUSE_IGNORED.search(msg):
-            return CacheReuseIgnored(**s, n_cache_reuse=int(m.group(1)))
-        if m := _REUSE_DISABLED.search(msg):
-            by = m.group(1).strip().lower()
-            by = {"this context": "context"}.get(by, by)
-            return CacheReuseDisabled(**b, by=REUSE_DISABLED_BY(by, self.stats))
-        if m := _PROMPT_EVAL.search(msg):
-            return PromptTiming(**s, ms=float(m.group(1)), tokens=int(m.group(2)), tps=float(m.group(4)))
-        if m := _EVAL.search(msg):
-            return EvalTiming(**s, ms=float(m.group(1)), tokens=int(m.group(2)), tps=float(m.group(4)))
-        if m := _RELEASE.search(msg):
-            return Release(**s, n_tokens=int(m.group(1)), truncated=int(m.group(2)))
-        if m := _PC_SAVE.search(msg):
-            return PromptCacheSave(
-                **b,
-                tokens=int(m.group(1)),
-                mib=float(m.group(2)),
-                draft_mib=float(m.group(3)) if m.group(3) else None,
-            )
-        if m := _PC_LOOKUP.search(msg):
-            return PromptCacheLookup(**b, f_keep=float(m.group(1)), sim=float(m.group(2)))
-        if m := _PC_LOAD.search(msg):
-            return PromptCacheLoad(**b, f_keep=float(m.group(1)), sim=float(m.group(2)))
-        if m := _PC_CANDIDATE.search(msg):
-            return PromptCacheCandidate(
-                **b,
-                tokens=int(m.group(1)),
-                lcp=int(m.group(2)),
-                f_keep=float(m.group(3)),
-                sim=float(m.group(4)),
-            )
-        if m := _PC_STATE.search(msg):
-            return PromptCacheState(
-                **b,
-                prompts=int(m.group(1)),
-                mib=float(m.group(2)),
-                limit_mib=float(m.group(3)),
-                limit_tokens=int(m.group(4)),
-                est_tokens=int(m.group(5)),
-            )
-        if m := _PC_EVICT_SIZE.search(msg):
-            return PromptCacheEvict(**b, cause="size", mib=float(m.group(1)))
-        if m := _PC_EVICT_TOKENS.search(msg):
-            return PromptCacheEvict(**b, cause="tokens", mib=float(m.group(1)))
-        if m := _PC_UPDATE.search(msg):
-            return PromptCacheUpdate(**b, ms=float(m.group(1)))
-        if m := _SLOTS_INIT.search(msg):
-            return SlotsInit(
-                **b, n_slots=int(m.group(1)), n_ctx_slot=int(m.group(2)), kv_unified=_bool(m.group(3))
-            )
-        if m := _NEW_SLOT.search(msg):
-            return NewSlot(**b, slot=slot, n_ctx=int(m.group(1)))
-        if m := _AUTO_PAR.search(msg):
-            return AutoParallel(**b, n_parallel=int(m.group(1)), kv_unified=_bool(m.group(2)))
-        if m := _PC_ENABLED.search(msg):
-            return PromptCacheConfig(**b, limit_mib=int(m.group(1)) if m.group(1) else -1)
-        if _PC_DISABLED.search(msg):
-            return PromptCacheConfig(**b, limit_mib=0)
-        if m := _CKPT_ENABLED.search(msg):
-            return CheckpointConfig(**b, max=int(m.group(1)), min_spacing=int(m.group(2)))
-        if _CKPT_DISABLED.search(msg):
-            return CheckpointConfig(**b, max=0, min_spacing=None)
-        if _IDLE_SLOTS.search(msg):
-            return CacheIdleSlots(**b, enabled=True)
-        if _IDLE_SLOTS_OFF.search(msg):
-            return CacheIdleSlots(**b, enabled=False)
-        if m := _SWA_CELLS.search(msg):
-            return SwaCache(**b, cells=int(m.group(1)), full=None)
-        if _SWA_FULL.search(msg):
-            return SwaCache(**b, cells=None, full=True)
-        if m := _SEND_ERROR.search(msg):
-            ctx = _CTX_EXCEEDED.search(msg)
-            return RequestError(
-                **b,
-                task=int(m.group(1)),
-                cause="context" if ctx else "other",
-                n_prompt_tokens=int(ctx.group(1)) if ctx else None,
-                n_ctx=int(ctx.group(2)) if ctx else None,
-            )
-        if m := _THREADS.search(msg):
-            return Threads(**b, n_threads=int(m.group(1)), n_threads_batch=int(m.group(2)))
-        if m := _THREADPOOL.search(msg):
-            return Threads(**b, n_threads=int(m.group(1)), n_threads_batch=None)
-        if m := _VERBOSITY.search(msg):
-            return LogVerbosity(**b, level=int(m.group(1)))
-        if m := _LISTEN.search(msg):
-            return Listening(**b, port=int(m.group(1)))
-        return None
 
 
 @dataclass

@@ -26,8 +26,8 @@ class ChainArgs:
 
 
 def chain(args: ChainArgs, console: Console) -> int:
-    from replay.sim.server.options import parse_tokens
-    from replay.sizing import sweep as size
+    from replay import sizing as size
+    from replay.sim.model.config import parse_tokens
 
     cfg = size.size_config(
         args.preset, per_token=args.per_token, fixed=args.fixed, interval=args.interval, chunk=args.chunk
@@ -61,8 +61,8 @@ class SweepArgs:
 def sweep(args: SweepArgs, console: Console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from replay.sim.server.options import parse_bytes, parse_tokens
-    from replay.sizing import sweep as size
+    from replay import sizing as size
+    from replay.sim.model.config import parse_bytes, parse_tokens
     from replay.sizing.parallel import auto_workers
 
     cfg = size.size_config(args.preset, hidden_reasoning=args.hidden_reasoning or None)

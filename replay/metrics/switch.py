@@ -27,10 +27,10 @@ class SwitchTracker:
     """Classifies each request at the moment it is sent, in send order."""
 
     last_session: str | None = None
-    seen: set[str] = field(default_factory=set)
+    seen: set[str | None] = field(default_factory=set)
     in_flight: int = 0
 
-    def on_send(self, session: str, compaction: bool) -> Switch:
+    def on_send(self, session: str | None, compaction: bool) -> Switch:
         flags: list[str] = []
         from_session = None
         if session not in self.seen:

@@ -347,7 +347,7 @@ def summarize_llamacpp(events: Sequence[llamacpp.Event]) -> tuple[list[LlamaWind
 
 
 @dataclass
-class Summary:
+class LogSummary:
     kind: str  # "ds4" | "llamacpp"
     files: list[str]
     stats: ParseStats
@@ -381,7 +381,7 @@ def detect_kind(paths: Sequence[str | Path], sniff_lines: int = 5000) -> str:
     return "ds4" if ds4_hits >= llama_hits else "llamacpp"
 
 
-def summarize(paths: Sequence[str | Path], *, kind: str = "auto", year: int | None = None) -> Summary:
+def summarize(paths: Sequence[str | Path], *, kind: str = "auto", year: int | None = None) -> LogSummary:
     """Parse the logs (in the order given, as one stream) and compute the per-window figures."""
     if not paths:
         raise UsageError("no log files given")
@@ -393,11 +393,11 @@ def summarize(paths: Sequence[str | Path], *, kind: str = "auto", year: int | No
     if kind == "ds4":
         log = ds4.parse_files(paths, year=year)
         windows, total = summarize_ds4(log.events)
-        return Summary("ds4", [str(p) for p in paths], log.stats, windows, total)
+        return LogSummary("ds4", [str(p) for p in paths], log.stats, windows, total)
     if kind == "llamacpp":
         llog = llamacpp.parse_files(paths)
         lwindows, ltotal = summarize_llamacpp(llog.events)
-        return Summary("llamacpp", [str(p) for p in paths], llog.stats, lwindows, ltotal)
+        return LogSummary("llamacpp", [str(p) for p in paths], llog.stats, lwindows, ltotal)
     raise UsageError(f"unknown log kind {kind!r} (expected ds4, llamacpp or auto)")
 
 
@@ -501,7 +501,7 @@ def _bands_table(bands: list[dict[str, object]]) -> Table:
     return t
 
 
-def render(summary: Summary) -> RenderableType:
+def render(summary: LogSummary) -> RenderableType:
     """The summary as rich tables: parse health first, then each window, then all pooled."""
     st = summary.stats
     parts: list[RenderableType] = [
@@ -523,5 +523,5 @@ def render(summary: Summary) -> RenderableType:
     return Group(*parts)
 
 
-def print_summary(summary: Summary, console: Console | None = None) -> None:
+def print_summary(summary: LogSummary, console: Console | None = None) -> None:
     (console or Console()).print(render(summary))

@@ -1,6 +1,6 @@
 """The report's figures (matplotlib, rendered to inline SVG so the page needs nothing else).
 
-Each function takes the `RunView`s of `replay.report.html` and returns SVG text. Colours are fixed
+Each function takes the `RunView`s of `replay.report.view` and returns SVG text. Colours are fixed
 per phase and per arm so two reports put side by side read the same way.
 """
 
@@ -10,7 +10,6 @@ import html
 import io
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -23,9 +22,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from replay.report.glossary import LEGEND  # noqa: E402
-
-if TYPE_CHECKING:
-    from replay.report.html import RunView
+from replay.report.view import RunView
 
 PHASES = (
     ("queue", "#c9ccd1", "queued"),

@@ -10,10 +10,9 @@ conversation instead of resuming it from live or disk KV.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from replay.report.html import RequestView, RunView
+from replay.report.view import RequestView, RunView
 
 # A budget "keeps switches as cheap as the best run" within this margin of the best run's mean
 # re-read per switch (a few checkpoint-alignment steps of noise, not a different behaviour).

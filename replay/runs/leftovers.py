@@ -31,7 +31,7 @@ def clock_epoch(clock: str | None) -> float:
 def system_prefix(spec: Scenario, trace_path: Path, cfg: SimConfig) -> TokenSeq:
     """The shared system turn as the simulator renders it: the chat-anchor cut of the first
     request of a session that shares the system prompt (what a cold save of it stores)."""
-    from replay.sizing.sweep import jobs_from_trace
+    from replay.sizing import jobs_from_trace
 
     shared = {sid for sid, s in spec.sessions.items() if s.system == "shared"}
     first = next(

@@ -1,9 +1,10 @@
 """The embedded simulated ds4-server: ds4's cache policy in virtual time, and an HTTP front end.
 
-`CacheModel` is pure (jobs in at virtual times, events out) and is what both `replay sim serve`
-and `replay size sweep` run, so offline what-ifs and online behaviour cannot disagree. `serve`
-starts the HTTP server (`python -m replay.sim`); it is imported lazily so that sizing does not
-load the web stack.
+`sim/model` is pure and holds the one rule set (slots, live KV, disk checkpoints, policy), walked two
+ways: `CacheModel` (an event loop with concurrency, queueing and time) is what `replay sim serve`
+and a `--plan timed` sweep run; `sequential` walks one request at a time, and a default sweep shares
+its disk lanes across budgets (`replay.sizing.lanes`). Property tests keep the two equal.
+`sim/server` is the HTTP app; `serve` imports it lazily so that sizing does not load the web stack.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ import signal
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,12 @@ from replay.sim.model.render import Prompt
 from replay.sim.model.reply import Reply
 from replay.sim.model.seq import TokenSeq
 from replay.sim.model.tokenizer import Block
+from replay.sizing.jobs import jobs_from_trace, read_requests
 
 Progress = Callable[[int, int], None]
+# A worker's sweep of some budgets over the jobs it receives: `replay.sizing.sweep`'s, passed in
+# (by reference, pickled) so that this module does not import the sweep that uses it.
+RunBudgets = Callable[..., list[dict[str, Any]]]
 
 # Below this size a trace sweeps faster in one process than it takes to start a second one.
 PARALLEL_FROM_BYTES = 16 << 20
@@ -57,12 +60,11 @@ def sweep_in_workers(
     budgets: Sequence[int],
     workers: int,
     kwargs: dict[str, Any],
+    run: RunBudgets,
     progress: Progress | None = None,
-) -> list[Any]:
-    """The rows of `size.sweep_trace(path, budgets, **kwargs)`: this process reads and renders,
-    `workers - 1` processes (at least one) split the budgets."""
-    from replay.sizing.sweep import SweepRow, jobs_from_trace, read_requests
-
+) -> list[dict[str, Any]]:
+    """The rows of `sweep_trace(path, budgets, **kwargs)`, as dicts in budget order: this process
+    reads and renders, `workers - 1` processes (at least one) split the budgets, each with `run`."""
     options = dict(kwargs)
     cfg, history = options.pop("cfg"), options.pop("history")
     ctx = mp.get_context("spawn")  # no fork: the parent may hold threads
@@ -75,7 +77,7 @@ def sweep_in_workers(
         for index, part in enumerate(parts):
             reader, writer = ctx.Pipe(duplex=False)
             _widen(writer)
-            args = (index, [budgets[i] for i in part], dict(options, cfg=cfg), reader, results)
+            args = (index, run, [budgets[i] for i in part], dict(options, cfg=cfg), reader, results)
             proc = ctx.Process(target=_worker, args=args, name=f"replay-sweep-worker-{index + 1}")
             proc.start()
             reader.close()  # the worker's end: with it closed here, the worker sees our exit
@@ -99,7 +101,7 @@ def sweep_in_workers(
     for index, part in enumerate(parts):
         for k, position in enumerate(part):
             ordered[position] = rows[index][k * per_budget : (k + 1) * per_budget]
-    return [SweepRow(**row) for chunk in ordered for row in chunk]
+    return [row for chunk in ordered for row in chunk]
 
 
 def _widen(pipe: Any) -> None:
@@ -223,12 +225,12 @@ def _keep(last: OrderedDict[Any, Any], session: str | None, value: Any) -> None:
         last.popitem(last=False)
 
 
-def _worker(index: int, budgets: list[int], kwargs: dict[str, Any], conn: Any, results: Any) -> None:
-    from replay.sizing.sweep import sweep
-
-    gc.disable()  # as `size.sweep_trace` does for the reading process
+def _worker(
+    index: int, run: RunBudgets, budgets: list[int], kwargs: dict[str, Any], conn: Any, results: Any
+) -> None:
+    gc.disable()  # as `sweep_trace` does for the reading process
     try:
-        found = sweep(_received(conn), budgets, **kwargs)
+        found = run(_received(conn), budgets, **kwargs)
     except EOFError:
         os._exit(1)  # the reading process is gone: nobody is left to read the rows
     except ReplayError as exc:
@@ -236,4 +238,4 @@ def _worker(index: int, budgets: list[int], kwargs: dict[str, Any], conn: Any, r
     except BaseException as exc:  # reported to the parent, never a silent worker death
         results.put((index, f"sweep worker {index + 1}: {type(exc).__name__}: {exc}"))
     else:
-        results.put((index, [asdict(row) for row in found.rows]))
+        results.put((index, found))

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from replay.metrics.record import RequestRecord, Usage
-from replay.metrics.results import ResultsWriter, append_records
-from replay.report.html import digest, load_run, render_page, summary_markdown, time_scale, write_report
+from replay.metrics.results import ResultsWriter, append_records, time_scale
+from replay.report.html import digest, render_page, summary_markdown, write_report
 from replay.report.plots import band_width
+from replay.report.view import load_run
 
 LAYOUT_PROBE = """<script>
 const figs = [...document.querySelectorAll("figure.plot")];

@@ -7,8 +7,11 @@ Model presets carry what the seed figures measured; every figure can be overridd
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Literal
+
+from replay.errors import UsageError
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -157,6 +160,11 @@ class SimConfig:
         """Modelled size of one checkpoint file holding `tokens` tokens."""
         return self.bytes_per_token * tokens + self.fixed_bytes
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        """Pickled as its fields (sweep workers get it): compiled, a frozen dataclass cannot be
+        rebuilt attribute by attribute."""
+        return (SimConfig, tuple(getattr(self, name) for name in self.__dataclass_fields__))
+
     def with_(self, **changes: object) -> SimConfig:
         return replace(self, **changes)  # type: ignore[arg-type]
 
@@ -178,3 +186,38 @@ def config_for(preset: str = DEFAULT_PRESET, **overrides: object) -> SimConfig:
         visible_key=p.visible_key,
     )
     return replace(base, **{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+
+
+# Sizes and token counts as ds4's flags and `replay size` take them.
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kib": 1024,
+    "kb": 1000,
+    "m": 1024**2,
+    "mib": 1024**2,
+    "mb": 1000**2,
+    "g": 1024**3,
+    "gib": 1024**3,
+    "gb": 1000**3,
+    "t": 1024**4,
+    "tib": 1024**4,
+    "tb": 1000**4,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """`34.5KiB`, `24G`, `64GB`, `4096`: K/M/G/T and KiB.. are binary, KB/MB/GB/TB decimal."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise UsageError(f"not a size: {text!r} (use e.g. 34.5KiB, 24G, 64GB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def parse_tokens(text: str) -> int:
+    """`77000`, `77K`, `1.5M` (decimal: token counts)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmM]?)\s*", text)
+    if not m:
+        raise UsageError(f"not a token count: {text!r}")
+    return int(float(m.group(1)) * {"": 1, "k": 1000, "m": 1000_000}[m.group(2).lower()])

@@ -16,7 +16,7 @@ every 50 tokens, a continued-save position), and a bulk run is cut short at the 
 when a job arrives or a slot becomes ready, so bulk and step-by-step runs give identical results.
 
 Requests served one at a time (offline sizing) take a shorter road: `sequential.py` walks the
-same steps without this loop, and tests/sim/test_sequential.py keeps the two equal to the last bit.
+same steps without this loop, and tests/sim/model/test_sequential.py keeps the two equal to the last bit.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from replay.sim.model import events as ev
 from replay.sim.model import policy
@@ -334,7 +335,7 @@ class CacheModel:
             ):
                 seq = run.job.full.prefix(run.P + run.gen)
                 slot.phase = "busy"
-                self._save(slot, seq, "continued", "token-text", 0, lambda s=slot: self._ready(s, "decode"))
+                self._save(slot, seq, "continued", "token-text", 0, partial(self._ready, slot, "decode"))
 
     # --- one job's life -----------------------------------------------------------------------
 
@@ -633,7 +634,7 @@ class CacheModel:
                     else (slot.seq, "token-text")
                 )
                 nxt = index
-                self._save(slot, seq, "shutdown", key, 0, lambda n=nxt: self._persist(n))
+                self._save(slot, seq, "shutdown", key, 0, partial(self._persist, nxt))
                 return
         self._emit(ev.ShutdownComplete(self.now))
         self.done = True

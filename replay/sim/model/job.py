@@ -1,6 +1,6 @@
 """A request as the cache model runs it: its rendered prompt and its planned reply.
 
-The server (`app.py`) and offline sizing (`size.py`) both make jobs here, so a reply planned for a
+The server (`app.py`) and offline sizing (`replay.sizing.jobs`) both make jobs here, so a reply planned for a
 sweep is the reply the server would have sent.
 """
 
@@ -128,3 +128,13 @@ def plan_job(
         tool_arguments=tool_arguments if tool_name else None,
     )
     return Job(job_id, prompt, reply, session)
+
+
+def thinking_requested(body: dict[str, Any]) -> bool:
+    """ds4 thinks by default; these switches turn it off for one request (reference section 2)."""
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "disabled":
+        return False
+    if body.get("think") is False or body.get("reasoning_effort") == "none":
+        return False
+    return body.get("model") != "deepseek-chat"

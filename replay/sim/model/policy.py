@@ -7,13 +7,11 @@ score), 4.5 (restore), 5 (slot routing), 3.1 (when progress lines appear).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from replay.sim.model.checkpoint import Checkpoint
 from replay.sim.model.config import SimConfig
 from replay.sim.model.seq import TokenSeq, common_prefix, is_prefix
-
-if TYPE_CHECKING:
-    from replay.sim.model.disk import Checkpoint
 
 ANCHOR_REASONS = ("cold", "evict", "shutdown")
 

@@ -16,6 +16,7 @@ import orjson
 
 from replay.serving.fields import COUNT_LIMIT, FieldError, Fields
 from replay.sim.model.events import Result
+from replay.sim.model.job import thinking_requested
 from replay.sim.model.reply import Reply
 
 Message = dict[str, Any]
@@ -32,16 +33,6 @@ class BadRequest(Exception):
 
 def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
     return {"error": {"message": message, "type": kind}}
-
-
-def thinking_requested(body: dict[str, Any]) -> bool:
-    """ds4 thinks by default; these switches turn it off for one request (reference section 2)."""
-    thinking = body.get("thinking")
-    if isinstance(thinking, dict) and thinking.get("type") == "disabled":
-        return False
-    if body.get("think") is False or body.get("reasoning_effort") == "none":
-        return False
-    return body.get("model") != "deepseek-chat"
 
 
 @dataclass(slots=True)

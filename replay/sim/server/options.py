@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import re
 from dataclasses import dataclass
 
 from replay.errors import UsageError
@@ -18,40 +17,8 @@ from replay.sim.model.config import (
     VISIBLE_KEYS,
     SimConfig,
     config_for,
+    parse_bytes,
 )
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1024,
-    "kib": 1024,
-    "kb": 1000,
-    "m": 1024**2,
-    "mib": 1024**2,
-    "mb": 1000**2,
-    "g": 1024**3,
-    "gib": 1024**3,
-    "gb": 1000**3,
-    "t": 1024**4,
-    "tib": 1024**4,
-    "tb": 1000**4,
-}
-
-
-def parse_bytes(text: str) -> int:
-    """`34.5KiB`, `24G`, `64GB`, `4096`: K/M/G/T and KiB.. are binary, KB/MB/GB/TB decimal."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise UsageError(f"not a size: {text!r} (use e.g. 34.5KiB, 24G, 64GB)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
-def parse_tokens(text: str) -> int:
-    """`77000`, `77K`, `1.5M` (decimal: token counts)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmM]?)\s*", text)
-    if not m:
-        raise UsageError(f"not a token count: {text!r}")
-    return int(float(m.group(1)) * {"": 1, "k": 1000, "m": 1000_000}[m.group(2).lower()])
 
 
 def _bytes_arg(text: str) -> int:

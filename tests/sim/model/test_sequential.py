@@ -22,7 +22,9 @@ from replay.sim.model.render import Rendered, render
 from replay.sim.model.reply import TABLE_WORDS, reply_text
 from replay.sim.model.sequential import DiskLane, LiveSlots
 from replay.sim.model.tokenizer import _TOKEN, tokenize
-from replay.sizing.sweep import StaleFile, SweepRow, _stale_checkpoints, _Tally, jobs_from_trace, sweep
+from replay.sizing import StaleFile, SweepRow, jobs_from_trace, sweep
+from replay.sizing.rows import stale_checkpoints
+from replay.sizing.sweep import _Tally
 from replay.trace import TraceWriter, materialize, read_trace, recorded_reply
 from replay.trace.synth import synth_text
 
@@ -95,7 +97,7 @@ def _stale(cfg: SimConfig, count: int) -> list[StaleFile]:
 
 
 def _by_event_loop(cfg: SimConfig, jobs: list[Job], stale: list[StaleFile]) -> dict[str, Any]:
-    model = CacheModel(cfg, _stale_checkpoints(stale, cfg), progress=False)
+    model = CacheModel(cfg, stale_checkpoints(stale, cfg), progress=False)
     events = model.startup()
     for job in jobs:
         events += model.run_until_idle()
@@ -117,7 +119,7 @@ def _by_event_loop(cfg: SimConfig, jobs: list[Job], stale: list[StaleFile]) -> d
 
 
 def _sequentially(cfg: SimConfig, jobs: list[Job], stale: list[StaleFile]) -> dict[str, Any]:
-    slots, lane = LiveSlots(cfg), DiskLane(cfg, _stale_checkpoints(stale, cfg))
+    slots, lane = LiveSlots(cfg), DiskLane(cfg, stale_checkpoints(stale, cfg))
     results = [lane.serve(job, slots.admit(job)) for job in jobs]
     return {
         "results": results,
@@ -148,7 +150,7 @@ def test_a_lane_copy_goes_on_exactly_as_the_lane_and_on_its_own(data: st.DataObj
     cfg = data.draw(configs())
     jobs = data.draw(workloads(cfg))
     cut = data.draw(st.integers(0, len(jobs)))
-    slots, lane = LiveSlots(cfg), DiskLane(cfg, _stale_checkpoints(_stale(cfg, 2), cfg))
+    slots, lane = LiveSlots(cfg), DiskLane(cfg, stale_checkpoints(_stale(cfg, 2), cfg))
     lives = [slots.admit(job) for job in jobs]
     for job, live in zip(jobs[:cut], lives, strict=False):
         lane.serve(job, live)
@@ -196,7 +198,7 @@ def _counts(lane: DiskLane) -> tuple[Any, ...]:
 def _event_loop_row(cfg: SimConfig, jobs: list[Job], budget: int, stale: list[StaleFile]) -> SweepRow:
     """A sweep row as one event-loop model, fed one request at a time, gives it."""
     model = CacheModel(
-        cfg.with_(kv_disk_space_mb=budget // MiB), _stale_checkpoints(stale, cfg), progress=False
+        cfg.with_(kv_disk_space_mb=budget // MiB), stale_checkpoints(stale, cfg), progress=False
     )
     tally = _Tally(SweepRow(budget, cfg.slots, cfg.routing), model)
     tally.add(model.startup())

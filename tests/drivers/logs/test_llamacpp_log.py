@@ -6,8 +6,11 @@ A real server log will be added under tests/data/llama/ by the llama.cpp work.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from llama_logtext import (
     CKPT_ERASED,
     CKPT_NEW,
@@ -34,6 +37,7 @@ from llama_logtext import (
 )
 
 from drivers.logs import llamacpp as L
+from drivers.logs.base import ParseStats
 from replay.report.logs import summarize_llamacpp
 
 
@@ -298,3 +302,38 @@ def test_llama_summary_windows_and_figures() -> None:
     assert w1.slot_selected == {"lcp": 4}
     assert w2.settings["cache_reuse"] == 0 and "cache_reuse" not in w1.settings
     assert total.requests == 5
+
+
+# The grammar is a table: every row feeds only numbers and closed vocabularies into its event.
+
+VOCAB_WORDS = (
+    L.SELECTED_BY.names
+    | L.REUSE_DISABLED_BY.names
+    | {"other", "save", "restore", "size", "tokens", "context"}
+)
+
+
+def _only_numbers(ev: L.Event) -> None:
+    for name, value in ev.to_dict().items():
+        if name == "kind" or value is None or isinstance(value, bool | int | float):
+            continue
+        assert value in VOCAB_WORDS, (ev.kind, name, value)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_line_a_row_matches_gives_numbers_only(data: st.DataObject) -> None:
+    row = data.draw(st.sampled_from(L.ROWS))
+    msg = data.draw(st.from_regex(row.pattern, fullmatch=True).filter(lambda s: "\n" not in s))
+    ev = L.message_event(msg, {"t": None, "line": 1, "slot": 0, "task": 1}, ParseStats())
+    assert ev is not None and type(ev) in {r.event for r in L.ROWS}
+    _only_numbers(ev)
+
+
+def test_a_row_cannot_feed_log_text_to_a_free_text_field() -> None:
+    with pytest.raises(TypeError, match="cannot take text"):
+        L.check_row(L.Row(re.compile(r"error: (?P<cause>\w+)"), L.RequestError))
+    with pytest.raises(TypeError, match="no field"):
+        L.check_row(L.Row(re.compile(r"x"), L.Release, {"bogus": 1}))
+    for row in L.ROWS:
+        L.check_row(row)

@@ -13,7 +13,7 @@ from replay.sim.model.job import Job
 from replay.sim.model.render import Prompt
 from replay.sim.model.reply import make_reply
 from replay.sim.model.seq import TokenSeq
-from replay.sizing.sweep import chain
+from replay.sizing import chain
 
 
 def _written(tokens: int, start: int, **flags: int) -> list[tuple[int, str]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ds4_logtext import Ds4LogWriter
 
 from drivers.logs import ds4
-from replay.runs.correlate import correlate, match_requests
 from drivers.logs.ds4_requests import assemble
+from replay.runs.correlate import correlate, match_requests
 
 
 def _req(seq: int, prompt: int | None, cached: int | None, status: str = "ok") -> dict[str, object]:

@@ -15,7 +15,7 @@ from replay.sim.model.engine import CacheModel
 from replay.sim.model.job import Job, build_job
 from replay.sim.model.render import render
 from replay.sim.model.reply import Reply
-from replay.sizing.sweep import SweepRequest
+from replay.sizing import SweepRequest
 from replay.trace.synth import synth_text
 
 TOOLS: list[dict[str, Any]] = [

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from drivers.logs import ds4
-from replay.runs.correlate import correlate
 from replay.report.logs import render, summarize_ds4
+from replay.runs.correlate import correlate
 
 P = "0521 10:00:00 ds4-server: "
 
@@ -446,9 +446,9 @@ def _everything_out(lines: list[str]) -> str:
     log = ds4.parse_lines(lines)
     windows, total = summarize_ds4(log.events)
     console = Console(record=True, width=200, file=io.StringIO())
-    from replay.report.logs import Summary
+    from replay.report.logs import LogSummary
 
-    console.print(render(Summary("ds4", [], log.stats, windows, total)))
+    console.print(render(LogSummary("ds4", [], log.stats, windows, total)))
     records = correlate([{"seq": 1, "prompt_tokens": 12000, "cached_tokens": 0, "status": "ok"}], log.events)
     parts = [
         json.dumps([e.to_dict() for e in log.events]),

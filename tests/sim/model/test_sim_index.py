@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.sim.model import policy
+from replay.sim.model.checkpoint import Checkpoint, text_sha1
 from replay.sim.model.config import config_for
-from replay.sim.model.disk import Checkpoint, DiskStore, text_sha1
-from replay.sim.server.files import MAGIC_V1, CheckpointFiles
+from replay.sim.model.disk import DiskStore
 from replay.sim.model.seq import GRID, TokenSeq, is_prefix
+from replay.sim.server.files import MAGIC_V1, CheckpointFiles
 
 VOCAB = ("a", " b", " c", "\n", " é")
 

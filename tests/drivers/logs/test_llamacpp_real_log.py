@@ -19,7 +19,7 @@ import pytest
 from drivers.logs import llamacpp as L
 from drivers.logs.effective import llamacpp_settings, warn_missing
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "llama"
+DATA = Path(__file__).resolve().parents[2] / "data" / "llama"
 NAMES = sorted(p.stem for p in DATA.glob("*.log"))
 
 # Strings an event may carry: its kind and closed vocabularies, never text from the log.

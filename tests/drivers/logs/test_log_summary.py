@@ -13,8 +13,8 @@ from ds4_logtext import Ds4LogWriter
 from rich.console import Console
 
 from drivers.logs import ds4
-from replay.report.logs import Ds4Window, Summary, detect_kind, render, summarize, summarize_ds4
 from replay.errors import UsageError
+from replay.report.logs import Ds4Window, LogSummary, detect_kind, render, summarize, summarize_ds4
 
 DECODE = {  # request -> (depth B, decode tok/s)
     "r1": (12000, 40.0),
@@ -154,7 +154,7 @@ def test_render_shows_parse_warnings() -> None:
     log = ds4.parse_lines(["0521 10:00:00 ds4-server: xkv cache stored tokens=1 reason=cold"])
     windows, total = summarize_ds4(log.events)
     console = Console(record=True, width=160, file=io.StringIO())
-    console.print(render(Summary("ds4", [], log.stats, windows, total)))
+    console.print(render(LogSummary("ds4", [], log.stats, windows, total)))
     assert "warning: store: 1 line(s)" in console.export_text()
 
 

@@ -15,7 +15,7 @@ from replay.sim.model.engine import CacheModel
 from replay.sim.model.job import build_job
 from replay.sim.model.policy import fallback_cut
 from replay.sim.model.seq import TokenSeq
-from replay.sizing.sweep import budget_rule, chain, jobs_from_requests, sweep
+from replay.sizing import budget_rule, chain, jobs_from_requests, sweep
 from replay.trace.synth import synth_text
 
 QWEN = config_for("qwen38-q2")

@@ -8,11 +8,10 @@ from hypothesis import strategies as st
 from sim_workloads import TOOLS, Convo, of, run_turn, system_message
 
 from replay.sim.model import events as ev
-from replay.sim.server.api import thinking_requested
 from replay.sim.model.config import config_for
 from replay.sim.model.disk import Checkpoint, DiskStore
 from replay.sim.model.engine import CacheModel
-from replay.sim.model.job import ContextTooLong, build_job
+from replay.sim.model.job import ContextTooLong, build_job, thinking_requested
 from replay.sim.model.seq import TokenSeq
 from replay.trace.synth import synth_text
 

@@ -11,13 +11,11 @@ import pytest
 from rich.console import Console
 from sim_workloads import Convo, run_turn, system_message
 
-from replay.sizing import parallel as size_parallel
 from replay.errors import ReplayError, UsageError
 from replay.sim.model import events as ev
-from replay.sim.model.config import GiB, MiB, config_for
+from replay.sim.model.config import GiB, MiB, config_for, parse_bytes, parse_tokens
 from replay.sim.model.engine import CacheModel
-from replay.sim.server.options import parse_bytes, parse_tokens
-from replay.sizing.sweep import (
+from replay.sizing import (
     StaleFile,
     chain,
     chain_json,
@@ -33,6 +31,7 @@ from replay.sizing.sweep import (
     sweep_table,
     sweep_trace,
 )
+from replay.sizing import parallel as size_parallel
 from replay.sizing.parallel import PARALLEL_FROM_BYTES, auto_workers
 from replay.trace import TraceWriter
 from replay.trace.synth import synth_text

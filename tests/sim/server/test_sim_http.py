@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from replay.sim.model.config import config_for
-from replay.sizing.sweep import SweepRequest, jobs_from_requests, sweep
+from replay.sizing import SweepRequest, jobs_from_requests, sweep
 from replay.trace.synth import synth_text
 
 pytestmark = pytest.mark.e2e

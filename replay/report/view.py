@@ -1,0 +1,293 @@
+"""A results file as the report sees it (`RunView`): every request with its phases in seconds, and
+the disk events of the server log.
+
+Phases are the simulator's modelled seconds when the results carry them (`modelled`, placed on the
+simulator's clock: send time x time scale), else the measured ones (queue + prefill from the server
+log's `prompt done` when the log was correlated, TTFT otherwise). The page, its plots and the
+verdict all read these views; none of them imports another's module for them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from replay.metrics.hist import Summary
+from replay.metrics.results import RunResults, read_results, time_scale
+from replay.runs.serverlog import DS4_FORMAT_KINDS, server_records
+
+
+@dataclass(slots=True)
+class RequestView:
+    """One request as the report draws it; phase lengths in seconds of the run's clock."""
+
+    seq: int
+    id: int
+    session: str
+    tag: str
+    switch: tuple[str, ...]
+    status: str
+    start: float
+    queue: float
+    io: float
+    prefill: float
+    decode: float
+    prompt: int
+    cached: int
+    reprocessed: int
+    output: int
+    restored: int = 0
+    cache_source: str | None = None
+
+    @property
+    def end(self) -> float:
+        return self.start + self.queue + self.io + self.prefill + self.decode
+
+    @property
+    def ttft(self) -> float:
+        """Submit to first token: queue, disk work and prefill."""
+        return self.queue + self.io + self.prefill
+
+    @property
+    def decode_rate(self) -> float | None:
+        return self.output / self.decode if self.output > 1 and self.decode > 0 else None
+
+    @property
+    def prefill_rate(self) -> float | None:
+        return self.reprocessed / self.prefill if self.reprocessed > 0 and self.prefill > 0 else None
+
+
+@dataclass(slots=True)
+class DiskPoint:
+    t: float
+    used_mib: float
+    event: str  # store | evict | restore
+    tokens: int
+    hits: int | None = None
+    reason: str | None = None
+
+
+@dataclass(slots=True)
+class RunView:
+    path: str
+    label: str
+    clock: str  # "modelled" | "measured"
+    requests: list[RequestView]
+    disk: list[DiskPoint]
+    summary: Summary
+    budget_mib: float | None
+    server: list[dict[str, Any]] = field(default_factory=list)
+    header: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def clock_start(self) -> float | None:
+        """Seconds after midnight at the trace's t=0, when the trace carries its wall clock."""
+        start = (self.header.get("trace") or {}).get("start")
+        if not isinstance(start, str):
+            return None
+        try:
+            moment = datetime.fromisoformat(start) if "T" in start else datetime.strptime(start, "%H:%M")
+        except ValueError:
+            return None
+        return float(moment.hour * 3600 + moment.minute * 60 + moment.second)
+
+    @property
+    def time_scale(self) -> float | None:
+        """How much faster than modelled time the simulator ran (None for a real server)."""
+        return time_scale(self.header) if self.clock == "modelled" else None
+
+    @property
+    def sessions(self) -> list[str]:
+        return list(dict.fromkeys(r.session for r in sorted(self.requests, key=lambda r: r.start)))
+
+    def decode_bands(self, width: int) -> dict[int, float]:
+        """Median decode rate per depth band (band index -> tok/s)."""
+        bands: dict[int, list[float]] = {}
+        for r in self.requests:
+            if r.decode_rate is not None and r.status == "ok":
+                bands.setdefault(r.prompt // width, []).append(r.decode_rate)
+        return {b: statistics.median(v) for b, v in bands.items()}
+
+
+# --- building views --------------------------------------------------------------------------
+
+
+def _label(res: RunResults) -> str:
+    target = res.run.get("target") or {}
+    if target.get("arm"):
+        return str(target["arm"])
+    return Path(res.path).name.removesuffix(".jsonl").removesuffix(".results")
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def _requests(res: RunResults) -> tuple[list[RequestView], str]:
+    recs = [r for r in res.requests if r.get("status") != "cancelled"]
+    modelled = bool(recs) and all(
+        isinstance(r.get("modelled"), dict) for r in recs if r.get("status") == "ok"
+    )
+    scale = time_scale(res.run) if modelled else None
+    server_req = {s.get("request_seq"): s for s in res.server if s.get("event") == "request"}
+    restored = {
+        s.get("request_seq"): _int(s.get("tokens")) for s in res.server if s.get("event") == "restore"
+    }
+    clock = _ModelledClock(scale) if modelled else None
+    views: list[RequestView] = []
+    for rec in sorted(recs, key=lambda r: (r.get("sent_s") or 0.0, r.get("seq") or 0)):
+        m = rec.get("modelled") if modelled else None
+        sent = float(rec.get("sent_s") or 0.0)
+        ttft = float(rec.get("ttft_s") or 0.0)
+        latency = float(rec.get("latency_s") or ttft)
+        if m and clock is not None:
+            queue = float(m.get("queue_s") or 0.0)
+            io = float(m.get("restore_s") or 0.0) + float(m.get("evict_save_s") or 0.0)
+            prefill = float(m.get("prefill_s") or 0.0)
+            decode = float(m.get("decode_s") or 0.0)
+            start = clock.place(rec, queue + io + prefill + decode)
+        else:
+            done = server_req.get(rec.get("seq"), {}).get("prompt_done_s")
+            prefill = min(float(done), ttft) if isinstance(done, int | float) else ttft
+            queue, io = max(0.0, ttft - prefill), 0.0
+            decode = max(0.0, latency - ttft)
+            start = sent
+        views.append(
+            RequestView(
+                seq=_int(rec.get("seq")),
+                id=_int(rec.get("id")),
+                session=str(rec.get("session")),
+                tag=str(rec.get("tag") or ""),
+                switch=tuple(rec.get("switch") or ()),
+                status=str(rec.get("status") or ""),
+                start=start,
+                queue=queue,
+                io=io,
+                prefill=prefill,
+                decode=decode,
+                prompt=_int(rec.get("prompt_tokens")),
+                cached=_int(rec.get("cached_tokens")),
+                reprocessed=_int(rec.get("reprocessed_tokens")),
+                output=_int(rec.get("output_tokens")),
+                restored=restored.get(rec.get("seq"), 0),
+                cache_source=(m or {}).get("cache_source"),
+            )
+        )
+    return views, "modelled" if modelled else "measured"
+
+
+class _ModelledClock:
+    """Places requests on the simulator's clock (send time x time scale) without the client's overhead.
+
+    Under a time scale of 1000, 50 ms the client spends building a 100K-token request become 50
+    modelled seconds in which the simulated server sat idle. Positions inside a busy period are
+    kept exactly (they are the simulator's own clock); an idle gap is cut down to what the plan
+    meant it to be (the time between the previous reply and the request's scheduled send). With no
+    time scale known, requests are laid end to end in send order.
+    """
+
+    def __init__(self, scale: float | None) -> None:
+        self.scale = scale
+        self.shift = 0.0
+        self.busy_until = 0.0  # on the raw clock
+        self.last_done = 0.0  # wall seconds: latest reply seen so far
+        self.cursor = 0.0
+
+    def place(self, rec: dict[str, Any], total: float) -> float:
+        sent = float(rec.get("sent_s") or 0.0)
+        scheduled = float(rec.get("scheduled_s") if rec.get("scheduled_s") is not None else sent)
+        latency = float(rec.get("latency_s") or 0.0)
+        if self.scale is None:
+            start = self.cursor
+            self.cursor += total
+        else:
+            raw = sent * self.scale
+            if raw > self.busy_until:
+                intended = max(0.0, scheduled - self.last_done) * self.scale
+                self.shift += max(0.0, (raw - self.busy_until) - intended)
+            start = raw - self.shift
+            self.busy_until = max(self.busy_until, raw + total)
+        self.last_done = max(self.last_done, sent + latency)
+        return start
+
+
+def _disk(res: RunResults, requests: list[RequestView]) -> list[DiskPoint]:
+    """Disk usage after each store/evict/restore, placed inside the request that caused it.
+
+    The log has no usable clock under a time scale (and only whole seconds otherwise), so each
+    event is placed by order: the events of one request are spread over its queue, disk and
+    prefill phases in log order; events no request owns (shutdown saves) go at the end.
+    """
+    by_seq = {r.seq: r for r in requests}
+    events = [s for s in res.server if s.get("event") in ("store", "evict", "restore")]
+    events.sort(key=lambda s: _int(s.get("line")))
+    owned: dict[Any, list[dict[str, Any]]] = {}
+    for s in events:
+        owned.setdefault(s.get("request_seq"), []).append(s)
+    end = max((r.end for r in requests), default=0.0)
+    times: dict[int, float] = {}
+    for seq, group in owned.items():
+        req = by_seq.get(seq)
+        for i, s in enumerate(group):
+            if req is None:
+                times[id(s)] = end
+            else:
+                span = req.queue + req.io + req.prefill + req.decode
+                times[id(s)] = req.start + req.queue + span * (i + 1) / (len(group) + 1)
+    used = 0.0
+    out: list[DiskPoint] = []
+    for s in sorted(events, key=lambda s: (times[id(s)], _int(s.get("line")))):
+        mib = float(s.get("mib") or 0.0)
+        kind = str(s.get("event"))
+        if kind == "store":
+            used += mib
+        elif kind == "evict":
+            used = max(0.0, used - mib)
+        hits = s.get("hits")
+        out.append(
+            DiskPoint(
+                times[id(s)],
+                used,
+                kind,
+                _int(s.get("tokens")),
+                _int(hits) if hits is not None else None,
+                s.get("reason"),
+            )
+        )
+    return out
+
+
+def _server_from_log(res: RunResults) -> list[dict[str, Any]]:
+    """`server` records from the ds4-format log beside the results (`X.server.log`, or the one the
+    header names) when the results file carries none: the report then still shows the disk."""
+    target = res.run.get("target") or {}
+    candidates = [target.get("log"), Path(res.path).with_suffix(".server.log")]
+    kind = str(target.get("kind") or "ds4")
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            known = kind in DS4_FORMAT_KINDS or kind == "llamacpp"
+            return server_records(kind if known else "ds4", Path(candidate), res.requests)
+    return []
+
+
+def load_run(path: str | Path) -> RunView:
+    res = read_results(path)
+    if not res.server:
+        res.server = _server_from_log(res)
+    requests, clock = _requests(res)
+    effective = (res.run.get("target") or {}).get("effective") or {}
+    budget = effective.get("kv_disk_budget_mib")
+    return RunView(
+        path=str(path),
+        label=_label(res),
+        clock=clock,
+        requests=requests,
+        disk=_disk(res, requests),
+        summary=res.summary,
+        budget_mib=float(budget) if isinstance(budget, int | float) else None,
+        server=res.server,
+        header=res.run,
+    )
