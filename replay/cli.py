@@ -54,7 +54,11 @@ def run(
     ),
     plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = "alternate",
     concurrency: Annotated[
-        int | None, typer.Option(help="Requests in flight for overlap (and a cap for timed).")
+        int | None,
+        typer.Option(
+            help="Requests in flight for overlap (and a cap for timed); with --workers, the total "
+            "over all workers, split between them."
+        ),
     ] = None,
     speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
     round_robin: Annotated[
@@ -75,7 +79,11 @@ def run(
         ),
     ] = "",
     workers: Annotated[
-        int, typer.Option(help="Processes to spread the sessions over; their histograms merge exactly.")
+        int,
+        typer.Option(
+            help="Processes to spread the sessions over (--concurrency is split between them); "
+            "their histograms merge exactly."
+        ),
     ] = 1,
     shard: Annotated[
         str | None,

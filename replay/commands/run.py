@@ -82,6 +82,8 @@ def run(args: RunArgs, console: Console) -> int:
                 shard=shard,
             )
             (done,) = replay([job], say=say, console=shown)
+            for line in done.outcome.warnings:  # the load fell short of what was asked
+                say(f"[yellow]warning:[/yellow] {line}")
         finish(done, served.log_path)
     if shown is not None:
         report(ReportArgs(results=[args.out]), shown)

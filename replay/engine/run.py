@@ -22,6 +22,7 @@ from replay.engine.apis import APIS, ApiCall, make_client
 from replay.engine.plans import Plan
 from replay.engine.session import HISTORY_MODES, LIVE, SessionState
 from replay.errors import UsageError
+from replay.metrics.held import HeldLoad, LoopDelay
 from replay.metrics.record import RequestRecord
 from replay.metrics.switch import SwitchTracker
 from replay.trace.model import Request, Trace
@@ -64,7 +65,9 @@ class Progress:
     sent: int = 0
     done: int = 0
     errors: int = 0
-    in_flight: int = 0
+    in_flight: int = 0  # as the client counts them (a saturated client counts its own queue too)
+    held_mean: float | None = None  # mean requests at the server so far, from the stamps
+    lag_ms: float | None = None  # the last request's schedule lag
     last_switch: str = ""
     sessions: dict[str, str] = field(default_factory=dict)
 
@@ -89,6 +92,8 @@ class Engine:
         self._seq = 0
         self._t0 = 0
         self._limiter = anyio.CapacityLimiter(plan.capacity) if plan.capacity else None
+        self.held = HeldLoad()  # the load the server actually saw, from each request's stamps
+        self.loop_delay = LoopDelay()  # how far behind its timers the event loop runs
 
     def _rel(self) -> int:
         return _now_ns() - self._t0
@@ -97,12 +102,23 @@ class Engine:
         """Send every request; returns when all are done, or raises cancellation through."""
         self._t0 = _now_ns()
         window = anyio.Semaphore(self.config.lookahead)
-        async with make_client() as client, anyio.create_task_group() as tg:
-            prev: Request | None = None
-            for req in self.plan.order(self.trace.requests):
-                await window.acquire()
-                tg.start_soon(self._one, client, req, prev, window)
-                prev = req
+        async with make_client() as client, anyio.create_task_group() as watch:
+            watch.start_soon(self._watch_loop)
+            async with anyio.create_task_group() as tg:
+                prev: Request | None = None
+                for req in self.plan.order(self.trace.requests):
+                    await window.acquire()
+                    tg.start_soon(self._one, client, req, prev, window)
+                    prev = req
+            watch.cancel_scope.cancel()
+
+    async def _watch_loop(self) -> None:
+        delay, period = self.loop_delay, LoopDelay.PERIOD_S
+        period_ns = int(period * 1e9)
+        while True:
+            t = _now_ns()
+            await anyio.sleep(period)
+            delay.add(_now_ns() - t - period_ns)
 
     async def _wait_done(self, rid: int) -> int:
         if rid not in self._done_at:
@@ -202,6 +218,10 @@ class Engine:
         finally:
             self.tracker.on_done()
             progress.in_flight -= 1
+            self.held.add(rec.t_sent, rec.t_end)
+            progress.held_mean = self.held.mean()
+            if rec.t_scheduled is not None and rec.t_sent is not None:
+                progress.lag_ms = (rec.t_sent - rec.t_scheduled) / 1e6
         progress.done += 1
         progress.sessions[req.session] = "waiting"
         if rec.status != "ok":

@@ -262,6 +262,7 @@ def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
         lag_p99_s=line.get("lag_p99_s"),
         exit_code=spread.exit_code,
         results=merged.requests,
+        warnings=list(line.get("warnings") or ()),
     )
 
 
