@@ -89,6 +89,12 @@ def run(
         str | None,
         typer.Option(help="Replay only shard i/N of the sessions (one host of N); merge with report."),
     ] = None,
+    loop: Annotated[
+        str,
+        typer.Option(
+            help="Event loop: auto (asyncio), asyncio or uvloop (the fast extra; loses resets before data)."
+        ),
+    ] = "auto",
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
 ) -> None:
     """Replay a trace against a server and write per-request results."""
@@ -116,6 +122,7 @@ def run(
         sim_args=sim_args,
         workers=workers,
         shard=shard,
+        loop=loop,
         quiet=quiet,
     )
     raise typer.Exit(replay_run(args, console))

@@ -40,6 +40,7 @@ class RunArgs:
     max_duration: float | None = None
     sim_args: str = ""
     workers: int = 1
+    loop: str = "auto"
     shard: str | None = None
     quiet: bool = False  # no progress display and no report
 
@@ -51,7 +52,7 @@ def run(args: RunArgs, console: Console) -> int:
         args.plan, concurrency=args.concurrency, speed=args.speed, round_robin=args.round_robin
     )
     options = RunOptions(
-        the_plan, args.api, args.model, args.history, args.think, args.timeout, args.max_duration
+        the_plan, args.api, args.model, args.history, args.think, args.timeout, args.max_duration, args.loop
     )
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import httpx
@@ -42,12 +43,35 @@ class EngineConfig:
     stream: bool | None = None
     run_id: str = "run"
     lookahead: int = 4096
+    loop: str = "auto"  # the event loop: uvloop when installed (auto), or asyncio's own
 
 
 THINK_MODES = ("off", "on", "auto")
+LOOPS = ("auto", "uvloop", "asyncio")
 
 
-def check_options(history: str, think: str, api: str | None) -> None:
+def loop_options(loop: str) -> dict[str, Any]:
+    """anyio's backend options for `--loop`.
+
+    `auto` is asyncio's own loop: under uvloop a socket watched with `add_reader` (how the
+    stamped transport reads) never hears of a reset that comes before any data (libuv drops a poll
+    error instead of calling the reader), so such a request would wait for its timeout. `uvloop`
+    is there to measure with (the `fast` extra installs it), not yet the default.
+    """
+    if loop not in LOOPS:
+        raise UsageError(f"--loop must be one of {', '.join(LOOPS)}")
+    if loop != "uvloop":
+        return {"use_uvloop": False}
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "--loop uvloop: uvloop is not installed (pip install 'agent-replay[fast]')"
+        ) from None
+    return {"use_uvloop": True}
+
+
+def check_options(history: str, think: str, api: str | None, loop: str = "auto") -> None:
     """Refuse run options the engine does not know, before anything starts."""
     if history not in HISTORY_MODES:
         raise UsageError(f"--history must be one of {', '.join(HISTORY_MODES)}")
@@ -55,6 +79,7 @@ def check_options(history: str, think: str, api: str | None) -> None:
         raise UsageError(f"--think must be one of {', '.join(THINK_MODES)}")
     if api is not None and api not in APIS:
         raise UsageError(f"--api must be one of {', '.join(APIS)}")
+    loop_options(loop)
 
 
 @dataclass(slots=True)

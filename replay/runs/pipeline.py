@@ -85,9 +85,10 @@ class RunOptions:
     think: str = "off"
     timeout: float = 1800.0
     max_duration: float | None = None
+    loop: str = "auto"
 
     def __post_init__(self) -> None:
-        check_options(self.history, self.think, self.api)
+        check_options(self.history, self.think, self.api, self.loop)
 
     def engine_config(self, base_url: str) -> EngineConfig:
         return EngineConfig(
@@ -98,6 +99,7 @@ class RunOptions:
             think=self.think,
             timeout_s=self.timeout,
             run_id=uuid.uuid4().hex[:8],
+            loop=self.loop,
         )
 
 

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from replay import __version__
 from replay.engine.plans import Plan
-from replay.engine.run import Engine, EngineConfig
+from replay.engine.run import Engine, EngineConfig, loop_options
 from replay.metrics.held import TIMED_PLANS, LoadFacts, lag_growth
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import ResultsWriter
@@ -254,7 +254,12 @@ def run_engines(
             r.started, r.cpu_started = started, time.process_time()
     try:
         with live:
-            return anyio.run(_supervise, [r.engine for r in recordings], max_duration_s)
+            return anyio.run(
+                _supervise,
+                [r.engine for r in recordings],
+                max_duration_s,
+                backend_options=loop_options(recordings[0].engine.config.loop),
+            )
     finally:
         gc.unfreeze()
 
