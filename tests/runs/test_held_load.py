@@ -3,6 +3,7 @@ when it is fewer than asked (a client that cannot keep up, or a trace with too l
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -212,3 +213,15 @@ def test_workers_share_the_total_concurrency_and_the_merged_file_says_so(scripte
     assert merged.summary_line["in_flight_asked"] == 4
     assert merged.summary_line["in_flight_max"] <= 4
     assert len(merged.summary_line["client_cpu"]) == 2
+
+
+def test_loop_choice_defaults_to_asyncio_and_refuses_what_it_cannot_run(monkeypatch):
+    from replay.engine.run import loop_options
+
+    assert loop_options("auto") == {"use_uvloop": False}
+    assert loop_options("asyncio") == {"use_uvloop": False}
+    with pytest.raises(UsageError, match="--loop must be one of"):
+        loop_options("trio")
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed
+    with pytest.raises(UsageError, match="uvloop is not installed"):
+        loop_options("uvloop")
