@@ -119,6 +119,7 @@ class Engine:
         self._limiter = anyio.CapacityLimiter(plan.capacity) if plan.capacity else None
         self.held = HeldLoad()  # the load the server actually saw, from each request's stamps
         self.loop_delay = LoopDelay()  # how far behind its timers the event loop runs
+        self._response_ids: dict[int, str] = {}  # request id -> the Responses API id its reply got
 
     def _rel(self) -> int:
         return _now_ns() - self._t0
@@ -194,6 +195,7 @@ class Engine:
         elif params.get("max_tokens") is not None:
             max_tokens = min(max_tokens, params["max_tokens"])
         stream = self.config.stream if self.config.stream is not None else params.get("stream", True)
+        previous_id, previous_n = self._previous(req, state)
         return ApiCall(
             base_url=self.config.base_url,
             model=self.config.model or state.session.model,
@@ -206,7 +208,23 @@ class Engine:
             extra_body=params.get("extra") or {},
             headers=headers,
             timeout_s=self.config.timeout_s,
+            previous_response_id=previous_id,
+            previous_messages=previous_n,
+            cache_marks=cache_marks(params),
         )
+
+    def _previous(self, req: Request, state: SessionState) -> tuple[str | None, int]:
+        """A request the agent chained with `previous_response_id` is chained again to the id the
+        server gave that reply this run; without one (a failed reply, another API) it goes whole."""
+        prev = req.params.get("previous_response")
+        api = self.config.api or state.session.api
+        if type(prev) is not int or api != "openai-responses" or prev not in self._response_ids:
+            return None, 0
+        before = self.by_id[prev]
+        # The server holds `before`'s messages and reply, never its instructions: a leading system
+        # message counts on either side only where it is present.
+        held = before.n_messages + 1 - _instructions(before) + _instructions(req)
+        return self._response_ids[prev], held
 
     async def _send(self, client: httpx.AsyncClient, req: Request, call: ApiCall, due: int) -> None:
         state = self.sessions[req.session]
@@ -253,4 +271,27 @@ class Engine:
             progress.errors += 1
         else:
             state.on_reply(req, rec.message)
+            if rec.response_id is not None:
+                self._response_ids[req.id] = rec.response_id
         self.sink(rec)
+
+
+def _instructions(req: Request) -> int:
+    """1 when the request's first message is sent as Responses `instructions`, else 0."""
+    node: Request | None = req
+    while node is not None and node.keep:  # the first message lives in the oldest link
+        node = node.parent
+    first = node.append[0] if node is not None and node.append else {}
+    return int(first.get("role") == "system" and not first.get("inline"))
+
+
+def cache_marks(params: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """`params.cache_control` (`[{"message": i, "value": {...}}]`) as the client's marks."""
+    marks = params.get("cache_control")
+    if not isinstance(marks, list):
+        return []
+    return [
+        (m["message"], m["value"])
+        for m in marks
+        if isinstance(m, dict) and type(m.get("message")) is int and isinstance(m.get("value"), dict)
+    ]

@@ -29,6 +29,7 @@ from replay.engine.run import Engine, EngineConfig, loop_options
 from replay.metrics.held import TIMED_PLANS, LoadFacts, lag_growth
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import ResultsWriter
+from replay.runs.barrier import wait_until
 from replay.trace.model import Trace
 
 EXIT_OK = 0
@@ -69,9 +70,14 @@ def percentile(values: list[float], pct: float) -> float | None:
 
 
 def run_header(
-    trace: Trace, plan: dict[str, Any], config: EngineConfig, target: dict[str, Any]
+    trace: Trace,
+    plan: dict[str, Any],
+    config: EngineConfig,
+    target: dict[str, Any],
+    start: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The `run` line of every results file (`kind` and `format` are added by the writer)."""
+    """The `run` line of every results file (`kind` and `format` are added by the writer);
+    `start` is the barrier's record (planned and actual start) when the run waited for one."""
     return {
         "tool": {"name": "agent-replay", "version": __version__},
         "trace": {
@@ -87,6 +93,7 @@ def run_header(
         "seed": 0,
         "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "host": platform.node(),
+        **({"start": start} if start else {}),
     }
 
 
@@ -109,8 +116,9 @@ class Recording:
         plan_header: dict[str, Any] | None = None,
         annotate: Callable[[RequestRecord], None] | None = None,
         observe: Callable[[dict[str, Any]], None] | None = None,
+        start: dict[str, Any] | None = None,
     ) -> None:
-        header = run_header(trace, {**plan.describe(), **(plan_header or {})}, config, target)
+        header = run_header(trace, {**plan.describe(), **(plan_header or {})}, config, target, start)
         self.out = str(out)
         self.writer = ResultsWriter(out, header)
         self.keep_records = keep_records
@@ -207,9 +215,12 @@ def run_trace(
     max_duration_s: float | None = None,
     console: Console | None = None,
     keep_records: bool = False,
+    start_at: float | None = None,
 ) -> RunOutcome:
-    """Replay `trace` and write `out`; returns what happened (never raises for request failures)."""
-    recording = Recording(trace, plan, config, out, target, keep_records)
+    """Replay `trace` and write `out`; returns what happened (never raises for request failures).
+    With `start_at` (epoch seconds) the schedule begins at that instant (`runs.barrier`)."""
+    start = wait_until(start_at) if start_at is not None else None
+    recording = Recording(trace, plan, config, out, target, keep_records, start=start)
     return run_recordings([recording], max_duration_s, console)[0]
 
 

@@ -63,6 +63,10 @@ class TraceWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._out.closed
+
     def close(self) -> None:
         if not self._out.closed:
             self._out.close()
@@ -83,6 +87,10 @@ class TraceWriter:
         self._line(
             {"kind": "session", "id": sid, "role": role, "api": api, "model": model, "labels": labels or {}}
         )
+
+    def raw_line(self, obj: dict[str, Any]) -> None:
+        """A line of a kind this writer has no method for (the recorder's `unrecorded` lines)."""
+        self._line(obj)
 
     def blob(self, bid: str, value: Any) -> dict[str, str]:
         """Store a large shared value once; returns the reference to put where it is used."""

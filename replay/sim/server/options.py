@@ -67,6 +67,10 @@ class ServeOptions:
     kv_dir: str | None = None
     time_scale: float = 1.0
     log: str | None = None
+    tool_call_rate: float = 0.0
+    tool_call_max: int = 3
+    seed: int = 0
+    tool_names: tuple[str, ...] = ()
     # Wall-clock epoch of modelled time 0 and its UTC offset in seconds (`--clock`); None = now, local.
     clock: float | None = None
     utc_offset_s: float | None = None
@@ -90,6 +94,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="the time of the first request (e.g. 2026-09-01T06:45:00+00:00): modelled time starts "
         "with it and log lines and file times are stamped in modelled time from it (default: the "
         "start, local time)",
+    )
+    a = p.add_argument_group("agents")
+    a.add_argument(
+        "--tool-call-rate",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="answer this share (0-1) of requests that offer tools with a tool call whose arguments fit its schema",
+    )
+    a.add_argument(
+        "--tool-call-max", type=int, default=3, metavar="N", help="tool rounds in a row before a text answer"
+    )
+    a.add_argument(
+        "--seed", type=int, default=0, help="which requests get tool calls (same seed, same calls)"
+    )
+    a.add_argument(
+        "--tool-names",
+        default="",
+        metavar="A,B",
+        help="call only these tools when a request offers them (e.g. read-only ones); default: any",
     )
     m = p.add_argument_group("model")
     m.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET)
@@ -171,6 +195,10 @@ def parse(argv: list[str] | None = None) -> tuple[SimConfig, ServeOptions]:
         raise UsageError("--batched-session must be at least 1")
     if ns.time_scale <= 0:
         raise UsageError("--time-scale must be positive")
+    if not 0.0 <= ns.tool_call_rate <= 1.0:
+        raise UsageError("--tool-call-rate must be between 0 and 1")
+    if ns.tool_call_max < 0:
+        raise UsageError("--tool-call-max must be >= 0")
     cfg = config_for(ns.preset, disk=ns.kv_disk_dir is not None, **overrides)
     host = "127.0.0.1" if ns.host == "localhost" else ns.host
     clock = offset = None
@@ -190,6 +218,10 @@ def parse(argv: list[str] | None = None) -> tuple[SimConfig, ServeOptions]:
         kv_dir=ns.kv_disk_dir,
         time_scale=ns.time_scale,
         log=ns.log,
+        tool_call_rate=ns.tool_call_rate,
+        tool_call_max=ns.tool_call_max,
+        seed=ns.seed,
+        tool_names=tuple(n.strip() for n in ns.tool_names.split(",") if n.strip()),
         clock=clock,
         utc_offset_s=offset,
     )

@@ -22,6 +22,7 @@ import uvicorn
 from replay.errors import UsageError
 from replay.sim.model.config import SimConfig
 from replay.sim.server import log as simlog
+from replay.sim.server.agentic import AgentOptions
 from replay.sim.server.app import create_app
 from replay.sim.server.options import ServeOptions, parse
 from replay.sim.server.runtime import LogSink, SimRuntime
@@ -77,7 +78,9 @@ async def _main(cfg: SimConfig, opts: ServeOptions, stream: TextIO) -> int:
         await runtime.close()
         return 1
     config = uvicorn.Config(
-        create_app(runtime),
+        create_app(
+            runtime, AgentOptions(opts.tool_call_rate, opts.tool_call_max, opts.seed, opts.tool_names)
+        ),
         lifespan="off",
         log_level="error",
         access_log=False,
