@@ -117,18 +117,25 @@ def accuracy(srv: RunningServer, work: Path, quick: bool) -> list[Point]:
     measures open streams, not throughput (500 streams at 20 ms would need 25,000 req/s). One
     process opens ~150-200 streams a second here, so 500 need a 5 s first token to all be open.
     """
-    plan = [("acc-1", 1, 20.0, 60 if quick else 300), ("acc-100", 100, 1000.0, 200 if quick else 500)]
-    plan.append(("acc-500", 500, 5000.0, 500 if quick else 1000))
+    # Quick points still last about 10 s each: one stream at ~21 ms, 100 and 500 at ~100 req/s.
+    plan = [("acc-1", 1, 20.0, 500 if quick else 300), ("acc-100", 100, 1000.0, 1000 if quick else 500)]
+    plan.append(("acc-500", 500, 5000.0, 1000))
     return [drive(srv, work, label, c, n, first_token_ms=ftd) for label, c, ftd, n in plan]
 
 
 def max_rate(srv: RunningServer, work: Path, workers: int, quick: bool, duration_s: float) -> dict[str, Any]:
-    """Closed-loop sweep of concurrency; reports every point, the best, and the best within budget."""
-    ladder = (8, 32, 128) if quick else (4, 16, 32, 64, 128)
+    """Closed-loop sweep of concurrency; reports every point, the best, and the best within budget.
+
+    Concurrency is the run's total (split between the workers), so the ladder scales with them;
+    a quick run measures one point per worker count. The trace is sized for twice the rate
+    expected, so a point ends at `duration_s`, not by running out of requests.
+    """
+    ladder = (128,) if quick else (4, 16, 32, 64, 128)
     points: list[Point] = []
-    estimate = 1500.0 * workers
-    for c in ladder:
-        n = max(c * 4, int(estimate * duration_s * 1.5))
+    estimate = 2500.0 * workers
+    for per_worker in ladder:
+        c = per_worker * workers
+        n = max(c * 4, 10_000, int(estimate * duration_s * 2))
         point = drive(srv, work, f"rate-w{workers}-c{c}", c, n, workers=workers, max_duration_s=duration_s)
         points.append(point)
         estimate = max(point.rate * 1.3, 200.0)

@@ -54,7 +54,11 @@ def run(
     ),
     plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = "alternate",
     concurrency: Annotated[
-        int | None, typer.Option(help="Requests in flight for overlap (and a cap for timed).")
+        int | None,
+        typer.Option(
+            help="Requests in flight for overlap (and a cap for timed); with --workers, the total "
+            "over all workers, split between them."
+        ),
     ] = None,
     speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
     round_robin: Annotated[
@@ -77,7 +81,11 @@ def run(
         ),
     ] = "",
     workers: Annotated[
-        int, typer.Option(help="Processes to spread the sessions over; their histograms merge exactly.")
+        int,
+        typer.Option(
+            help="Processes to spread the sessions over (--concurrency is split between them); "
+            "their histograms merge exactly."
+        ),
     ] = 1,
     shard: Annotated[
         str | None,
@@ -92,6 +100,12 @@ def run(
             metavar="TIME", help="Begin the schedule at this ISO 8601 instant (all shards at once)."
         ),
     ] = None,
+    loop: Annotated[
+        str,
+        typer.Option(
+            help="Event loop: auto (asyncio), asyncio or uvloop (the fast extra; loses resets before data)."
+        ),
+    ] = "auto",
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
 ) -> None:
     """Replay a trace against a server and write per-request results."""
@@ -120,6 +134,7 @@ def run(
         workers=workers,
         shard=shard,
         start_at=start_at,
+        loop=loop,
         quiet=quiet,
     )
     raise typer.Exit(replay_run(args, console))

@@ -42,6 +42,7 @@ class RunArgs:
     max_duration: float | None = None
     sim_args: str = ""
     workers: int = 1
+    loop: str = "auto"
     shard: str | None = None
     start_at: str | None = None  # ISO 8601 instant: every shard's schedule begins then
     quiet: bool = False  # no progress display and no report
@@ -70,6 +71,7 @@ def run(args: RunArgs, console: Console) -> int:
         args.timeout,
         args.max_duration,
         start_at=parse_instant(args.start_at) if args.start_at is not None else None,
+        loop=args.loop,
     )
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
@@ -103,6 +105,8 @@ def run(args: RunArgs, console: Console) -> int:
                 shard=shard,
             )
             (done,) = replay([job], say=say, console=shown)
+            for line in done.outcome.warnings:  # the load fell short of what was asked
+                say(f"[yellow]warning:[/yellow] {line}")
         finish(done, served.log_path)
     line = run_ending(args.out, len(loaded.requests))
     if shown is not None:

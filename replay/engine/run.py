@@ -23,6 +23,7 @@ from replay.engine.apis import APIS, ApiCall, make_client
 from replay.engine.plans import Plan
 from replay.engine.session import HISTORY_MODES, LIVE, SessionState
 from replay.errors import UsageError
+from replay.metrics.held import HeldLoad, LoopDelay
 from replay.metrics.record import RequestRecord
 from replay.metrics.switch import SwitchTracker
 from replay.trace.model import Request, Trace
@@ -42,13 +43,41 @@ class EngineConfig:
     stream: bool | None = None
     run_id: str = "run"
     lookahead: int = 4096
+    loop: str = "auto"  # the event loop: uvloop when installed (auto), or asyncio's own
 
 
 THINK_MODES = ("off", "on", "auto")
+LOOPS = ("auto", "uvloop", "asyncio")
+
+
+def loop_options(loop: str) -> dict[str, Any]:
+    """anyio's backend options for `--loop`.
+
+    `auto` is asyncio's own loop: under uvloop a socket watched with `add_reader` (how the
+    stamped transport reads) never hears of a reset that comes before any data (libuv drops a poll
+    error instead of calling the reader), so such a request would wait for its timeout. `uvloop`
+    is there to measure with (the `fast` extra installs it), not yet the default.
+    """
+    if loop not in LOOPS:
+        raise UsageError(f"--loop must be one of {', '.join(LOOPS)}")
+    if loop != "uvloop":
+        return {"use_uvloop": False}
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "--loop uvloop: uvloop is not installed (pip install 'agent-replay[fast]')"
+        ) from None
+    return {"use_uvloop": True}
 
 
 def check_options(
-    history: str, think: str, api: str | None, timeout: float | None = None, max_duration: float | None = None
+    history: str,
+    think: str,
+    api: str | None,
+    timeout: float | None = None,
+    max_duration: float | None = None,
+    loop: str = "auto",
 ) -> None:
     """Refuse run options the engine does not know, before anything starts."""
     if timeout is not None and not 0 < timeout < float("inf"):
@@ -61,6 +90,7 @@ def check_options(
         raise UsageError(f"--think must be one of {', '.join(THINK_MODES)}")
     if api is not None and api not in APIS:
         raise UsageError(f"--api must be one of {', '.join(APIS)}")
+    loop_options(loop)
 
 
 @dataclass(slots=True)
@@ -71,7 +101,9 @@ class Progress:
     sent: int = 0
     done: int = 0
     errors: int = 0
-    in_flight: int = 0
+    in_flight: int = 0  # as the client counts them (a saturated client counts its own queue too)
+    held_mean: float | None = None  # mean requests at the server so far, from the stamps
+    lag_ms: float | None = None  # the last request's schedule lag
     last_switch: str = ""
     sessions: dict[str, str] = field(default_factory=dict)
 
@@ -96,6 +128,8 @@ class Engine:
         self._seq = 0
         self._t0 = 0
         self._limiter = anyio.CapacityLimiter(plan.capacity) if plan.capacity else None
+        self.held = HeldLoad()  # the load the server actually saw, from each request's stamps
+        self.loop_delay = LoopDelay()  # how far behind its timers the event loop runs
         self._response_ids: dict[int, str] = {}  # request id -> the Responses API id its reply got
 
     def _rel(self) -> int:
@@ -105,12 +139,23 @@ class Engine:
         """Send every request; returns when all are done, or raises cancellation through."""
         self._t0 = _now_ns()
         window = anyio.Semaphore(self.config.lookahead)
-        async with make_client() as client, anyio.create_task_group() as tg:
-            prev: Request | None = None
-            for req in self.plan.order(self.trace.requests):
-                await window.acquire()
-                tg.start_soon(self._one, client, req, prev, window)
-                prev = req
+        async with make_client() as client, anyio.create_task_group() as watch:
+            watch.start_soon(self._watch_loop)
+            async with anyio.create_task_group() as tg:
+                prev: Request | None = None
+                for req in self.plan.order(self.trace.requests):
+                    await window.acquire()
+                    tg.start_soon(self._one, client, req, prev, window)
+                    prev = req
+            watch.cancel_scope.cancel()
+
+    async def _watch_loop(self) -> None:
+        delay, period = self.loop_delay, LoopDelay.PERIOD_S
+        period_ns = int(period * 1e9)
+        while True:
+            t = _now_ns()
+            await anyio.sleep(period)
+            delay.add(_now_ns() - t - period_ns)
 
     async def _wait_done(self, rid: int) -> int:
         if rid not in self._done_at:
@@ -229,6 +274,10 @@ class Engine:
         finally:
             self.tracker.on_done()
             progress.in_flight -= 1
+            self.held.add(rec.t_sent, rec.t_end)
+            progress.held_mean = self.held.mean()
+            if rec.t_scheduled is not None and rec.t_sent is not None:
+                progress.lag_ms = (rec.t_sent - rec.t_scheduled) / 1e6
         progress.done += 1
         progress.sessions[req.session] = "waiting"
         if rec.status != "ok":

@@ -88,9 +88,10 @@ class RunOptions:
     timeout: float = 1800.0
     max_duration: float | None = None
     start_at: float | None = None  # epoch seconds: the schedule begins then (a sharded run's barrier)
+    loop: str = "auto"
 
     def __post_init__(self) -> None:
-        check_options(self.history, self.think, self.api, self.timeout, self.max_duration)
+        check_options(self.history, self.think, self.api, self.timeout, self.max_duration, self.loop)
 
     def engine_config(self, base_url: str) -> EngineConfig:
         return EngineConfig(
@@ -101,6 +102,7 @@ class RunOptions:
             think=self.think,
             timeout_s=self.timeout,
             run_id=uuid.uuid4().hex[:8],
+            loop=self.loop,
         )
 
 
@@ -276,6 +278,7 @@ def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
         lag_p99_s=line.get("lag_p99_s"),
         exit_code=spread.exit_code,
         results=merged.requests,
+        warnings=list(line.get("warnings") or ()),
     )
 
 

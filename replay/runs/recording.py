@@ -25,7 +25,8 @@ from rich.console import Console
 
 from replay import __version__
 from replay.engine.plans import Plan
-from replay.engine.run import Engine, EngineConfig
+from replay.engine.run import Engine, EngineConfig, loop_options
+from replay.metrics.held import TIMED_PLANS, LoadFacts, lag_growth
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import ResultsWriter
 from replay.runs.barrier import wait_until
@@ -48,6 +49,7 @@ class RunOutcome:
     lag_p99_s: float | None
     exit_code: int
     results: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the load fell short of what was asked
 
 
 def file_sha256(path: str | Path) -> str:
@@ -127,6 +129,7 @@ class Recording:
         self.counts = {"requests": 0, "errors": 0, "cancelled": 0}
         self.engine = Engine(trace, plan, config, self.sink)
         self.started: float | None = None  # monotonic, set when the first engine starts
+        self.cpu_started: float | None = None  # this process's CPU time then
 
     def sink(self, rec: RequestRecord) -> None:
         if self.annotate is not None:
@@ -152,6 +155,8 @@ class Recording:
         """Write the `summary` line and say how the run ended."""
         counts = self.counts
         lag_p50, lag_p99 = percentile(self.lags, 50), percentile(self.lags, 99)
+        load = self.load_facts(duration)
+        warnings = load.warnings()
         self.writer.close(
             {
                 "outcome": outcome,
@@ -159,6 +164,8 @@ class Recording:
                 **counts,
                 "lag_p50_s": lag_p50,
                 "lag_p99_s": lag_p99,
+                **load.fields(),
+                **({"warnings": warnings} if warnings else {}),
                 **(extra or {}),
             }
         )
@@ -177,6 +184,27 @@ class Recording:
             lag_p99_s=lag_p99,
             exit_code=code,
             results=self.kept,
+            warnings=warnings,
+        )
+
+    def load_facts(self, duration: float) -> LoadFacts:
+        """The load the run held against what its plan asked (of the current engine's requests)."""
+        plan = self.engine.plan
+        cpu = None
+        if self.cpu_started is not None and duration > 0:
+            cpu = (time.process_time() - self.cpu_started) / duration
+        held = self.engine.held
+        growth = lag_growth(self.lags) if plan.name in TIMED_PLANS else None
+        return LoadFacts(
+            plan=plan.name,
+            asked=plan.capacity if plan.name == "overlap" else None,
+            cap=plan.capacity,
+            held_mean=held.mean(),
+            held_max=held.max(),
+            loop_delay_ms=self.engine.loop_delay.mean_ms(),
+            client_cpu=cpu,
+            lag_start_s=growth[0] if growth else None,
+            lag_end_s=growth[1] if growth else None,
         )
 
 
@@ -236,10 +264,15 @@ def run_engines(
     started = time.monotonic()
     for r in recordings:
         if r.started is None:
-            r.started = started
+            r.started, r.cpu_started = started, time.process_time()
     try:
         with live:
-            return anyio.run(_supervise, [r.engine for r in recordings], max_duration_s)
+            return anyio.run(
+                _supervise,
+                [r.engine for r in recordings],
+                max_duration_s,
+                backend_options=loop_options(recordings[0].engine.config.loop),
+            )
     finally:
         gc.unfreeze()
 

@@ -36,6 +36,23 @@ from replay.trace.select import split_workers
 _BARRIER_TIMEOUT_S = 600.0
 
 
+def split_concurrency(plan: Plan, workers: int) -> list[Plan]:
+    """Each worker's plan: `--concurrency` is the run's total, shared out (the first workers take
+    the remainder). A plan without a concurrency (alternate, an uncapped timed plan) is unchanged."""
+    total = getattr(plan, "concurrency", None)
+    if total is None or not dataclasses.is_dataclass(plan):
+        return [plan] * workers
+    if total < workers:
+        raise UsageError(
+            f"--concurrency {total} is the total over all workers: it cannot be split across "
+            f"{workers} workers (use at most {total} workers)"
+        )
+    return [
+        dataclasses.replace(plan, concurrency=total // workers + (1 if i < total % workers else 0))
+        for i in range(workers)
+    ]
+
+
 def part_path(out: Path, index: int, count: int) -> Path:
     return out.with_name(f"{out.stem}.part{index}of{count}{out.suffix or '.jsonl'}")
 
@@ -224,6 +241,7 @@ def run_workers(
     """
     if workers < 1:
         raise UsageError("--workers must be at least 1")
+    plans = split_concurrency(plan, workers)
     parts = split_workers(trace, workers)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -233,7 +251,8 @@ def run_workers(
     procs = []
     for index in range(1, workers + 1):
         part = str(part_path(out, index, workers))
-        args = (pack(parts[index - 1]), index, workers, plan, config, part, target, max_duration_s, start_at)
+        own = plans[index - 1]
+        args = (pack(parts[index - 1]), index, workers, own, config, part, target, max_duration_s, start_at)
         proc = ctx.Process(target=_worker_main, args=(args, barrier, queue), name=f"replay-shard-{index}")
         proc.start()
         procs.append(proc)
@@ -261,17 +280,22 @@ def run_workers(
     if not written:
         problems = "; ".join(r.error or f"shard {r.shard}: no results" for r in reports)
         raise ReplayError(f"no shard wrote a results file: {problems}")
-    summary = merge_results(written, out, workers=workers)
+    summary = merge_results(written, out, workers=workers, plan=plan.describe())
     return WorkersOutcome(out=str(out), parts=reports, summary=summary)
 
 
-def merge_results(parts: list[Path], out: Path, workers: int | None = None) -> Summary:
+def merge_results(
+    parts: list[Path], out: Path, workers: int | None = None, plan: dict[str, Any] | None = None
+) -> Summary:
     """Write one results file from several: the first header, every request, one merged summary."""
     summary = Summary()
     totals = {"requests": 0, "errors": 0, "cancelled": 0}
     outcomes: list[str] = []
     duration = 0.0
     lags: list[float] = []
+    held = {"in_flight_asked": 0, "in_flight_mean": 0.0, "in_flight_max": 0}
+    cpus: list[float | None] = []
+    warnings: list[str] = []
     header: dict[str, Any] | None = None
     with open(out, "wb") as handle:
         for part in parts:
@@ -282,6 +306,8 @@ def merge_results(parts: list[Path], out: Path, workers: int | None = None) -> S
                     header["target"] = {k: v for k, v in header["target"].items() if k != "worker"}
                 if workers is not None:
                     header["workers"] = workers
+                if plan is not None and isinstance(header.get("plan"), dict):  # the total, not a share
+                    header["plan"] = {**header["plan"], **plan}
                 handle.write(orjson.dumps(header) + b"\n")
             for rec in res.requests:
                 handle.write(orjson.dumps(rec) + b"\n")
@@ -292,9 +318,23 @@ def merge_results(parts: list[Path], out: Path, workers: int | None = None) -> S
             for key in totals:
                 totals[key] += int(line.get(key) or 0)
             outcomes.append(str(line.get("outcome", "cut-short")))
+            # The workers run side by side: their loads add (the maxima to an upper bound).
+            for key in held:
+                held[key] = held[key] + line[key] if line.get(key) is not None else held[key]
+            cpus.append(line.get("client_cpu"))
+            name = f"worker {len(outcomes)}/{len(parts)}"
+            warnings.extend(f"{name}: {w}" for w in line.get("warnings") or ())
             duration = max(duration, float(line.get("duration_s") or 0.0))
         outcome = next((o for o in outcomes if o != "done"), "done")
         tail = {"kind": "summary", "classes": summary.encode(), "outcome": outcome, "duration_s": duration}
         tail.update(totals, lag_p50_s=percentile(lags, 50), lag_p99_s=percentile(lags, 99), parts=len(parts))
+        tail.update(
+            in_flight_asked=held["in_flight_asked"] or None,
+            in_flight_mean=round(held["in_flight_mean"], 2),
+            in_flight_max=held["in_flight_max"],
+            client_cpu=cpus,
+        )
+        if warnings:
+            tail["warnings"] = warnings
         handle.write(orjson.dumps(tail) + b"\n")
     return summary

@@ -188,6 +188,7 @@ def test_partial_runs_keep_earlier_sections(tmp_path: Path):
     results, when = bench_main.load_previous(tmp_path, skip=["rate"])
     assert results == {"memory": {"sessions": 5}} and when == {"memory": "yesterday"}
     args = bench_main.parse_args(["--quick", "--only", "rate,memory"])
-    assert args.sections == ["rate", "memory"] and args.duration == 2.0
-    assert "peers" not in bench_main.parse_args(["--quick"]).sections
+    assert args.sections == ["rate", "memory"] and args.duration == 10.0  # quick points: >= 10 s
+    quick = bench_main.parse_args(["--quick"]).sections
+    assert "peers" not in quick and "server" not in quick
     assert "peers" in bench_main.parse_args([]).sections

@@ -1,0 +1,176 @@
+"""The load the client actually held, and the warning when it is not what was asked.
+
+A CPU-bound client quietly holds fewer requests at the server than `--concurrency` asks: the
+requests it counts as in flight are really waiting in its own event loop. So the held load is
+taken from the stamps, not from a counter: a request is at the server from `t_sent` to `t_end`
+(the last byte's arrival, stamped by the kernel). Mean in flight is the sum of those spans over
+the load window; the maximum is a sweep over the same spans at the end of the run (16 bytes per
+request kept until then).
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+CLIENT_BOUND_CPU = 0.9  # of one core: above it the client, not the trace, sets the pace
+HELD_SHORTFALL = 0.9  # held below this share of what was asked is reported
+LOOP_LATE_MS = 5.0  # the event loop waking its timers this late on average cannot keep up
+LAG_GROWTH_S = 0.010  # schedule lag growing by more than this from the run's start to its end
+TIMED_PLANS = ("timed", "closed-loop")  # plans whose requests are due at a time (so lag means late)
+
+
+class HeldLoad:
+    """Spans of requests at the server, added as each finishes (in any order)."""
+
+    __slots__ = ("_ended", "_first", "_last", "_sent", "_total_ns")
+
+    def __init__(self) -> None:
+        self._sent = array("q")
+        self._ended = array("q")
+        self._total_ns = 0
+        self._first: int | None = None
+        self._last: int | None = None
+
+    def add(self, t_sent: int | None, t_end: int | None) -> None:
+        if t_sent is None or t_end is None or t_end < t_sent:
+            return
+        self._sent.append(t_sent)
+        self._ended.append(t_end)
+        self._total_ns += t_end - t_sent
+        if self._first is None or t_sent < self._first:
+            self._first = t_sent
+        if self._last is None or t_end > self._last:
+            self._last = t_end
+
+    @property
+    def count(self) -> int:
+        return len(self._sent)
+
+    def mean(self) -> float | None:
+        """Mean requests at the server over the window from the first send to the last reply."""
+        if self._first is None or self._last is None or self._last <= self._first:
+            return None
+        return self._total_ns / (self._last - self._first)
+
+    def max(self) -> int:
+        """Most requests at the server at one moment (a reply ending as another is sent counts once)."""
+        sent, ended = sorted(self._sent), sorted(self._ended)  # both nearly sorted already: cheap
+        held = best = j = 0
+        for t in sent:
+            while j < len(ended) and ended[j] <= t:
+                j += 1
+                held -= 1
+            held += 1
+            best = max(best, held)
+        return best
+
+
+class LoopDelay:
+    """How late the client's event loop wakes a timer: near zero when it keeps up, the length of
+    its busy stretches when it does not (its own CPU, a slow results sink, or a busy host)."""
+
+    __slots__ = ("count", "max_ns", "total_ns")
+
+    PERIOD_S = 0.010
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total_ns = 0
+        self.max_ns = 0
+
+    def add(self, late_ns: int) -> None:
+        late = max(0, late_ns)
+        self.count += 1
+        self.total_ns += late
+        self.max_ns = max(self.max_ns, late)
+
+    def mean_ms(self) -> float | None:
+        return None if not self.count else self.total_ns / self.count / 1e6
+
+
+def lag_growth(lags: list[float]) -> tuple[float, float] | None:
+    """Median schedule lag of the first and of the last quarter of the requests (seconds)."""
+    if len(lags) < 8:
+        return None
+    quarter = len(lags) // 4
+    head, tail = sorted(lags[:quarter]), sorted(lags[-quarter:])
+    return head[len(head) // 2], tail[len(tail) // 2]
+
+
+@dataclass(slots=True)
+class LoadFacts:
+    """What the run's summary says about the load it held, and why it fell short."""
+
+    plan: str
+    asked: int | None  # requests in flight the plan asked for (a target, not just a cap)
+    cap: int | None  # the plan's limit on requests in flight, if any
+    held_mean: float | None
+    held_max: int
+    loop_delay_ms: float | None  # how late the client's event loop ran its timers, on average
+    client_cpu: float | None  # fraction of one core the client process used over the run
+    lag_start_s: float | None = None
+    lag_end_s: float | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The summary line's optional fields."""
+        out: dict[str, Any] = {
+            "in_flight_asked": self.asked,
+            "in_flight_mean": None if self.held_mean is None else round(self.held_mean, 2),
+            "in_flight_max": self.held_max,
+            "loop_delay_ms": None if self.loop_delay_ms is None else round(self.loop_delay_ms, 3),
+            "client_cpu": None if self.client_cpu is None else round(self.client_cpu, 3),
+        }
+        if self.lag_start_s is not None and self.lag_end_s is not None:
+            out["lag_start_p50_s"] = round(self.lag_start_s, 6)
+            out["lag_end_p50_s"] = round(self.lag_end_s, 6)
+        return out
+
+    def warnings(self) -> list[str]:
+        """One line per shortfall, naming its cause."""
+        out = []
+        cpu = self.client_cpu or 0.0
+        core = f"one core at {cpu:.0%}"
+        short = (
+            self.asked is not None
+            and self.held_mean is not None
+            and self.held_mean < HELD_SHORTFALL * self.asked
+        )
+        if short:
+            held = f"asked {self.asked} in flight, held {self.held_mean:.0f} (max {self.held_max})"
+            if cpu >= CLIENT_BOUND_CPU:
+                out.append(f"client-bound: {held}, {core}: add --workers")
+            elif self.loop_late():
+                out.append(f"client-bound: {held}, {self.late_text()}")
+            else:
+                out.append(
+                    f"trace-bound: {held} with the client at {cpu:.0%} of a core: too few requests "
+                    "are ready at once (they wait for replies they carry, or there are too few sessions)"
+                )
+        if self.plan in TIMED_PLANS and self.lag_start_s is not None and self.lag_end_s is not None:
+            growth = self.lag_end_s - self.lag_start_s
+            if growth > LAG_GROWTH_S:
+                lag = (
+                    f"schedule lag grew from {self.lag_start_s * 1e3:.1f} ms to "
+                    f"{self.lag_end_s * 1e3:.1f} ms (median, first and last quarter)"
+                )
+                if cpu >= CLIENT_BOUND_CPU:
+                    out.append(f"client-bound: {lag}, {core}: add --workers")
+                elif self.loop_late():
+                    out.append(f"client-bound: {lag}, {self.late_text()}")
+                elif self.cap is not None and self.held_max >= self.cap:
+                    out.append(f"cap-bound: {lag} at --concurrency {self.cap}: raise it")
+                else:
+                    out.append(f"falling behind: {lag} with the client at {cpu:.0%} of a core")
+        return out
+
+    def loop_late(self) -> bool:
+        return self.loop_delay_ms is not None and self.loop_delay_ms >= LOOP_LATE_MS
+
+    def late_text(self) -> str:
+        cpu = self.client_cpu or 0.0
+        return (
+            f"its event loop ran {self.loop_delay_ms:.1f} ms late on average with the client at "
+            f"{cpu:.0%} of a core (a slow results sink, or a busy host)"
+        )
