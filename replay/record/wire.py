@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 import orjson
 
 from replay.engine.apis import APIS
-from replay.engine.decode import BadPayload, Fields
+from replay.engine.decode import BadPayload
+from replay.engine.decode import Fields as ReplyFields  # a server's reply; `Fields` below reads requests
 from replay.engine.exchange import Reader, error_text
 from replay.engine.sse import SseParser
 from replay.engine.usage import Usage
@@ -504,7 +505,7 @@ class ReplyTap:
             self.malformed = "reply body is not a JSON object"
             return
         try:
-            self.reader.body(Fields(obj))
+            self.reader.body(ReplyFields(obj))
         except BadPayload as exc:
             self.malformed = f"reply body has an unexpected shape ({exc})"
         except (AttributeError, TypeError, KeyError, ValueError) as exc:
