@@ -50,6 +50,7 @@ class Checkpoint:
     trimmed: int
     _name: str | None = field(init=False, repr=False)
     _key: tuple[int, int] | None = field(init=False, repr=False)  # its disk-index bucket
+    _reply_key: str | None = field(init=False, repr=False)
 
     def __init__(
         self,
@@ -72,11 +73,20 @@ class Checkpoint:
         self.trimmed = trimmed
         self._name = None
         self._key = None
+        self._reply_key = None
 
     def copy(self) -> Checkpoint:
         out = Checkpoint(self.seq, self.reason, self.key, self.size, self.created, self.last_used, self.hits)
         out.trimmed, out._name, out._key = self.trimmed, self._name, self._key
+        out._reply_key = self._reply_key
         return out
+
+    @property
+    def reply_key(self) -> str:
+        """The kind of the last reply in its text, the field build's key (computed when asked)."""
+        if self._reply_key is None:
+            self._reply_key = policy.stored_reply_key(self.seq)
+        return self._reply_key
 
     @property
     def tokens(self) -> int:
@@ -229,8 +239,9 @@ class DiskStore:
             score = policy.eviction_score(cp, cp.last_used, self.cfg)
             heapq.heappush(self._still, (score, cp.last_used, self._stored, cp))
 
-    def lookup(self, prompt: TokenSeq) -> Checkpoint | None:
-        """The longest stored prefix of the prompt (tie: the older file), honouring min tokens.
+    def lookup(self, prompt: TokenSeq, wanted: str | None = None) -> Checkpoint | None:
+        """The longest stored prefix of the prompt (tie: the older file), honouring min tokens
+        and, when `wanted` is given, the key the request looks up under.
 
         Buckets are visited from the prompt's longest grid prefix down; every file in bucket k
         is shorter than any in bucket k + 1, so the first bucket with a match holds the answer.
@@ -240,7 +251,7 @@ class DiskStore:
         for k in range(len(prompt) // GRID, self.cfg.kv_cache_min_tokens // GRID - 1, -1):
             for cp in self._index.get((k, grid[k]), ()):
                 if (best is None or cp.tokens > best.tokens) and (
-                    policy.restorable(cp, len(prompt), self.cfg) and is_prefix(cp.seq, prompt)
+                    policy.restorable(cp, len(prompt), self.cfg, wanted) and is_prefix(cp.seq, prompt)
                 ):
                     best = cp
             if best is not None:
