@@ -10,6 +10,7 @@ import hashlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from replay.sim.model.render import CALL_OPEN, header
 from replay.sim.model.seq import TokenSeq
 from replay.sim.model.tokenizer import Block
 
@@ -32,6 +33,45 @@ def text_sha1(seq: TokenSeq) -> str:
     return h.hexdigest()
 
 
+# The keys of the field build's checkpoint namespace (ds4-server.md 4.1, 4.7: issue 1053).
+TOOL_KEY = "tool"
+TEXT_KEY = "plain-text"
+NO_REPLY_KEY = "none"
+
+
+def stored_reply_key(seq: TokenSeq) -> str:
+    """The key the field build stores a checkpoint under: the kind of the last reply in its text.
+
+    A reply with a tool call carries the tool-id -> exact sampled text map (4.1, `KTM`) and is
+    replayed exactly by the next request with tools ("tool"); a plain-text reply has no id to
+    replay it by ("plain-text"); a text with no reply yet (system prompt, tools, first user turn)
+    is "none". A reply is an assistant header with something after it inside the text, so the
+    generation prompt that ends every prompt is not one. Scans back from the end: the blocks
+    since the last reply are few, whatever the text's length.
+    """
+    assistant = header("assistant")
+    ends, blocks = seq.ends, seq.blocks
+    i = len(ends) - 1
+    while i >= 0 and ends[i] > seq.n:
+        i -= 1
+    tool = False
+    body = seq.n > (ends[i] if i >= 0 else 0)  # a partial block after the last whole one
+    while i >= 0:
+        block = blocks[i]
+        if block == assistant:
+            if body:
+                return TOOL_KEY if tool else TEXT_KEY
+            tool = False
+        else:
+            body = True
+            if block == CALL_OPEN:
+                tool = True
+            elif block[:1] == ("<|im_start|>",):
+                tool, body = False, False  # another role's turn: the reply, if any, is earlier
+        i -= 1
+    return NO_REPLY_KEY
+
+
 @dataclass(eq=False, init=False, slots=True)
 class Checkpoint:
     """One `<sha1>.kv` file: the tokens it restores and ds4's header fields."""
@@ -46,6 +86,7 @@ class Checkpoint:
     trimmed: int
     _name: str | None = field(init=False, repr=False)
     _key: tuple[int, int] | None = field(init=False, repr=False)  # its disk-index bucket
+    _reply_key: str | None = field(init=False, repr=False)
 
     def __init__(
         self,
@@ -68,11 +109,20 @@ class Checkpoint:
         self.trimmed = trimmed
         self._name = None
         self._key = None
+        self._reply_key = None
 
     def copy(self) -> Checkpoint:
         out = Checkpoint(self.seq, self.reason, self.key, self.size, self.created, self.last_used, self.hits)
         out.trimmed, out._name, out._key = self.trimmed, self._name, self._key
+        out._reply_key = self._reply_key
         return out
+
+    @property
+    def reply_key(self) -> str:
+        """The kind of the last reply in its text, the field build's key (computed when asked)."""
+        if self._reply_key is None:
+            self._reply_key = stored_reply_key(self.seq)
+        return self._reply_key
 
     @property
     def tokens(self) -> int:

@@ -124,6 +124,11 @@ class SimConfig:
     # reasoning): "no-tools" = requests without tools (ds4 A/B), "tool-calls" = tool-call replies
     # (the field build in seed figures), "all" = PR 1058, "none".
     visible_key: VisibleKey = PRESETS[DEFAULT_PRESET].visible_key
+    # The September field build (seed figures 1, overnight; ds4 issue 1053): a checkpoint is
+    # stored under the kind of the last reply in its text (a tool call, replayed exactly through
+    # the tool-id map, or plain text) and a request with tools looks up only tool-keyed files (and
+    # files holding no reply yet). Off = the A/B source: the rendered text alone identifies a file.
+    tool_replay_key: bool = False
     # ds4's `-n` default is 393216; a simulator reply that long is never what a replay wants.
     default_max_tokens: int = 256
     decode_log_every: int = 50

@@ -152,8 +152,9 @@ class DiskStore:
             score = policy.eviction_score(cp, cp.last_used, self.cfg)
             heapq.heappush(self._still, (score, cp.last_used, self._stored, cp))
 
-    def lookup(self, prompt: TokenSeq) -> Checkpoint | None:
-        """The longest stored prefix of the prompt (tie: the older file), honouring min tokens.
+    def lookup(self, prompt: TokenSeq, wanted: str | None = None) -> Checkpoint | None:
+        """The longest stored prefix of the prompt (tie: the older file), honouring min tokens
+        and, when `wanted` is given, the key the request looks up under.
 
         Buckets are visited from the prompt's longest grid prefix down; every file in bucket k
         is shorter than any in bucket k + 1, so the first bucket with a match holds the answer.
@@ -163,7 +164,7 @@ class DiskStore:
         for k in range(len(prompt) // GRID, self.cfg.kv_cache_min_tokens // GRID - 1, -1):
             for cp in self._index.get((k, grid[k]), ()):
                 if (best is None or cp.tokens > best.tokens) and (
-                    policy.restorable(cp, len(prompt), self.cfg) and is_prefix(cp.seq, prompt)
+                    policy.restorable(cp, len(prompt), self.cfg, wanted) and is_prefix(cp.seq, prompt)
                 ):
                     best = cp
             if best is not None:

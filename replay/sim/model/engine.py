@@ -380,7 +380,8 @@ class CacheModel:
         run = slot.run
         assert run is not None
         slot.seq, slot.visible = TokenSeq(), None
-        cp = self.disk.lookup(run.job.prompt.seq) if self.disk is not None else None
+        wanted = policy.lookup_reply_key(run.job.prompt.has_tools, self.cfg)
+        cp = self.disk.lookup(run.job.prompt.seq, wanted) if self.disk is not None else None
         if cp is None:
             self._prompt_start(slot, 0, "none")
             return

@@ -1,7 +1,8 @@
 """ds4-server's cache rules, one function each, so a reader who knows ds4 finds every rule here.
 
-References are to `shared/reference/ds4-server.md`: 4.2 (when each save fires), 4.4 (eviction
-score), 4.5 (restore), 5 (slot routing), 3.1 (when progress lines appear).
+References are to `shared/reference/ds4-server.md`: 4.1 and 4.7 (the key a file is stored and
+looked up under), 4.2 (when each save fires), 4.4 (eviction score), 4.5 (restore), 5 (slot
+routing), 3.1 (when progress lines appear).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from replay.sim.model.checkpoint import Checkpoint
+from replay.sim.model.checkpoint import NO_REPLY_KEY, TEXT_KEY, TOOL_KEY, Checkpoint
 from replay.sim.model.config import SimConfig
 from replay.sim.model.seq import TokenSeq, common_prefix, is_prefix
 
@@ -71,9 +72,12 @@ def shutdown_save_applies(live_tokens: int, cfg: SimConfig) -> bool:
     return cfg.disk and live_tokens >= cfg.kv_cache_min_tokens
 
 
-def restorable(cp: Checkpoint, prompt_tokens: int, cfg: SimConfig) -> bool:
-    """Restore candidates: at least min tokens and no longer than the prompt (4.5)."""
-    return cfg.kv_cache_min_tokens <= cp.tokens <= prompt_tokens
+def restorable(cp: Checkpoint, prompt_tokens: int, cfg: SimConfig, wanted: str | None = None) -> bool:
+    """Restore candidates: at least min tokens, no longer than the prompt (4.5), under the key
+    the request looks up (4.1, 4.7)."""
+    return cfg.kv_cache_min_tokens <= cp.tokens <= prompt_tokens and (
+        wanted is None or reply_key_matches(cp.reply_key, wanted)
+    )
 
 
 def consumed_on_restore(tokens: int, cfg: SimConfig) -> bool:
@@ -94,6 +98,25 @@ def visible_key_applies(cfg: SimConfig, has_tools: bool, tool_call: bool) -> boo
             return True
         case _:
             return False
+
+
+# --- checkpoint keys (4.1, 4.7) ----------------------------------------------------------------
+
+
+def lookup_reply_key(has_tools: bool, cfg: SimConfig) -> str | None:
+    """The key a request looks its prefix up under; None = any key (the A/B source, where the
+    rendered text alone is the identity). In the field build a request with tools looks up under
+    the tool key: a conversation whose replies were plain text never finds its own files
+    (seed figures 1, overnight: "stored under the plain-text key, looked up under the tool key";
+    ds4 issue 1053, PR 1058)."""
+    if not cfg.tool_replay_key:
+        return None
+    return TOOL_KEY if has_tools else TEXT_KEY
+
+
+def reply_key_matches(stored: str, wanted: str | None) -> bool:
+    """A file is a candidate when no key is asked for, it holds no reply yet, or its key is the one asked for."""
+    return wanted is None or stored in (NO_REPLY_KEY, wanted)
 
 
 # --- live cache (4.5) --------------------------------------------------------------------------

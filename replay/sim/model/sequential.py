@@ -234,7 +234,8 @@ class DiskLane:
             if live.evict is not None:
                 t = self._save(t, slot, live.evict[0], "evict", live.evict[1], 0)
                 evict_s = t - t0
-        cp = disk.lookup(job.prompt.seq) if disk is not None else None
+        wanted = policy.lookup_reply_key(job.prompt.has_tools, cfg)
+        cp = disk.lookup(job.prompt.seq, wanted) if disk is not None else None
         if cp is not None:
             assert disk is not None
             restore_s = cp.size / (cfg.disk_read_gbps * 1e9)

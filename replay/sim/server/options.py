@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.add_argument("--reasoning-tokens", type=int)
     m.add_argument("--visible-key", choices=VISIBLE_KEYS, help="which replies get a client-visible cache key")
+    m.add_argument(
+        "--tool-replay-key",
+        action="store_true",
+        default=None,
+        help="field build (ds4 issue 1053): files keyed by their last reply's kind; tool requests find only tool-keyed ones",
+    )
     s = p.add_argument_group("slots")
     s.add_argument("--batched-session", dest="batched_sessions", type=int, metavar="N")
     s.add_argument("--routing", choices=ROUTINGS)
@@ -210,6 +216,7 @@ _CONFIG_FIELDS = (
     "hidden_reasoning",
     "reasoning_tokens",
     "visible_key",
+    "tool_replay_key",
     "batched_sessions",
     "routing",
     "prefill_chunk",

@@ -49,6 +49,7 @@ def configs(draw: st.DrawFn) -> SimConfig:
         consume_deep_hits=draw(st.booleans()),
         hidden_reasoning=draw(st.booleans()),
         visible_key=draw(st.sampled_from(["no-tools", "tool-calls", "all", "none"])),
+        tool_replay_key=draw(st.booleans()),
         batched_sessions=draw(st.sampled_from([None, None, 2, 3])),
         routing=draw(st.sampled_from(["upstream", "reuse-aware"])),
     )

@@ -8,10 +8,13 @@ from hypothesis import strategies as st
 from sim_workloads import TOOLS, Convo, of, run_turn, system_message
 
 from replay.sim.model import events as ev
+from replay.sim.model import policy
+from replay.sim.model.checkpoint import stored_reply_key
 from replay.sim.model.config import config_for
 from replay.sim.model.disk import Checkpoint, DiskStore
 from replay.sim.model.engine import CacheModel
 from replay.sim.model.job import ContextTooLong, build_job, thinking_requested
+from replay.sim.model.render import render
 from replay.sim.model.seq import TokenSeq
 from replay.trace.synth import synth_text
 
@@ -223,6 +226,50 @@ def test_field_build_keys_tool_calls_visibly_and_plain_text_misses() -> None:
     r_text, events = run_turn(text_model, text_convo, 2, cfg, grow=300)
     assert r_tool.cache_source == "thinking-visible"
     assert of(events, ev.LiveMiss) and r_text.cache_source != "thinking-visible"
+
+
+def _text_conversation_turns(cfg) -> list[ev.Result]:
+    """One conversation with tools that answers in plain text, three turns of +11K each."""
+    model = CacheModel(cfg)
+    convo = Convo("c", SYSTEM, 6_000, seed=1, finish="stop")
+    return [run_turn(model, convo, i, cfg, grow=11_000)[0] for i in (1, 2, 3)]
+
+
+def test_field_build_stores_plain_text_replies_under_a_key_tool_requests_never_look_up() -> None:
+    """Seed figures 1 overnight (ds4 issue 1053): C's files are on disk, stored under the
+    plain-text key, and its requests (with tools) look up under the tool key: only the prefix
+    holding no reply yet (system prompt + first user turn) comes back."""
+    cfg = QWEN.with_(
+        hidden_reasoning=True,
+        visible_key="tool-calls",
+        kv_disk_space_mb=64 * 1024,
+        continued_trigger="crossed",
+    )
+    upstream = _text_conversation_turns(cfg)
+    field = _text_conversation_turns(cfg.with_(tool_replay_key=True))
+    assert [r.cache_source for r in field[1:]] == ["disk-text", "disk-text"]
+    assert all(r.cached_tokens <= 6_000 for r in field)
+    # the A/B source finds the same conversation's chain prefixes past its first reply
+    assert upstream[2].cached_tokens > 10_240
+
+
+def test_stored_reply_key_is_the_kind_of_the_last_reply_in_the_text() -> None:
+    first = [SYSTEM, {"role": "user", "content": "hi"}]
+    text = [*first, {"role": "assistant", "content": "plain answer"}, {"role": "user", "content": "more"}]
+    call = {"name": "bash", "arguments": "{}"}
+    tool = [
+        *text,
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "ok"},
+    ]
+    p1, p2, p3 = (render(m, TOOLS).seq for m in (first, text, tool))
+    assert stored_reply_key(p1) == "none"  # the generation prompt is not a reply
+    assert stored_reply_key(p2) == "plain-text"
+    assert stored_reply_key(p3) == "tool"
+    assert stored_reply_key(p3.prefix(len(p2))) == "plain-text"
+    assert stored_reply_key(p3.prefix(len(p2) + 2)) == "tool"  # inside the tool call
+    assert policy.lookup_reply_key(True, QWEN) is None
+    assert policy.lookup_reply_key(True, QWEN.with_(tool_replay_key=True)) == "tool"
 
 
 # --- disk saves --------------------------------------------------------------------------------
