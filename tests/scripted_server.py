@@ -73,6 +73,7 @@ class Script:
     close_after: bool = False  # close the socket after the response, headers saying keep-alive
     hang_s: float = 30.0
     raw: list[bytes] | None = None  # the reply verbatim: SSE frames (a stream) or body pieces, status 200
+    raw_hang_s: float = 0.0  # after `raw`, keep the body open this long (or until the client leaves)
 
 
 @dataclass
@@ -365,6 +366,8 @@ class _Reply:
         await self._start(200, "text/event-stream" if self.stream else "application/json")
         for piece in pieces:
             await self._write(piece)
+        if self.s.raw_hang_s:
+            await self._wait_disconnect(self.s.raw_hang_s)
         await self.send({"type": "http.response.body", "body": b"", "more_body": False})
 
     # --- whole (non-stream) responses ---

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from replay.engine.decode import Fields, check_counts, check_modelled
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
@@ -28,7 +29,7 @@ from replay.engine.exchange import (
 )
 from replay.engine.openai import OPENAI_HEADERS
 from replay.engine.sse import SseEvent
-from replay.engine.usage import parse_usage
+from replay.engine.usage import COUNT_PATHS, parse_usage
 from replay.metrics.record import RequestRecord
 
 API = "openai-responses"
@@ -135,25 +136,15 @@ def responses_body(call: ApiCall) -> dict[str, Any]:
     return body
 
 
-def _obj(value: Any) -> dict[str, Any]:
-    """An object of the protocol, or an empty one when the server sent another type there."""
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _index(obj: dict[str, Any], default: int) -> int:
-    index = obj.get("output_index")
-    return index if type(index) is int else default
+def _index(obj: Fields, default: int) -> int:
+    index = obj.integer("output_index")
+    return default if index is None else index
 
 
 class ResponsesReader:
+    """Responses events and bodies, every field read through `Fields` (a wrong type is
+    `BadShape`: the request's `bad_payload`)."""
+
     terminal = "response.completed"
 
     def __init__(self) -> None:
@@ -170,95 +161,119 @@ class ResponsesReader:
 
     def event(self, ev: SseEvent) -> bool:
         obj = load_event(ev.data)
-        kind = obj.get("type") or ev.event
+        raw = obj.raw
+        if raw.get("type") == "response.output_text.delta":  # most of a stream, checked inline
+            text = raw.get("delta")
+            if type(text) is str:
+                if text:
+                    self.content.append(text)
+                    return True
+                return False
+        kind = obj.text("type") or ev.event
         if kind in _TEXT_DELTAS:
-            delta = obj.get("delta")
-            if isinstance(delta, str) and delta:
-                self.content.append(delta)
+            text = obj.text("delta")
+            if text:
+                self.content.append(text)
                 return True
             return False
         if kind in _ARG_DELTAS:
-            delta = obj.get("delta")
+            text = obj.text("delta")
             entry = self.tools.get(_index(obj, -1))
-            if isinstance(delta, str) and delta and entry is not None:
-                entry["arguments"] += delta
+            if text and entry is not None:
+                entry["arguments"] += text
                 return True
             return False
         if kind in _REASONING_DELTAS:
-            delta = obj.get("delta")
-            if isinstance(delta, str) and delta:
-                self.reasoning.append(delta)
+            text = obj.text("delta")
+            if text:
+                self.reasoning.append(text)
                 return True
             return False
         if kind == "response.output_item.added":
-            return self._item_added(_index(obj, len(self.tools)), _obj(obj.get("item")))
+            index = _index(obj, len(self.tools))
+            item = obj.obj("item")
+            return item is not None and self._item_added(index, item)
         if kind == "response.output_item.done":
-            self._item_done(_index(obj, -1), _obj(obj.get("item")))
+            index = _index(obj, -1)
+            item = obj.obj("item")
+            if item is not None:
+                self._item_done(index, item)
             return False
         if kind in _TERMINAL:
-            resp = _obj(obj.get("response"))
-            self._response(resp)
+            resp = obj.obj("response")
+            if resp is not None:
+                self._response(resp)
             self.done = kind != "response.failed"
             if kind == "response.failed":
-                self.error = stream_error(resp.get("error") or obj)
+                err = resp.value("error") if resp is not None else None
+                self.error = stream_error(err or obj.raw)
             return False
         if kind == "response.created" or kind == "response.in_progress":
-            resp = _obj(obj.get("response"))
-            if isinstance(resp.get("id"), str):
-                self.response_id = resp["id"]
+            resp = obj.obj("response")
+            if resp is not None:
+                response_id = resp.text("id")
+                if response_id is not None:
+                    self.response_id = response_id
             return False
         if kind == "error" or ev.event == "error":
-            self.error = stream_error(obj)
+            self.error = stream_error(obj.raw)
         return False  # content_part.*, *.done, future event types
 
-    def _item_added(self, index: int, item: dict[str, Any]) -> bool:
-        kind = item.get("type")
+    def _item_added(self, index: int, item: Fields) -> bool:
+        kind = item.text("type")
         if kind in ("function_call", "custom_tool_call"):
-            entry = {"id": _text(item.get("call_id")), "name": _text(item.get("name")), "arguments": ""}
+            # The name arrives here, as it does in OpenAI's first tool-call delta: a token.
+            entry = {"id": item.text("call_id") or "", "name": item.text("name") or "", "arguments": ""}
             if kind == "custom_tool_call":
                 entry["type"] = "custom"
             self.tools[index] = entry
             return True
         return False
 
-    def _item_done(self, index: int, item: dict[str, Any]) -> None:
+    def _item_done(self, index: int, item: Fields) -> None:
         """A finished call item holds the whole arguments: trust it over the deltas."""
         entry = self.tools.get(index)
         if entry is None:
             return
-        args = item.get("arguments", item.get("input"))
-        if isinstance(args, str):
+        args = item.text("input") if "arguments" not in item else item.text("arguments")
+        if args is not None:
             entry["arguments"] = args
 
-    def _response(self, resp: dict[str, Any]) -> None:
-        if isinstance(resp.get("id"), str):
-            self.response_id = resp["id"]
-        self.status = resp.get("status") if isinstance(resp.get("status"), str) else None
-        details = resp.get("incomplete_details")
-        if isinstance(details, dict) and isinstance(details.get("reason"), str):
-            self.incomplete = details["reason"]
-        if isinstance(resp.get("usage"), dict):
-            self.usage = resp["usage"]
-        if isinstance(resp.get("x_sim"), dict):
-            self.x_sim = resp["x_sim"]
+    def _response(self, resp: Fields) -> None:
+        response_id = resp.text("id")
+        if response_id is not None:
+            self.response_id = response_id
+        self.status = resp.text("status")
+        details = resp.obj("incomplete_details")
+        reason = details.text("reason") if details is not None else None
+        if reason is not None:
+            self.incomplete = reason
+        usage = resp.obj("usage")
+        if usage is not None:
+            check_counts({"usage": usage.raw}, COUNT_PATHS, resp.path)
+            self.usage = usage.raw
+        x_sim = resp.obj("x_sim")
+        if x_sim is not None and x_sim.raw:
+            self.x_sim = check_modelled(x_sim)
 
-    def body(self, obj: dict[str, Any]) -> None:
+    def body(self, obj: Fields) -> None:
         self.done = True
         self._response(obj)
-        output = obj.get("output")
-        for i, item in enumerate(output if isinstance(output, list) else ()):
-            item = _obj(item)
-            kind = item.get("type")
+        for i, item in enumerate(obj.objects("output")):
+            kind = item.text("type")
             if kind == "message":
-                for part in _list(item.get("content")):
-                    part = _obj(part)
-                    if part.get("type") in ("output_text", "refusal"):
-                        self.content.append(_text(part.get("text") or part.get("refusal")))
+                for part in item.objects("content"):
+                    ptype = part.text("type")
+                    if ptype == "output_text":
+                        self.content.append(part.text("text") or "")
+                    elif ptype == "refusal":
+                        self.content.append(part.text("refusal") or "")
             elif kind == "reasoning":
-                for part in _list(item.get("content")) + _list(item.get("summary")):
-                    part = _obj(part)
-                    if isinstance(part.get("text"), str):
-                        self.reasoning.append(part["text"])
+                for key in ("content", "summary"):
+                    for part in item.objects(key):
+                        text = part.text("text")
+                        if text is not None:
+                            self.reasoning.append(text)
             elif kind in ("function_call", "custom_tool_call"):
                 self._item_added(i, item)
                 self._item_done(i, item)

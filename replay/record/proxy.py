@@ -349,7 +349,9 @@ class _Relay:
         try:
             result = self.tap.finish()
             status, error = state.status, state.error
-            if state.disconnected:
+            # An agent may hang up as soon as it has the terminal event (Codex does, on
+            # `response.completed`), before the upstream ends the body: it had the whole reply.
+            if state.disconnected and not self.tap.reader.done:
                 status = "client_disconnected"
                 error = f"the agent went away after {state.sent_bytes} bytes of the reply"
             outcome = Outcome(

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.engine.anthropic import anthropic_messages_wire
+from replay.engine.decode import BadShape, Fields
 from replay.engine.exchange import ApiCall
 from replay.engine.responses import ResponsesReader, responses_body
 from replay.engine.sse import SseEvent
@@ -330,13 +331,27 @@ shaped = st.dictionaries(keys, json_values, max_size=5).map(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(shaped | st.dictionaries(st.text(max_size=6), json_values, max_size=4), max_size=6))
-def test_any_responses_events_are_read_without_an_exception(events: list[dict[str, Any]]) -> None:
-    """Wrong types where objects belong are ignored: a reply of odd shape is never a crash."""
+def test_any_responses_events_are_read_or_refused_as_bad_payload(events: list[dict[str, Any]]) -> None:
+    """A reply of odd shape is never a crash: a wrong type is `BadShape` naming its path (the
+    request's `bad_payload`), and what was read before it stays well typed."""
     reader = ResponsesReader()
     for obj in events:
-        reader.event(SseEvent(str(obj.get("type", "message")), orjson.dumps(obj)))
-    reader.body({"output": [obj for obj in events]})
-    reader.fill(RequestRecord())
+        try:
+            reader.event(SseEvent(str(obj.get("type", "message")), orjson.dumps(obj)))
+        except BadShape as exc:
+            assert str(exc).startswith("$") and "\n" not in str(exc)
+    try:
+        reader.body(Fields({"output": [obj for obj in events]}))
+    except BadShape as exc:
+        assert str(exc).startswith("$.")
+    res = RequestRecord()
+    reader.fill(res)
+    if res.message is not None:
+        assert isinstance(res.message["content"], str)
+        for call in res.message.get("tool_calls", ()):
+            assert all(isinstance(call[k], str) for k in ("id", "name", "arguments")), call
+    assert res.response_id is None or isinstance(res.response_id, str)
+    assert res.finish is None or isinstance(res.finish, str)
 
 
 request_bodies = st.dictionaries(

@@ -148,6 +148,39 @@ def test_upstream_reset_and_client_disconnects_are_recorded_and_the_proxy_lives_
     assert recording.proxy.internal_errors == 0
 
 
+def test_an_agent_leaving_after_the_terminal_event_had_the_whole_reply(scripted_server, recording):
+    """Codex hangs up on `response.completed` without waiting for the body's end: not a disconnect."""
+    frames = [
+        b'data: {"choices":[{"index":0,"delta":{"content":"all "}}]}\n\n',
+        b'data: {"choices":[{"index":0,"delta":{"content":"there"},"finish_reason":"stop"}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    scripted_server.by_id["early"] = Script(raw=frames, raw_hang_s=5.0)
+    scripted_server.by_id["cut"] = Script(raw=frames[:2], raw_hang_s=5.0)
+
+    async def leave_at(marker: str, last: bytes) -> None:
+        async with make_client() as client:
+            hdrs = {"content-type": "application/json", "x-request-id": marker}
+            async with client.stream(
+                "POST", recording.url + "/v1/chat/completions", content=chat(marker), headers=hdrs
+            ) as r:
+                got = b""
+                async for chunk in r.aiter_raw():
+                    got += chunk
+                    if got.endswith(last):
+                        break
+
+    anyio.run(leave_at, "early", frames[-1])
+    anyio.run(leave_at, "cut", frames[1])  # the same bytes short of [DONE]: the agent did leave early
+    settle(recording)
+    recording.stop()
+    validate(recording.out)
+    recs = records(recording.out)
+    assert recs["early"]["reply"]["status"] == "ok", recs["early"]["reply"]
+    assert recs["early"]["reply"]["message"]["content"] == "all there"
+    assert recs["cut"]["reply"]["status"] == "client_disconnected"
+
+
 def test_unreachable_upstream_gets_the_agent_a_502_and_a_record(tmp_path):
     with RecordingServer("http://127.0.0.1:9", tmp_path / "t.jsonl") as rec:
         status, got, _ = anyio.run(exchange, rec.url, "nobody")

@@ -1,4 +1,4 @@
-"""Well-formed replies of both APIs, and hypothesis strategies that put any JSON value anywhere in them."""
+"""Well-formed replies of each API, and hypothesis strategies that put any JSON value anywhere in them."""
 
 from __future__ import annotations
 
@@ -165,6 +165,81 @@ ANTHROPIC_BODY: dict[str, Any] = {
 }
 
 
+RESPONSES_USAGE: dict[str, Any] = {
+    "input_tokens": 10,
+    "input_tokens_details": {"cached_tokens": 3},
+    "output_tokens": 2,
+    "output_tokens_details": {"reasoning_tokens": 1},
+    "total_tokens": 12,
+}
+
+_RESPONSE_HEAD: dict[str, Any] = {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}
+
+_CALL_ITEM: dict[str, Any] = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "read"}
+
+RESPONSES_EVENTS: list[dict[str, Any]] = [
+    {"type": "response.created", "sequence_number": 0, "response": _RESPONSE_HEAD},
+    {"type": "response.in_progress", "sequence_number": 1, "response": _RESPONSE_HEAD},
+    {
+        "type": "response.output_item.added",
+        "output_index": 0,
+        "item": {"type": "reasoning", "id": "rs_1", "summary": [], "content": []},
+    },
+    {"type": "response.reasoning_text.delta", "output_index": 0, "content_index": 0, "delta": "hmm"},
+    {
+        "type": "response.output_item.added",
+        "output_index": 1,
+        "item": {"type": "message", "id": "msg_1", "role": "assistant", "content": []},
+    },
+    {
+        "type": "response.content_part.added",
+        "output_index": 1,
+        "content_index": 0,
+        "part": {"type": "output_text", "text": "", "annotations": []},
+    },
+    {"type": "response.output_text.delta", "output_index": 1, "content_index": 0, "delta": "hi"},
+    {"type": "response.output_item.added", "output_index": 2, "item": {**_CALL_ITEM, "arguments": ""}},
+    {"type": "response.function_call_arguments.delta", "output_index": 2, "delta": '{"p"'},
+    {"type": "response.function_call_arguments.delta", "output_index": 2, "delta": ": 1}"},
+    {"type": "response.output_item.done", "output_index": 2, "item": {**_CALL_ITEM, "arguments": '{"p": 1}'}},
+    {
+        "type": "response.completed",
+        "response": {
+            "id": "resp_1",
+            "object": "response",
+            "status": "completed",
+            "incomplete_details": None,
+            "usage": RESPONSES_USAGE,
+            "x_sim": X_SIM,
+        },
+    },
+]
+
+RESPONSES_BODY: dict[str, Any] = {
+    "id": "resp_1",
+    "object": "response",
+    "status": "completed",
+    "incomplete_details": None,
+    "output": [
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "hmm"}],
+        },
+        {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "hi", "annotations": []}],
+        },
+        {**_CALL_ITEM, "arguments": '{"p": 1}'},
+    ],
+    "usage": RESPONSES_USAGE,
+    "x_sim": X_SIM,
+}
+
+
 def positions(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """Every position in a JSON value, the root included."""
     out = [path]
@@ -175,6 +250,21 @@ def positions(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         for i, item in enumerate(value):
             out += positions(item, (*path, i))
     return out
+
+
+# Keys a mutation may add: the ones the readers look for.
+KEYS_ADDED = [
+    "content",
+    "delta",
+    "usage",
+    "index",
+    "type",
+    "choices",
+    "x_sim",
+    "output_index",
+    "item",
+    "response",
+]
 
 
 @st.composite
@@ -192,9 +282,7 @@ def mutated(draw: st.DrawFn, value: Any) -> Any:
     if how == "replace" or not isinstance(parent, dict):
         parent[path[-1]] = new
     elif how == "add":
-        parent[draw(st.sampled_from(["content", "delta", "usage", "index", "type", "choices", "x_sim"]))] = (
-            new
-        )
+        parent[draw(st.sampled_from(KEYS_ADDED))] = new
     else:
         del parent[path[-1]]
     return value
@@ -224,10 +312,23 @@ def anthropic_stream(draw: st.DrawFn) -> list[bytes]:
     return [sse(obj, name) for name, obj in events]
 
 
+@st.composite
+def responses_stream(draw: st.DrawFn) -> list[bytes]:
+    """Responses stream frames (named events, as OpenAI sends them) with one event mutated."""
+    events = list(RESPONSES_EVENTS)
+    i = draw(st.integers(0, len(events) - 1))
+    events[i] = draw(mutated(events[i]))
+    return [sse(obj, RESPONSES_EVENTS[j]["type"]) for j, obj in enumerate(events)]
+
+
 def stream_frames(api: str) -> st.SearchStrategy[list[bytes]]:
-    return openai_stream() if api == "openai" else anthropic_stream()
+    if api == "openai":
+        return openai_stream()
+    return anthropic_stream() if api == "anthropic" else responses_stream()
+
+
+BODIES = {"openai": OPENAI_BODY, "anthropic": ANTHROPIC_BODY, "openai-responses": RESPONSES_BODY}
 
 
 def body_bytes(api: str) -> st.SearchStrategy[bytes]:
-    body = OPENAI_BODY if api == "openai" else ANTHROPIC_BODY
-    return mutated(body).map(orjson.dumps)
+    return mutated(BODIES[api]).map(orjson.dumps)

@@ -55,7 +55,7 @@ def run(trace: Path, url: str, out: Path) -> tuple[int, list[dict[str, Any]]]:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(api=st.sampled_from(["openai", "anthropic"]), stream=st.booleans(), data=st.data())
+@given(api=st.sampled_from(["openai", "anthropic", "openai-responses"]), stream=st.booleans(), data=st.data())
 def test_any_json_anywhere_in_a_reply_leaves_one_line_per_request(
     scripted_server: ScriptedServer,
     tmp_path_factory: pytest.TempPathFactory,

@@ -33,6 +33,11 @@ def wrong_shape(api: str) -> list[bytes]:
             b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n',
             b'data: {"choices":[{"delta":"str"}]}\n\n',
         ]
+    if api == "openai-responses":
+        return [
+            b'event: response.created\ndata: {"type":"response.created","response":{"id":"resp_1"}}\n\n',
+            b'event: response.output_item.added\ndata: {"type":"response.output_item.added","output_index":0,"item":"function_call"}\n\n',
+        ]
     return [
         b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":3}}}\n\n',
         b'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":"text"}\n\n',
@@ -43,6 +48,12 @@ def cut_short(api: str) -> list[bytes]:
     """A stream that stops in the middle of an event: the connection closes cleanly."""
     if api == "openai":
         return [b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n', b'data: {"choices":[{"del']
+    if api == "openai-responses":
+        return [
+            b'event: response.created\ndata: {"type":"response.created","response":{"id":"resp_1"}}\n\n',
+            b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","output_index":0,"delta":"hi"}\n\n',
+            b"event: response.output_text.delta\ndata: {",
+        ]
     return [
         b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":3}}}\n\n',
         b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}\n\n',
@@ -107,7 +118,7 @@ def results(out: Path) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]
     return by_id, [r for r in rows if r["kind"] == "summary"]
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", ["openai", "anthropic", "openai-responses"])
 @pytest.mark.parametrize("plan", ["alternate", "overlap"])
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_one_faulty_reply_is_one_failed_line_and_the_run_completes(

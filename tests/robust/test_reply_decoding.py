@@ -14,6 +14,8 @@ from replies import (
     ANTHROPIC_EVENTS,
     OPENAI_BODY,
     OPENAI_CHUNKS,
+    RESPONSES_BODY,
+    RESPONSES_EVENTS,
     body_bytes,
     sse,
     stream_frames,
@@ -22,11 +24,12 @@ from replies import (
 from replay.engine.anthropic import AnthropicReader
 from replay.engine.decode import BadPayload, BadShape, Fields, check_counts, load_object
 from replay.engine.openai import OpenAIReader
+from replay.engine.responses import ResponsesReader
 from replay.engine.sse import SseParser
 from replay.engine.usage import COUNT_PATHS
 from replay.metrics.record import RequestRecord as ApiResult
 
-READERS = {"openai": OpenAIReader, "anthropic": AnthropicReader}
+READERS = {"openai": OpenAIReader, "anthropic": AnthropicReader, "openai-responses": ResponsesReader}
 
 
 def assert_well_typed(res: ApiResult) -> None:
@@ -89,9 +92,12 @@ def test_unmutated_replies_read_whole(api: str) -> None:
     if api == "openai":
         frames = [sse(c) for c in OPENAI_CHUNKS] + [b"data: [DONE]\n\n"]
         body = OPENAI_BODY
-    else:
+    elif api == "anthropic":
         frames = [sse(obj, name) for name, obj in ANTHROPIC_EVENTS]
         body = ANTHROPIC_BODY
+    else:
+        frames = [sse(obj, obj["type"]) for obj in RESPONSES_EVENTS]
+        body = RESPONSES_BODY
     for res, failure in (read_stream(api, frames), read_body(api, orjson.dumps(body))):
         assert failure is None
         assert res.message is not None and res.message["content"] == "hi"
