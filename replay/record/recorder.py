@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 
 from replay.record.anonymize import Anonymizer
+from replay.record.requests import parse_request
 from replay.record.sessions import Assignment, Label, SessionInference, user_id_scope
-from replay.record.wire import Parsed, TapResult, WireError, parse_request
+from replay.record.wire import Parsed, TapResult, WireError
 from replay.trace.model import Message
 from replay.trace.writer import TraceWriter
 

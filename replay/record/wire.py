@@ -330,8 +330,9 @@ def anthropic_tools_to_openai(tools: Any) -> list[dict[str, Any]]:
 
 
 @_checked
-def parse_request(api: str, body: bytes) -> Parsed:
-    """A request body as neutral messages and trace params; raises WireError naming the field."""
+def parse_chat_request(api: str, body: bytes) -> Parsed:
+    """A chat-completions or messages body as neutral messages and trace params; raises WireError
+    naming the field. (`record.requests.parse_request` picks the parser of each API.)"""
     try:
         f = load_body(body)
     except NotJson as exc:
@@ -339,12 +340,6 @@ def parse_request(api: str, body: bytes) -> Parsed:
     obj = f.raw
     counter = [0]
     cache_marks: list[dict[str, Any]] = []
-    if api == "openai-responses":
-        from replay.record.responses import parse_responses  # it builds on this module
-
-        parsed, previous = parse_responses(obj)
-        parsed.previous_response_id = previous
-        return parsed
     if api == "openai":
         messages = openai_to_neutral(f.value("messages"), counter)
         tools = f.items("tools") or None

@@ -20,7 +20,8 @@ from replay.errors import TraceError
 from replay.metrics.record import RequestRecord
 from replay.record.anonymize import anonymize_trace
 from replay.record.calls import CallLog
-from replay.record.wire import ReplyTap, WireError, parse_request
+from replay.record.requests import parse_request
+from replay.record.wire import ReplyTap, WireError
 from replay.sim.server.api import BadRequest
 from replay.sim.server.responses import ResponseStore
 from replay.sim.server.responses import parse_responses as parse_sim_responses

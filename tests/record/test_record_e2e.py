@@ -16,7 +16,7 @@ from scripted_server import Script
 from replay.engine.apis import make_client
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
-from replay.record.wire import parse_request
+from replay.record.requests import parse_request
 from replay.runs.pipeline import run_trace
 from replay.trace import materialize, read_trace, recorded_reply, validate
 

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.engine.apis import APIS, ApiCall, anthropic_body, openai_body
-from replay.record.wire import ReplyTap, parse_request
+from replay.record.requests import parse_request
+from replay.record.wire import ReplyTap
 
 TOOLS = [
     {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}

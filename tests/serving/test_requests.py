@@ -10,7 +10,8 @@ import orjson
 import pytest
 from serverkit import Child
 
-from replay.record.wire import WireError, parse_request
+from replay.record.requests import parse_request
+from replay.record.wire import WireError
 from replay.serving.fields import FieldError, Fields, load_body
 
 pytestmark = pytest.mark.e2e
