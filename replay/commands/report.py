@@ -11,6 +11,7 @@ from replay.commands import print_json
 from replay.metrics.results import merged_summary, read_results, time_scale
 from replay.report.table import class_table, summary_rows
 from replay.runs.barrier import spread_s
+from replay.runs.serverlog import records_beside
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -39,7 +40,7 @@ def report(args: ReportArgs, console: Console) -> int:
     if args.html is not None:
         from replay.report.html import write_report
 
-        written = write_report(paths, args.html)
+        written = write_report(paths, args.html, server_log=records_beside)
         console.print(f"report: {written.html}\nmarkdown summary: {written.markdown}", highlight=False)
     summary = merged_summary(results)
     spread = spread_s([res.run for res in results])

@@ -14,6 +14,7 @@ from rich.table import Table
 from replay.errors import ReplayError
 from replay.report.html import DIGEST_ROWS, Written, digest, write_report
 from replay.runs.scenario import ArmResult, run_arms
+from replay.runs.serverlog import records_beside
 from replay.scenario.build import generate as write_trace
 from replay.scenario.build import plan_requests
 from replay.scenario.catalog import find_scenario, list_scenarios
@@ -97,7 +98,7 @@ def run_and_report(
         console.print(f"[red]arm {run.arm} did not complete ({run.outcome.outcome})[/red]")
     if failed:
         return failed[0].outcome.exit_code, runs, None
-    written = write_report([r.results for r in runs], out_dir / "report")
+    written = write_report([r.results for r in runs], out_dir / "report", server_log=records_beside)
     return 0, runs, written
 
 

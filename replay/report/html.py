@@ -19,7 +19,7 @@ from replay.report import plots
 from replay.report.glossary import GLOSSARY, TERMS
 from replay.report.table import summary_rows
 from replay.report.verdict import verdict
-from replay.report.view import RunView, load_run
+from replay.report.view import RunView, ServerLog, load_run
 
 TABLE_COLUMNS = (
     ("count", "n"),
@@ -327,9 +327,14 @@ class Written:
     runs: list[RunView]
 
 
-def write_report(paths: Sequence[str | Path], out_dir: str | Path, title: str | None = None) -> Written:
+def write_report(
+    paths: Sequence[str | Path],
+    out_dir: str | Path,
+    title: str | None = None,
+    server_log: ServerLog | None = None,
+) -> Written:
     """Write `index.html` and `summary.md` into `out_dir`; each results file is one run (an arm)."""
-    runs = [load_run(p) for p in paths]
+    runs = [load_run(p, server_log) for p in paths]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     page = out / "index.html"

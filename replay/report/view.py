@@ -10,6 +10,7 @@ verdict all read these views; none of them imports another's module for them.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -17,7 +18,6 @@ from typing import Any
 
 from replay.metrics.hist import Summary
 from replay.metrics.results import RunResults, read_results, time_scale
-from replay.runs.serverlog import DS4_FORMAT_KINDS, server_records
 
 
 @dataclass(slots=True)
@@ -260,23 +260,15 @@ def _disk(res: RunResults, requests: list[RequestView]) -> list[DiskPoint]:
     return out
 
 
-def _server_from_log(res: RunResults) -> list[dict[str, Any]]:
-    """`server` records from the ds4-format log beside the results (`X.server.log`, or the one the
-    header names) when the results file carries none: the report then still shows the disk."""
-    target = res.run.get("target") or {}
-    candidates = [target.get("log"), Path(res.path).with_suffix(".server.log")]
-    kind = str(target.get("kind") or "ds4")
-    for candidate in candidates:
-        if candidate and Path(candidate).is_file():
-            known = kind in DS4_FORMAT_KINDS or kind == "llamacpp"
-            return server_records(kind if known else "ds4", Path(candidate), res.requests)
-    return []
+# Reads `server` records for results that carry none (`runs.serverlog.records_beside`: the log
+# left beside old results); handed in by the caller, since parsing logs is the runs' business.
+ServerLog = Callable[[RunResults], list[dict[str, Any]]]
 
 
-def load_run(path: str | Path) -> RunView:
+def load_run(path: str | Path, server_log: ServerLog | None = None) -> RunView:
     res = read_results(path)
-    if not res.server:
-        res.server = _server_from_log(res)
+    if not res.server and server_log is not None:
+        res.server = server_log(res)
     requests, clock = _requests(res)
     effective = (res.run.get("target") or {}).get("effective") or {}
     budget = effective.get("kv_disk_budget_mib")

@@ -14,6 +14,7 @@ from typing import Any
 
 from drivers.logs import ds4, llamacpp
 from drivers.logs.effective import ds4_settings, llamacpp_settings, warn_missing
+from replay.metrics.results import RunResults
 from replay.runs.correlate import correlate
 from replay.runs.llama_correlate import correlate as llama_correlate
 
@@ -89,3 +90,16 @@ def server_records(kind: str, log_path: Path | None, requests: list[dict[str, An
         return []
     parsed = ds4.parse_files([log_path])
     return [dict(r) for r in correlate(requests, parsed.events)]
+
+
+def records_beside(res: RunResults) -> list[dict[str, Any]]:
+    """`server` records from the ds4-format log beside the results (`X.server.log`, or the one the
+    header names) when the results file carries none: the report then still shows the disk."""
+    target = res.run.get("target") or {}
+    candidates = [target.get("log"), Path(res.path).with_suffix(".server.log")]
+    kind = str(target.get("kind") or "ds4")
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            known = kind in DS4_FORMAT_KINDS or kind == "llamacpp"
+            return server_records(kind if known else "ds4", Path(candidate), res.requests)
+    return []

@@ -15,6 +15,7 @@ from replay.metrics.results import ResultsWriter, append_records, time_scale
 from replay.report.html import digest, render_page, summary_markdown, write_report
 from replay.report.plots import band_width
 from replay.report.view import load_run
+from replay.runs.serverlog import records_beside
 
 LAYOUT_PROBE = """<script>
 const figs = [...document.querySelectorAll("figure.plot")];
@@ -300,7 +301,8 @@ def test_disk_events_from_the_log_beside_the_results(tmp_path: Path) -> None:
         "chat ctx=0..12000:12000 gen=100 TOOLS finish=stop 22.000s",
     ]
     path.with_suffix(".server.log").write_text("".join(stamp + line + "\n" for line in lines))
-    run = load_run(path)
+    assert load_run(path).disk == []  # a report that is not told how to read logs reads none
+    run = load_run(path, records_beside)
     assert [(p.event, p.tokens) for p in run.disk] == [("store", 10_240), ("evict", 2048)]
     assert run.disk[-1].used_mib == pytest.approx(345.0 - 69.0)
     assert digest(run)["evictions_zero_hits"] == 1
