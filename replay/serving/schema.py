@@ -1,7 +1,7 @@
 """The OpenAPI document of the simulator's and the recording proxy's endpoints.
 
 Written out rather than generated from docstrings: the request bodies are the APIs' own (OpenAI
-chat completions, Anthropic messages), described as far as the servers read them; fields they do
+chat completions, Anthropic messages, and on the simulator OpenAI responses), described as far as the servers read them; fields they do
 not read are allowed and passed on. The simulator serves it at `/openapi.json`, the proxy at
 `/_replay/openapi.json` (every other path of the proxy belongs to the upstream).
 """
@@ -141,6 +141,53 @@ ANTHROPIC_MESSAGES: dict[str, Any] = {
     },
 }
 
+_RESPONSES_ITEM: dict[str, Any] = {
+    "type": "object",
+    "description": "a message (the default type), a function or custom tool call, its output, or reasoning;"
+    " other item types are accepted and not read",
+    "properties": {
+        "type": {"type": ["string", "null"]},
+        "role": {"enum": ["user", "system", "developer", "assistant"]},
+        "content": _TEXT_OR_PARTS,
+        "call_id": {"type": ["string", "null"]},
+        "name": {"type": ["string", "null"]},
+        "arguments": {"description": "JSON text (or a JSON value)"},
+        "input": {"description": "a custom tool call's input: text (or a JSON value)"},
+        "output": _TEXT_OR_PARTS,
+    },
+}
+
+OPENAI_RESPONSES: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "model": {"type": "string"},
+        "input": {
+            "oneOf": [{"type": "string"}, {"type": "array", "items": _RESPONSES_ITEM}, {"type": "null"}],
+            "description": "required unless `previous_response_id` or `instructions` give the context",
+        },
+        "instructions": {"type": ["string", "null"]},
+        "previous_response_id": {"type": ["string", "null"]},
+        "tools": {
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "properties": {
+                    "type": {"type": ["string", "null"]},
+                    "name": {"type": ["string", "null"]},
+                    "description": {"type": ["string", "null"]},
+                    "parameters": {"type": ["object", "null"]},
+                },
+            },
+        },
+        "reasoning": {"type": ["object", "null"], "properties": {"effort": {"type": ["string", "null"]}}},
+        "max_output_tokens": _COUNT,
+        "max_tokens": _COUNT,
+        "stream": {"type": ["boolean", "null"]},
+        "store": {"type": ["boolean", "null"]},
+        "temperature": {"type": ["number", "null"]},
+    },
+}
+
 _OPENAI_ERROR = {
     "type": "object",
     "required": ["error"],
@@ -213,6 +260,7 @@ def openapi(server: str) -> dict[str, Any]:
         paths = {
             "/v1/chat/completions": chat,
             "/v1/messages": messages,
+            "/v1/responses": _chat(OPENAI_RESPONSES, _OPENAI_ERROR, "OpenAI Responses API", recorded),
             "/v1/models": _get("the served model"),
             "/v1/models/{model_id}": _get("one model"),
             "/health": _get("liveness"),

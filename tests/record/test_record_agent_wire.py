@@ -22,6 +22,7 @@ from replay.record.anonymize import anonymize_trace
 from replay.record.calls import CallLog
 from replay.record.requests import parse_request
 from replay.record.wire import ReplyTap, WireError
+from replay.serving.fields import FieldError
 from replay.sim.server.api import BadRequest
 from replay.sim.server.responses import ResponseStore
 from replay.sim.server.responses import parse_responses as parse_sim_responses
@@ -380,3 +381,5 @@ def test_any_responses_body_is_read_or_refused_in_one_line(body: dict[str, Any])
         parse_sim_responses(body, ResponseStore())
     except BadRequest as exc:
         assert exc.status == 400
+    except FieldError as exc:
+        assert "\n" not in str(exc)

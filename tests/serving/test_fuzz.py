@@ -1,4 +1,4 @@
-"""Property fuzz of both servers as a hostile client would: chat-shaped JSON with any node replaced
+"""Property fuzz of both servers as a hostile client would: chat-, messages- and Responses-shaped JSON with any node replaced
 by any JSON value, bytes that are not JSON, odd methods and paths. For every generated input: no
 5xx, no hang, and the server answers a normal request right after.
 
@@ -94,6 +94,45 @@ anthropic_body = st.fixed_dictionaries(
     },
 )
 
+responses_item = st.one_of(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "system", "developer", "assistant"]), "content": content},
+        optional={"type": st.just("message")},
+    ),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("function_call"),
+            "call_id": texts,
+            "name": texts,
+            "arguments": st.just('{"a": 1}') | texts,
+        }
+    ),
+    st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": texts, "output": content}),
+    st.fixed_dictionaries({"type": st.just("reasoning"), "summary": st.just([])}),
+)
+responses_body = st.fixed_dictionaries(
+    {"model": st.just("m"), "input": texts | st.lists(responses_item, min_size=1, max_size=4)},
+    optional={
+        "instructions": texts,
+        "tools": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "type": st.just("function"),
+                    "name": texts,
+                    "description": texts,
+                    "parameters": st.just({"type": "object"}),
+                }
+            ),
+            max_size=2,
+        ),
+        "reasoning": st.fixed_dictionaries({"effort": st.sampled_from(["none", "low", "high"])}),
+        "max_output_tokens": st.integers(0, 8),
+        "stream": st.booleans(),
+        "store": st.booleans(),
+        "temperature": st.floats(0, 2),
+    },
+)
+
 
 def _paths(value: Any, at: tuple = ()) -> list[tuple]:
     out = [at]
@@ -127,10 +166,20 @@ def mutated(draw: st.DrawFn, bodies: st.SearchStrategy[dict]) -> bytes:
     return orjson.dumps(body)
 
 
-ROUTES = ["/v1/chat/completions", "/v1/messages", "/v1/models", "/health", "/stats", "/nowhere", "/v1/chat/x"]
+ROUTES = [
+    "/v1/chat/completions",
+    "/v1/messages",
+    "/v1/responses",
+    "/v1/models",
+    "/health",
+    "/stats",
+    "/nowhere",
+    "/v1/chat/x",
+]
 request = st.one_of(
     st.tuples(st.just("POST"), st.just("/v1/chat/completions"), mutated(openai_body)),
     st.tuples(st.just("POST"), st.just("/v1/messages"), mutated(anthropic_body)),
+    st.tuples(st.just("POST"), st.just("/v1/responses"), mutated(responses_body)),
     st.tuples(st.sampled_from(["POST", "PUT"]), st.sampled_from(ROUTES), st.binary(max_size=64)),
     st.tuples(
         st.sampled_from(["OPTIONS", "FOO", "DELETE", "PATCH", "GET", "HEAD"]),
@@ -139,6 +188,7 @@ request = st.one_of(
     ),
 )
 NORMAL = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+NORMAL_RESPONSES = orjson.dumps({"model": "m", "input": "hi", "max_output_tokens": 2})
 
 
 def _exchange(client: httpx.Client, base: str, method: str, path: str, body: bytes) -> int:
@@ -167,6 +217,8 @@ def test_no_generated_request_gets_a_5xx_or_hangs_and_the_server_serves_on(sim: 
             seen[status] = seen.get(status, 0) + 1
             assert status < 500, (method, path, body[:300], status)
             assert _exchange(client, server.url, "POST", "/v1/chat/completions", NORMAL) == 200
+            if path == "/v1/responses":
+                assert _exchange(client, server.url, "POST", path, NORMAL_RESPONSES) == 200
 
         check()
     assert seen.get(200, 0) and seen.get(400, 0), seen  # both kinds of input were generated

@@ -60,6 +60,41 @@ ANTHROPIC_BAD = [
     ({"messages": USER, "max_tokens": 1e30}, "max_tokens"),
 ]
 
+RESPONSES_BAD = [
+    ({"input": 5}, "input"),
+    ({"input": [3]}, "input[0]"),
+    ({"input": [{"role": "wizard", "content": "x"}]}, "input[0].role"),
+    ({"input": [{"role": "user", "content": 5}]}, "input[0].content"),
+    (
+        {"input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]},
+        "input[0].content[0].text",
+    ),
+    ({"input": [{"type": 7, "role": "user", "content": "x"}]}, "input[0].type"),
+    (
+        {"input": [{"type": "function_call", "call_id": 1, "name": "f", "arguments": "{}"}]},
+        "input[0].call_id",
+    ),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": ["f"]}]}, "input[0].name"),
+    ({"input": [{"type": "function_call_output", "call_id": "c", "output": {"a": 1}}]}, "input[0].output"),
+    ({"input": "hi", "tools": 5}, "tools"),
+    ({"input": "hi", "tools": ["x"]}, "tools[0]"),
+    ({"input": "hi", "tools": [{"type": "function", "name": 3}]}, "tools[0].name"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": "x"}]}, "tools[0].parameters"),
+    ({"input": "hi", "instructions": ["x"]}, "instructions"),
+    ({"input": "hi", "previous_response_id": 5}, "previous_response_id"),
+    ({"input": "hi", "reasoning": "high"}, "reasoning"),
+    ({"input": "hi", "reasoning": {"effort": 1}}, "reasoning.effort"),
+    ({"input": "hi", "stream": "false"}, "stream"),
+    ({"input": "hi", "store": "no"}, "store"),
+    ({"input": "hi", "max_output_tokens": -1}, "max_output_tokens"),
+    ({"input": "hi", "max_output_tokens": "10"}, "max_output_tokens"),
+    ({"input": "hi", "max_output_tokens": 2**63}, "max_output_tokens"),
+    ({"input": "hi", "max_output_tokens": 2e9}, "max_output_tokens"),
+    ({"input": "hi", "max_tokens": 2**40}, "max_tokens"),
+    ({"input": "hi", "temperature": "hot"}, "temperature"),
+    ({"input": "hi", "model": 5}, "model"),
+]
+
 
 def _post(base: str, path: str, body: object) -> httpx.Response:
     content = body if isinstance(body, bytes) else orjson.dumps(body)
@@ -82,6 +117,26 @@ def test_simulator_refuses_malformed_anthropic_requests_in_anthropic_shape(sim: 
     obj = r.json()
     assert obj["type"] == "error" and obj["error"]["type"] == "invalid_request_error"
     assert f"'{field}'" in obj["error"]["message"]
+
+
+@pytest.mark.parametrize(("body", "field"), RESPONSES_BAD)
+def test_simulator_refuses_malformed_responses_requests_naming_the_field(sim: Child, body, field):
+    r = _post(sim.url, "/v1/responses", {"model": "m", **body})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert f"'{field}'" in error["message"] and error["type"] == "invalid_request_error"
+    assert error["param"] == field and "\n" not in r.text
+
+
+def test_responses_max_output_tokens_is_bounded_by_the_context_and_stream_is_a_boolean(sim: Child):
+    ctx = httpx.get(sim.url + "/v1/models").json()["data"][0]["context_length"]
+    r = _post(sim.url, "/v1/responses", {"input": "hi", "max_output_tokens": ctx + 1})
+    assert r.status_code == 400 and r.json()["error"]["message"] == (
+        f"'max_output_tokens' must be an integer from 0 to {ctx} (the context size), got {ctx + 1}"
+    )
+    ok = _post(sim.url, "/v1/responses", {"input": "hi", "max_output_tokens": 3, "stream": False})
+    assert ok.status_code == 200 and ok.headers["content-type"].startswith("application/json")
+    assert ok.json()["usage"]["output_tokens"] == 3
 
 
 def test_max_tokens_is_bounded_by_the_context_with_a_clear_message(sim: Child):
@@ -125,6 +180,10 @@ def test_both_servers_publish_an_openapi_schema(sim: Child, proxy: Child):
     assert doc["openapi"].startswith("3.") and "/v1/chat/completions" in doc["paths"]
     body = doc["paths"]["/v1/messages"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert body["required"] == ["messages"]
+    responses = doc["paths"]["/v1/responses"]["post"]
+    assert "400" in responses["responses"]
+    fields = responses["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    assert {"input", "instructions", "previous_response_id", "max_output_tokens", "stream"} <= set(fields)
     pdoc = httpx.get(proxy.url + "/_replay/openapi.json").json()
     assert (
         "/s/{session}/v1/messages" in pdoc["paths"]

@@ -150,7 +150,7 @@ def create_app(
         try:
             body = load_body(await request.body()).raw
             if api == rsp.API:
-                creq = rsp.parse_responses(body, store)
+                creq = rsp.parse_responses(body, store, ctx=cfg.ctx)
             elif api == "openai":
                 creq = parse_openai(body, ctx=cfg.ctx)
             else:

@@ -20,10 +20,10 @@ from typing import Any
 
 import orjson
 
+from replay.serving.fields import COUNT_LIMIT, FieldError, Fields
 from replay.sim.model.events import Result
-from replay.sim.model.render import content_text
 from replay.sim.model.reply import Reply
-from replay.sim.server.api import BadRequest, ChatRequest, Message, _Deltas, sse
+from replay.sim.server.api import BadRequest, ChatRequest, Message, _Deltas, _max_tokens, content_of, sse
 
 API = "openai-responses"
 STORE_MAX = 1024  # responses kept for previous_response_id
@@ -45,41 +45,49 @@ class ResponseStore:
             self._held.popitem(last=False)
 
 
-def _items(raw: Any) -> list[Message]:
-    if isinstance(raw, str):
-        return [{"role": "user", "content": raw}]
+ROLES = ("user", "system", "developer", "assistant")
+
+
+def _call_arguments(item: Fields) -> str:
+    """A call's arguments (`input` for custom tools): JSON text, or a JSON value written out."""
+    key = "arguments" if "arguments" in item else "input"
+    value = item.value(key)
+    if value is None or isinstance(value, str):
+        return value or ""
+    return orjson.dumps(value).decode()
+
+
+def _items(f: Fields) -> list[Message]:
+    raw = f.value("input")
+    if raw is None or isinstance(raw, str):
+        return [{"role": "user", "content": raw}] if raw is not None else []
     if not isinstance(raw, list):
-        raise BadRequest("'input' must be a string or an array of items")
+        raise FieldError("input", "a string or an array of items", raw)
     out: list[Message] = []
-    for item in raw:
-        if not isinstance(item, dict):
-            raise BadRequest("each input item must be an object")
-        kind = item.get("type", "message")
+    for item in f.objects("input"):
+        kind = item.text("type") or "message"
         if kind == "message":
-            role = item.get("role")
-            if role not in ("user", "system", "developer", "assistant"):
-                raise BadRequest(f"unsupported input message role {role!r}")
-            text = content_text(item.get("content"))
+            role = item.choice("role", ROLES, required=True)
+            text = content_of(item)
             if role == "assistant" and out and out[-1]["role"] == "assistant":
                 out[-1]["content"] += text
                 continue
             out.append({"role": "system" if role == "developer" else role, "content": text})
         elif kind in ("function_call", "custom_tool_call"):
+            call = {
+                "id": item.text("call_id") or "",
+                "name": item.text("name") or "",
+                "arguments": _call_arguments(item),
+            }
             if not (out and out[-1]["role"] == "assistant"):
                 out.append({"role": "assistant", "content": ""})
-            args = item.get("arguments", item.get("input", ""))
-            call = {
-                "id": str(item.get("call_id", "")),
-                "name": str(item.get("name", "")),
-                "arguments": args if isinstance(args, str) else orjson.dumps(args).decode(),
-            }
             out[-1].setdefault("tool_calls", []).append(call)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             out.append(
                 {
                     "role": "tool",
-                    "tool_call_id": str(item.get("call_id", "")),
-                    "content": content_text(item.get("output")),
+                    "tool_call_id": item.text("call_id") or "",
+                    "content": content_of(item, "output"),
                 }
             )
         elif kind == "reasoning" and not (out and out[-1]["role"] == "assistant"):
@@ -88,65 +96,58 @@ def _items(raw: Any) -> list[Message]:
     return out
 
 
-def chat_tools(raw: Any) -> list[dict[str, Any]] | None:
+def chat_tools(f: Fields) -> list[dict[str, Any]] | None:
     """Responses function tools in the chat shape the renderer and the reply planner read."""
-    if raw is None:
-        return None
-    if not isinstance(raw, list):
-        raise BadRequest("'tools' must be an array")
     out = []
-    for t in raw:
-        if not isinstance(t, dict):
-            continue
-        if t.get("type") == "function":
-            fn = {k: v for k, v in t.items() if k != "type"}
+    for t in f.objects("tools"):
+        kind = t.text("type")
+        name = t.text("name")
+        description = t.text("description")
+        if kind == "function":
+            t.obj("parameters")
+            fn = {k: v for k, v in t.raw.items() if k != "type"}
             out.append({"type": "function", "function": fn})
-        elif isinstance(t.get("name"), str):  # custom (free-form) tools: a name and a description
-            fn = {
-                "name": t["name"],
-                "description": t.get("description", ""),
-                "parameters": {"type": "object"},
-            }
+        elif name is not None:  # custom (free-form) tools: a name and a description
+            fn = {"name": name, "description": description or "", "parameters": {"type": "object"}}
             out.append({"type": "function", "function": fn})
     return out or None
 
 
-def _thinking(body: dict[str, Any]) -> bool:
-    reasoning = body.get("reasoning")
-    if not isinstance(reasoning, dict):
+def _thinking(f: Fields) -> bool:
+    reasoning = f.obj("reasoning")
+    if reasoning is None:
         return False
-    return reasoning.get("effort") not in ("none", "minimal")
+    return reasoning.text("effort") not in ("none", "minimal")
 
 
-def parse_responses(body: dict[str, Any], store: ResponseStore) -> ChatRequest:
+def parse_responses(body: dict[str, Any], store: ResponseStore, *, ctx: int = COUNT_LIMIT) -> ChatRequest:
+    """Read through `Fields` like `parse_openai`: a wrong type or shape anywhere is a `FieldError`."""
+    f = Fields(body)
     messages: list[Message] = []
-    previous = body.get("previous_response_id")
+    previous = f.text("previous_response_id")
     if previous is not None:
-        held = store.get(str(previous))
+        held = store.get(previous)
         if held is None:
             raise BadRequest(f"Previous response with id '{previous}' not found.", 400)
         messages.extend(dict(m) for m in held)
-    instructions = body.get("instructions")
-    if isinstance(instructions, str):
+    instructions = f.text("instructions")
+    if instructions is not None:
         # A chained response does not inherit the earlier instructions: these go first instead.
         messages.insert(0, {"role": "system", "content": instructions})
-    messages.extend(_items(body.get("input")))
+    messages.extend(_items(f))
     if not messages:
         raise BadRequest("'input' must not be empty")
-    max_tokens = body.get("max_output_tokens")
-    if max_tokens is not None and (
-        not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0
-    ):
-        raise BadRequest("'max_output_tokens' must be a non-negative integer")
+    f.boolean("store")  # read by `remember`; a server would refuse one that is not a boolean
+    f.number("temperature")
     return ChatRequest(
         api=API,
-        model=str(body.get("model") or ""),
+        model=f.text("model") or "",
         messages=messages,
-        tools=chat_tools(body.get("tools")),
-        max_tokens=max_tokens,
-        stream=bool(body.get("stream")),
+        tools=chat_tools(f),
+        max_tokens=_max_tokens(f, ctx, "max_output_tokens", "max_tokens"),
+        stream=bool(f.boolean("stream")),
         include_usage=True,
-        thinking=_thinking(body),
+        thinking=_thinking(f),
     )
 
 
