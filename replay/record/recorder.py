@@ -69,7 +69,6 @@ class Recorder:
         self.anonymizer = anonymizer
         self.t0_ns = t0_ns  # the first request's arrival unless given: the trace starts there
         self.stats = RecorderStats()
-        self._declared: dict[str, str] = {}  # session id -> id written in the trace
         self._written: OrderedDict[int, tuple[list[Message], Message | None]] = OrderedDict()
 
     def begin(
@@ -164,12 +163,12 @@ class Recorder:
 
     def _declare(self, a: Assignment) -> str:
         s = a.session
-        sid = self._declared.get(s.id)
+        sid = s.declared
         if sid is None:
             sid = s.id if self.anonymizer is None else self.anonymizer.name(s.id)
             labels = s.labels if self.anonymizer is None else self.anonymizer.labels(s.labels)
             self.writer.session(sid, role=s.role, api=s.api, model=s.model, labels=labels)
-            self._declared[s.id] = sid
+            s.declared = sid
         return sid
 
     def _base(self, a: Assignment) -> tuple[int, list[Message], Message | None] | None:
