@@ -48,8 +48,9 @@ _CC_SESSION = re.compile(r"_session_([0-9a-fA-F-]{8,})")
 _WORD_EDGES = re.compile(r"(?<!\w)|\b")  # where a carried-over reply may start
 _MAX_GAPS = 16
 
-# A completed reply as the compaction rule looks for it: its first characters, length and hash.
-ReplyKey = tuple[str, int, int]
+# A completed reply as the compaction rule looks for it: hashes of its first characters and of
+# the whole, and its length (no text).
+ReplyKey = tuple[int, int, int]
 
 
 def _frozen(value: Any) -> Any:
@@ -217,8 +218,8 @@ class SessionInference:
         self.sessions: dict[str, SessionState] = {}
         self._index: dict[tuple[str, int], Head] = {}  # (scope, chain) -> latest head
         self._scope_count: dict[str, int] = {}
-        # scope -> a reply's first `carry_over_chars` characters -> session -> (length, hash)
-        self._replies: dict[str, dict[str, dict[SessionState, tuple[int, int]]]] = {}
+        # scope -> hash of a reply's first `carry_over_chars` characters -> session -> (length, hash)
+        self._replies: dict[str, dict[int, dict[SessionState, tuple[int, int]]]] = {}
         # (scope, system key) -> its inferred sessions, in order of their latest reply
         self._by_system: dict[tuple[str, int], dict[SessionState, None]] = {}
         self._longest_window: dict[tuple[str, int], float] = {}  # never shrinks
@@ -329,7 +330,7 @@ class SessionInference:
                 continue
             for m in _WORD_EDGES.finditer(t, 0, len(t) - k + 1):
                 i = m.start()
-                hits = replies.get(t[i : i + k])
+                hits = replies.get(hash(t[i : i + k]))
                 if hits:
                     found.extend(
                         s for s, (n, h) in hits.items() if s not in found and hash(t[i : i + n]) == h
@@ -479,7 +480,7 @@ class SessionInference:
                     del replies[anchor]
             session.reply = None
         if len(text) >= self.carry_over_chars:
-            anchor = text[: self.carry_over_chars]
+            anchor = hash(text[: self.carry_over_chars])
             session.reply = (anchor, len(text), hash(text))
             replies.setdefault(anchor, {})[session] = (len(text), hash(text))
         if session.system_key is not None:
