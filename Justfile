@@ -20,3 +20,8 @@ lint:
 # Benchmarks: the client's own overhead, rate, memory, accuracy.
 bench:
     python -m bench
+
+# Soak the replay, the recorder and the simulator: RSS, fds and rate every 5 s, against #23's targets.
+# `just soak --minutes 1`, `just soak --only record`.
+soak *ARGS:
+    python -m bench.soak {{ARGS}}

@@ -1,6 +1,7 @@
 """`python -m bench`: run the client benchmark sections and write results plus a markdown verdict.
 
-Sections: server (wrk ceiling), accuracy, rate, peers, memory, trace, sim. `--quick` runs a
+Sections: server (wrk ceiling), accuracy, rate, peers, memory, trace, sim, soak (`--soak-minutes`
+per process; `just soak` runs it alone). `--quick` runs a
 ~2-minute subset (no peers, smaller sizes); `--only NAME[,NAME]` runs just those. Each section
 writes `OUT/NAME.json`; `OUT/README.md` is rebuilt from every section file present, so a partial
 run keeps the figures of earlier ones (marked as such).
@@ -21,13 +22,13 @@ from typing import Any
 
 import orjson
 
-from bench import memory, ours, peers, simbench, wrk
+from bench import memory, ours, peers, simbench, soak, wrk
 from bench.floor import floor_point
 from bench.refserver import Pacing
 from bench.report import markdown
 from bench.server import refserver
 
-SECTIONS = ("server", "accuracy", "rate", "peers", "memory", "trace", "sim")
+SECTIONS = ("server", "accuracy", "rate", "peers", "memory", "trace", "sim", "soak")
 QUICK_SECTIONS = ("server", "accuracy", "rate", "memory", "trace", "sim")
 _NEEDS_SERVER = {"server", "accuracy", "rate", "peers", "memory"}
 _T0 = time.perf_counter()
@@ -55,6 +56,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--duration", type=float, default=None, help="seconds per load point (default 5, quick 2)"
     )
     ap.add_argument(
+        "--soak-minutes", type=float, default=None, help="minutes per soaked process (default 10, quick 1)"
+    )
+    ap.add_argument(
         "--rebuild", action="store_true", help="measure nothing: rebuild README.md from the JSON files"
     )
     args = ap.parse_args(argv)
@@ -68,6 +72,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.rebuild:
         args.sections = []
     args.duration = args.duration or (2.0 if args.quick else 5.0)
+    args.soak_minutes = args.soak_minutes or (1.0 if args.quick else 10.0)
     args.out, args.cache = args.out.resolve(), args.cache.resolve()  # peers run in other directories
     return args
 
@@ -125,6 +130,8 @@ def run_section(
         swept = simbench.sweep(work, requests, 20, timeout_s=120 if quick else 1200)
         log(f"  sweep: {swept.get('status')} {swept.get('wall_s')} s")
         return {"slow_morning": morning, "sweep": swept}
+    if name == "soak":
+        return soak.run(args.soak_minutes, list(soak.SOAKS), work)
     raise ValueError(name)
 
 

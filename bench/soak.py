@@ -119,6 +119,9 @@ def analyse(name: str, samples: list[Sample], minutes: float) -> dict[str, Any]:
         "samples": [[s.t, s.rss_mib, s.fds, s.requests] for s in samples],
         "targets": TARGETS[name],
     }
+    samples = list(samples)
+    while len(samples) > 2 and samples[-1].requests == samples[-2].requests:
+        samples.pop()  # the subject winding down (writing its summary), not running
     if len(samples) < 4:
         return {**out, "status": "failed", "reason": f"only {len(samples)} samples"}
     end = samples[-1].t
