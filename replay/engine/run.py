@@ -88,6 +88,7 @@ class Engine:
         self._done_events: dict[int, anyio.Event] = {}
         self._waiters: dict[int, int] = {}  # request id -> requests yet to wait for it
         self._readers: dict[int, int] = {}  # request id -> requests yet to splice its reply in
+        self._left: dict[str, int] = {}  # session -> its requests not yet materialised
         self.release_replies = True  # False when a later engine reuses these sessions' replies
         self._counting = False
         self._seq = 0
@@ -106,6 +107,8 @@ class Engine:
         self._counting = self.release_replies and self.config.history == LIVE
         if self._counting:
             self._readers = reply_readers(self.trace.requests)
+            for r in self.trace.requests:
+                self._left[r.session] = self._left.get(r.session, 0) + 1
         async with make_client() as client, anyio.create_task_group() as tg:
             prev: Request | None = None
             for req in order:
@@ -135,9 +138,10 @@ class Engine:
 
     def _release(self, req: Request, state: SessionState) -> None:
         """Count `req`'s history as sent: a live reply no later request splices in is dropped."""
-        readers = self._readers
-        if not readers:
+        if not self._counting:
             return
+        self._left[req.session] -= 1
+        readers = self._readers
         r: Request | None = req
         while r is not None:
             for msg in r.append:
@@ -245,6 +249,10 @@ class Engine:
             progress.errors += 1
         elif not self._counting or req.id in self._readers:  # else no later request splices it in
             state.on_reply(req, rec.message)
+        if self._counting and not self._left[req.session]:
+            # Every request of the session has been sent: its tool-call ids map nothing any more.
+            state.tool_ids.clear()
+            state.live_replies.clear()
         self.sink(rec)
 
 

@@ -19,22 +19,26 @@ USAGE = {"prompt_tokens": 100, "completion_tokens": 3}
 
 
 def live_trace(path, sessions=4, turns=4):
-    """Sessions whose every turn resends the previous replies (`$reply` markers)."""
+    """Sessions whose every turn resends the previous replies (`$reply` markers), each reply a
+    tool call whose result follows it."""
     with TraceWriter(path, source="test") as w:
         for s in range(sessions):
             w.session(f"s{s}")
             msgs = [{"role": "user", "content": f"start {s}"}]
             for t in range(turns):
-                reply = {"role": "assistant", "content": f"recorded {s}.{t}"}
+                call = {"id": f"rec-{s}-{t}", "name": "read_file", "arguments": "{}"}
+                reply = {"role": "assistant", "content": f"recorded {s}.{t}", "tool_calls": [call]}
                 w.request(f"s{s}", 0.0, list(msgs), {"max_tokens": 3}, reply={"message": reply})
-                msgs += [reply, {"role": "user", "content": f"next {s}.{t}"}]
+                msgs += [reply, {"role": "tool", "tool_call_id": call["id"], "content": f"file {s}.{t}"}]
     return path
 
 
 def test_each_live_reply_is_held_until_the_last_request_that_resends_it_and_then_dropped(
     scripted_server, tmp_path
 ):
-    scripted_server.default = Script(usage=USAGE, token_text="live")
+    scripted_server.default = Script(
+        usage=USAGE, token_text="live", tool_calls=[{"id": "live-1", "name": "read_file", "arguments": "{}"}]
+    )
     trace = read_trace(live_trace(tmp_path / "t.jsonl"))
     assert any("$reply" in m for r in trace.requests for m in r.append)
     held: list[tuple[int, int]] = []  # (turn of the record, replies its session holds)
@@ -51,8 +55,9 @@ def test_each_live_reply_is_held_until_the_last_request_that_resends_it_and_then
     last = [s for s in scripted_server.seen if s.body["messages"][0]["content"] == "start 0"][-1]
     replies = [m["content"] for m in last.body["messages"] if m["role"] == "assistant"]
     assert len(replies) == 3 and all(r.startswith("live") for r in replies)
+    assert {m["tool_call_id"] for m in last.body["messages"] if m["role"] == "tool"} == {"live-1"}
     # ...and after the run nothing is left: no reply, no done stamp, no count.
-    assert all(not s.live_replies for s in engine.sessions.values())
+    assert all(not s.live_replies and not s.tool_ids for s in engine.sessions.values())
     assert not engine._done_at and not engine._waiters and not engine._readers and not engine._done_events
     assert max(n for _, n in held) <= 3  # a session never holds more replies than its later turns read
 
