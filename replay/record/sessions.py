@@ -361,6 +361,11 @@ class SessionInference:
             return False
         return (now_ns - s.last_done.done_ns) / 1e9 <= s.window_s
 
+    def recent(self, n: int) -> list[SessionState]:
+        """The `n` sessions active last (an arrival or a reply), latest first; idle ones are not
+        among them. Safe from another thread: the keys are copied in one step."""
+        return list(self._recent)[-n:][::-1]
+
     def _touch(self, session: SessionState, now_ns: int) -> None:
         recent = self._recent
         recent.pop(session, None)
