@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from replay.record.anonymize import Anonymizer
-from replay.record.sessions import Assignment, Label, SessionInference, user_id_scope
+from replay.record.sessions import Assignment, Label, SessionInference, SessionState, user_id_scope
 from replay.record.wire import Parsed, TapResult, WireError, parse_request
 from replay.trace.model import Message
 from replay.trace.writer import TraceWriter
@@ -70,6 +70,13 @@ class Recorder:
         self.t0_ns = t0_ns  # the first request's arrival unless given: the trace starts there
         self.stats = RecorderStats()
         self._written: OrderedDict[int, tuple[list[Message], Message | None]] = OrderedDict()
+        self.inference.on_idle = self._idle
+
+    def _idle(self, session: SessionState) -> None:
+        """An idle session's text goes: the writer's copy of its last request (a resumed
+        conversation is then written whole, and still inferred from the prefix hashes)."""
+        if session.declared is not None:
+            self.writer.forget(session.declared)
 
     def begin(
         self, api: str, body: bytes, label: Label | None, role_hint: str | None, now_ns: int

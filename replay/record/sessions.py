@@ -215,6 +215,7 @@ class SessionInference:
         self.max_heads = max_heads
         self.carry_over_chars = carry_over_chars
         self.idle_after_s = idle_after_s
+        self.on_idle: Callable[[SessionState], None] | None = None  # told when a session is trimmed
         self.sessions: dict[str, SessionState] = {}
         self._index: dict[tuple[str, int], Head] = {}  # (scope, chain) -> latest head
         self._scope_count: dict[str, int] = {}
@@ -387,6 +388,8 @@ class SessionInference:
                 if old not in keep and self._index.get((session.scope, old.chain)) is old:
                     del self._index[(session.scope, old.chain)]
             session.heads = keep
+            if self.on_idle is not None:
+                self.on_idle(session)
 
     def cron_like(self) -> bool:
         """The first seconds of a wall-clock minute: when cron starts jobs."""

@@ -74,6 +74,13 @@ class TraceWriter:
             {"kind": "session", "id": sid, "role": role, "api": api, "model": model, "labels": labels or {}}
         )
 
+    def forget(self, sid: str) -> None:
+        """Let go of the session's last request (kept to encode the next one against it): its next
+        request, if any, is written whole. What a long-running recorder does for idle sessions."""
+        state = self._sessions.get(sid)
+        if state is not None:
+            state.last_id, state.messages, state.reply = None, [], None
+
     def blob(self, bid: str, value: Any) -> dict[str, str]:
         """Store a large shared value once; returns the reference to put where it is used."""
         if bid not in self._blobs:

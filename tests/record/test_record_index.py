@@ -134,3 +134,38 @@ def test_rhythm_through_the_index_picks_what_a_scan_of_every_session_picks(steps
         got = inf._rhythmic(len(probe), (scan[0].scope, scan[0].system_key), now) if scan else None
         assert got is expected
         turn(inf, clock, msgs, gap=0)
+
+
+def test_the_recorder_lets_the_writer_forget_an_idle_session_and_still_records_its_resumption(tmp_path):
+    import orjson
+
+    from replay.engine.usage import Usage
+    from replay.record.recorder import Outcome, Recorder
+    from replay.record.wire import TapResult
+    from replay.trace import TraceWriter, read_trace, validate
+
+    def tap(text, t):
+        res = TapResult(message=a(text), finish="stop", usage=Usage(prompt_tokens=10, output_tokens=2))
+        return Outcome(tap=res, t_first_byte=t, t_last_byte=t, t_done=t)
+
+    def body(*m):
+        return orjson.dumps({"model": "m", "messages": list(m)})
+
+    writer = TraceWriter(tmp_path / "t.jsonl", source="record")
+    inf = SessionInference(wall_clock=FixedWall(30.0), idle_after_s=HOUR, rhythm_floor_s=0, rhythm_factor=0)
+    rec = Recorder(writer, inf)
+    first = rec.begin("openai", body(SYS, u("a")), None, None, 1 * S)
+    rec.finish(first, tap("done a", 2 * S))
+    assert writer._sessions["s1"].messages  # kept to encode the next request against
+    later = int(2 * S + 20 * HOUR * S)
+    other = rec.begin("openai", body(SYS, u("something else")), None, None, later)
+    rec.finish(other, tap("ok", later + S))
+    assert writer._sessions["s1"].messages == [] and writer._sessions["s1"].reply is None
+    back = rec.begin("openai", body(SYS, u("a"), a("done a"), u("b")), None, None, later + 2 * S)
+    assert back.assignment.session is first.assignment.session and back.assignment.tag == "turn"
+    rec.finish(back, tap("done b", later + 3 * S))
+    writer.close()
+    validate(tmp_path / "t.jsonl")
+    reqs = read_trace(tmp_path / "t.jsonl").requests
+    assert [r.session for r in reqs] == ["s1", "s2", "s1"]
+    assert [m.get("content") for m in reqs[2].messages()][-1] == "b"
