@@ -177,9 +177,13 @@ def _slope(x: list[int], y: list[float]) -> float | None:
 # --- replay -------------------------------------------------------------------------------------
 
 
-def soak_trace(path: Path, requests: int, turns: int = 10) -> Path:
+def soak_trace(path: Path, requests: int, turns: int = 10, seeds: int = 256) -> Path:
     """Sessions of `turns` turns, each resending its live history (`$reply` markers): what keeps
-    replies, done stamps and per-request state alive in a replay that forgets nothing."""
+    replies, done stamps and per-request state alive in a replay that forgets nothing.
+
+    User turns draw from `seeds` synthetic texts: with a distinct text per request the soak would
+    measure `synth_text`'s cache filling up to its 64 MiB bound (~470 bytes a request at first), not
+    what the replay itself keeps."""
     params = {"max_tokens": 16, "stream": True}
     system = {"role": "system", "content": {"synth": {"tokens": 200, "seed": 7}}}
     with TraceWriter(path, source="scenario:bench-soak", created="2026-01-01T00:00:00+00:00") as w:
@@ -188,7 +192,9 @@ def soak_trace(path: Path, requests: int, turns: int = 10) -> Path:
             w.session(sid)
             msgs: list[dict[str, Any]] = [system]
             for turn in range(turns):
-                msgs.append({"role": "user", "content": {"synth": {"tokens": 40, "seed": s * 16 + turn}}})
+                msgs.append(
+                    {"role": "user", "content": {"synth": {"tokens": 40, "seed": (s * 16 + turn) % seeds}}}
+                )
                 reply_msg = {"role": "assistant", "content": f"done {s}.{turn}"}
                 reply = {"message": reply_msg, "finish": "length", "output_tokens": 16}
                 w.request(sid, float(s), list(msgs), params=params, reply=reply)
