@@ -112,8 +112,11 @@ class Sampler:
         return Sample(round(time.monotonic() - self._t0, 2), round(rss / 2**20, 2), fds, self.count())
 
 
-def analyse(name: str, samples: list[Sample], minutes: float) -> dict[str, Any]:
-    """MB per 10,000 requests, growth and rate drift after warm-up, against the targets."""
+def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int = 0) -> dict[str, Any]:
+    """MB per 10,000 requests, growth and rate drift after warm-up, against the targets.
+
+    Warm-up is a quarter of the run (at most a minute), or longer, until `warm_requests` are done
+    (the recorder's first pass over its conversations: every new session is working state)."""
     out: dict[str, Any] = {
         "minutes": minutes,
         "samples": [[s.t, s.rss_mib, s.fds, s.requests] for s in samples],
@@ -126,6 +129,10 @@ def analyse(name: str, samples: list[Sample], minutes: float) -> dict[str, Any]:
         return {**out, "status": "failed", "reason": f"only {len(samples)} samples"}
     end = samples[-1].t
     warm = min(60.0, end / 4)
+    reached = next((s.t for s in samples if s.requests >= warm_requests), None)
+    if reached is None or reached > end - 4 * SAMPLE_S:
+        return {**out, "status": "failed", "reason": f"warm-up ({warm_requests} requests) not over in time"}
+    warm = max(warm, reached)
     window = max(2 * SAMPLE_S, min(60.0, (end - warm) / 3))
     after = [s for s in samples if s.t >= warm]
     first = _rate(after, after[0].t, after[0].t + window)
@@ -370,7 +377,7 @@ def soak_record(work: Path, minutes: float, url: str, conversations: int | None 
         proxy = child.wait_for_line(_LISTENING, timeout=60.0).group(1)
         load = ChatLoad(proxy, conversations=n, clients=50, turns=8, compact=True)
         samples = _drive(child, load, minutes)
-    res = analyse("record", samples, minutes)
+    res = analyse("record", samples, minutes, warm_requests=n)
     res.update(conversations=n, errors=load.errors)
     return res
 
