@@ -8,9 +8,13 @@ setup:
 demo:
     replay demo
 
-# The whole test suite (unit + end-to-end on 127.0.0.1).
+# The whole test suite (unit + end-to-end on 127.0.0.1); the real agents run in `just agents`.
 test:
-    python -m pytest -q
+    python -m pytest -q -m "not agents"
+
+# Every built-in scenario's field figures against the simulator (exit 1 if one fails).
+check:
+    replay scenario check
 
 # Lint and format check.
 lint:
@@ -20,6 +24,17 @@ lint:
 # Benchmarks: the client's own overhead, rate, memory, accuracy.
 bench:
     python -m bench
+
+# Real agents (Claude Code, Codex, OpenCode from npm; Hermes from PyPI), installed into
+# ~/.cache/agent-replay/agents (REPLAY_AGENTS_DIR), each run headless against the simulator through
+# the recorder; their traces must validate and replay 100% ok. `just agents claude-code codex`: some.
+agents *names:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    names="{{names}}"
+    names="${names:-claude-code codex opencode hermes}"
+    python tests/agents/install.py $names
+    REPLAY_REQUIRE_AGENTS="$names" python -m pytest -q -s -m agents tests/agents -k "${names// / or }"
 
 # Soak the replay, the recorder and the simulator: RSS, fds and rate every 5 s, against #23's targets.
 # `just soak --minutes 1`, `just soak --only record`.

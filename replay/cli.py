@@ -60,7 +60,9 @@ def run(
     round_robin: Annotated[
         bool, typer.Option(help="alternate: sessions take turns instead of trace order.")
     ] = False,
-    api: Annotated[str | None, typer.Option(help="openai | anthropic (default: each session's api).")] = None,
+    api: Annotated[
+        str | None, typer.Option(help="openai | anthropic | openai-responses (default: each session's api).")
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send (default: each session's).")] = None,
     history: Annotated[
         str, typer.Option(help="live: splice the server's replies; recorded: resend the trace.")
@@ -79,7 +81,16 @@ def run(
     ] = 1,
     shard: Annotated[
         str | None,
-        typer.Option(help="Replay only shard i/N of the sessions (one host of N); merge with report."),
+        typer.Option(
+            help="Replay only shard i/N of the sessions (one host of N; auto/N: the Kubernetes "
+            "completion index); merge with report."
+        ),
+    ] = None,
+    start_at: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TIME", help="Begin the schedule at this ISO 8601 instant (all shards at once)."
+        ),
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
 ) -> None:
@@ -108,6 +119,7 @@ def run(
         sim_args=sim_args,
         workers=workers,
         shard=shard,
+        start_at=start_at,
         quiet=quiet,
     )
     raise typer.Exit(replay_run(args, console))
@@ -156,7 +168,7 @@ def ab(
     concurrency: Annotated[int | None, typer.Option(help="Requests in flight for overlap.")] = None,
     speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
     round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns.")] = False,
-    api: Annotated[str | None, typer.Option(help="openai | anthropic")] = None,
+    api: Annotated[str | None, typer.Option(help="openai | anthropic | openai-responses")] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send.")] = None,
     history: Annotated[str, typer.Option(help="live | recorded")] = "live",
     think: Annotated[str, typer.Option(help="off | on | auto")] = "off",
@@ -375,6 +387,20 @@ def scenario_run(
     raise typer.Exit(replay_scenario(args, console))
 
 
+@scenario_app.command("check")
+def scenario_check(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Scenarios to check (default: all with expectations).")
+    ] = None,
+    json: Annotated[bool, typer.Option("--json", help="The verdicts as JSON.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Keep the arms' results here.")] = None,
+) -> None:
+    """Run the scenarios' arms and compare each field figure with the modelled one (exit 1 if any fails)."""
+    from replay.commands.scenario import CheckArgs, check
+
+    raise typer.Exit(check(CheckArgs(names=names or [], json=json, out=out), console))
+
+
 @app.command()
 def probe(
     server: Annotated[
@@ -420,12 +446,15 @@ def record(
         bool, typer.Option(help="Write synthetic text of the same token counts (needs --key).")
     ] = False,
     key: Annotated[str | None, typer.Option(help="Secret for --anonymize: equal text stays equal.")] = None,
+    log: Annotated[
+        Path | None, typer.Option(help="Append a line per call: method, path, status, bytes, recorded.")
+    ] = None,
 ) -> None:
     """Pass an agent's traffic through to the server unchanged, and write it as a trace."""
     from replay.commands.record import RecordArgs
     from replay.commands.record import record as replay_record
 
-    args = RecordArgs(upstream=upstream, out=out, listen=listen, anonymize=anonymize, key=key)
+    args = RecordArgs(upstream=upstream, out=out, listen=listen, anonymize=anonymize, key=key, log=log)
     raise typer.Exit(replay_record(args, console))
 
 
@@ -505,6 +534,59 @@ def logs_summary(
     from replay.commands.report import LogsSummaryArgs, logs_summary
 
     raise typer.Exit(logs_summary(LogsSummaryArgs(logs=logs, kind=kind, year=year, as_json=json), console))
+
+
+k8s_app = typer.Typer(no_args_is_help=True, help="More than one client host: a Kubernetes Indexed Job.")
+app.add_typer(k8s_app, name="k8s")
+
+
+@k8s_app.command("render")
+def k8s_render(
+    trace: Annotated[Path, typer.Argument(metavar="TRACE", help="Trace file the shards replay.")],
+    shards: Annotated[int, typer.Option(metavar="N", help="Client pods; each replays shard i/N.")],
+    target: Annotated[str, typer.Option(metavar="URL", help="The inference server as the pods reach it.")],
+    name: Annotated[str, typer.Option(help="Job name; also names its ConfigMap, claim and collector.")] = (
+        "agent-replay"
+    ),
+    image: Annotated[str | None, typer.Option(help="The agent-replay image (see Containerfile).")] = None,
+    workers: Annotated[int, typer.Option(metavar="M", help="Processes per pod; sizes its CPU request.")] = 1,
+    namespace: Annotated[str | None, typer.Option(help="Namespace of every object.")] = None,
+    start_at: Annotated[
+        str | None, typer.Option(metavar="TIME", help="ISO 8601 instant all shards start at.")
+    ] = None,
+    start_in: Annotated[
+        float, typer.Option(metavar="S", help="Without --start-at: start this many seconds from now.")
+    ] = 120.0,
+    trace_claim: Annotated[
+        str | None, typer.Option(metavar="PVC", help="A claim holding the trace (over 1 MB).")
+    ] = None,
+    results_claim: Annotated[
+        str | None, typer.Option(metavar="PVC", help="A ReadWriteMany claim for results (default: made).")
+    ] = None,
+    run_arg: Annotated[
+        list[str] | None, typer.Option(metavar="ARG", help="More `replay run` arguments, one per option.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(metavar="FILE", help="Write here instead of stdout.")] = None,
+) -> None:
+    """Manifests for a run sharded over N pods (an Indexed Job), for `kubectl apply -f -`."""
+    from replay.commands.k8s import RenderOptions, render
+
+    options = RenderOptions(
+        trace=trace,
+        shards=shards,
+        target=target,
+        name=name,
+        workers=workers,
+        namespace=namespace,
+        start_at=start_at,
+        start_in=start_in,
+        trace_claim=trace_claim,
+        results_claim=results_claim,
+        run_args=tuple(run_arg or ()),
+        out=out,
+        **({"image": image} if image else {}),
+    )
+    raise typer.Exit(render(options, err))
 
 
 def main() -> None:

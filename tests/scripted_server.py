@@ -1,4 +1,4 @@
-"""A scripted OpenAI + Anthropic SSE server for end-to-end tests (starlette + uvicorn).
+"""A scripted OpenAI (chat and Responses) + Anthropic SSE server for end-to-end tests (starlette + uvicorn).
 
 Each request's behaviour is set by the test with a `Script`: first-token delay,
 pacing, tokens, keep-alives, usage, timings, tool calls and faults. The server runs
@@ -108,8 +108,8 @@ def _prompt_words(body: Any) -> int:
     """A rough prompt size for default usage: whitespace words in every message and system."""
     if not isinstance(body, dict):
         return 0
-    n = len(str(body.get("system") or "").split())
-    for m in body.get("messages") or ():
+    n = len(str(body.get("system") or body.get("instructions") or "").split())
+    for m in body.get("messages") or body.get("input") or ():
         content = m.get("content")
         n += len(content.split()) if isinstance(content, str) else len(orjson.dumps(content)) // 6
     return n
@@ -215,6 +215,7 @@ class ScriptedServer:
             routes=[
                 Route("/v1/chat/completions", self._openai, methods=["POST"]),
                 Route("/v1/messages", self._anthropic, methods=["POST"]),
+                Route("/v1/responses", self._responses, methods=["POST"]),
                 Route("/health", lambda _r: JSONResponse({"status": "ok"}), methods=["GET"]),
                 Route("/_seen", self._seen, methods=["GET"]),
             ]
@@ -269,11 +270,17 @@ class ScriptedServer:
         script, seen = await self._begin(request)
         return _Reply(script, seen, "anthropic")
 
+    async def _responses(self, request: Request) -> _Reply:
+        script, seen = await self._begin(request)
+        return _Reply(script, seen, "openai-responses")
+
 
 class _Reply:
     """An ASGI response that plays one script over the raw ASGI channel."""
 
-    def __init__(self, script: Script, seen: Seen, api: Literal["openai", "anthropic"]) -> None:
+    def __init__(
+        self, script: Script, seen: Seen, api: Literal["openai", "anthropic", "openai-responses"]
+    ) -> None:
         self.s = script
         self.seen = seen
         self.api = api
@@ -350,7 +357,11 @@ class _Reply:
         await self._until(
             self.seen.recv_ns + int((s.first_token_delay_s + max(n - 1, 0) * s.token_interval_s) * 1e9)
         )
-        payload = self._openai_whole() if self.api == "openai" else self._anthropic_whole()
+        payload = {
+            "openai": self._openai_whole,
+            "anthropic": self._anthropic_whole,
+            "openai-responses": self._responses_whole,
+        }[self.api]()
         data = b'{"not json' if s.fault == "bad_json" else orjson.dumps(payload)
         await self._start(200, "application/json", len(data))
         self.seen.first_token_ns = time.perf_counter_ns()
@@ -557,9 +568,200 @@ class _Reply:
             tail.append(_sse({"type": "message_stop"}, "message_stop"))
         return head, body, tail
 
+    # --- the Responses API ---
+
+    def _responses_usage(self) -> dict[str, Any]:
+        if self.s.usage is not None:
+            return self.s.usage
+        n = self._n_output()
+        return {
+            "input_tokens": self.prompt,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": n,
+            "output_tokens_details": {"reasoning_tokens": self.s.reasoning_tokens},
+            "total_tokens": self.prompt + n,
+        }
+
+    def _responses_output(self) -> list[dict[str, Any]]:
+        s = self.s
+        out: list[dict[str, Any]] = []
+        if s.reasoning_tokens:
+            out.append(
+                {
+                    "id": "rs_1",
+                    "type": "reasoning",
+                    "summary": [],
+                    "content": [{"type": "reasoning_text", "text": self._reasoning()}],
+                }
+            )
+        if s.tokens:
+            part = {"type": "output_text", "text": self._content(), "annotations": []}
+            out.append(
+                {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [part],
+                }
+            )
+        for i, tc in enumerate(s.tool_calls):
+            out.append(
+                {
+                    "id": f"fc_{i}",
+                    "type": "function_call",
+                    "status": "completed",
+                    "call_id": tc["id"],
+                    "name": tc["name"],
+                    "arguments": tc["arguments"],
+                }
+            )
+        return out
+
+    def _responses_object(self, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {
+            "id": "resp_scripted",
+            "object": "response",
+            "created_at": 0,
+            "status": status,
+            "model": self.model,
+            "output": output,
+            "usage": None,
+        }
+        if status != "in_progress":
+            obj["usage"] = self._responses_usage()
+            if self.s.finish == "length":
+                obj["status"] = "incomplete"
+                obj["incomplete_details"] = {"reason": "max_output_tokens"}
+            obj.update(self.s.extra_final or {})
+        return obj
+
+    def _responses_whole(self) -> dict[str, Any]:
+        return self._responses_object("completed", self._responses_output())
+
+    def _responses_frames(self) -> tuple[list[bytes], _Frames, list[bytes]]:
+        s = self.s
+        seq = iter(range(1 << 30))
+
+        def ev(kind: str, **fields: Any) -> bytes:
+            return _sse({"type": kind, "sequence_number": next(seq), **fields}, kind)
+
+        created = self._responses_object("in_progress", [])
+        head = [ev("response.created", response=created), ev("response.in_progress", response=created)]
+        body = _Frames()
+        index = 0
+        if s.reasoning_tokens:
+            body.other(
+                ev(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={"id": "rs_1", "type": "reasoning", "summary": []},
+                )
+            )
+            for i in range(s.reasoning_tokens):
+                body.token(
+                    ev(
+                        "response.reasoning_text.delta",
+                        item_id="rs_1",
+                        output_index=index,
+                        content_index=0,
+                        delta=f"think{i} ",
+                    )
+                )
+            body.other(
+                ev("response.output_item.done", output_index=index, item={"id": "rs_1", "type": "reasoning"})
+            )
+            index += 1
+        if s.tokens:
+            item = {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
+            body.other(ev("response.output_item.added", output_index=index, item=item))
+            body.other(
+                ev(
+                    "response.content_part.added",
+                    item_id="msg_1",
+                    output_index=index,
+                    content_index=0,
+                    part={"type": "output_text", "text": ""},
+                )
+            )
+            for i in range(s.tokens):
+                body.token(
+                    ev(
+                        "response.output_text.delta",
+                        item_id="msg_1",
+                        output_index=index,
+                        content_index=0,
+                        delta=f"{s.token_text}{i} ",
+                    )
+                )
+            body.other(
+                ev(
+                    "response.output_text.done",
+                    item_id="msg_1",
+                    output_index=index,
+                    content_index=0,
+                    text=self._content(),
+                )
+            )
+            body.other(
+                ev("response.output_item.done", output_index=index, item={**item, "status": "completed"})
+            )
+            index += 1
+        for i, tc in enumerate(s.tool_calls):
+            item = {
+                "id": f"fc_{i}",
+                "type": "function_call",
+                "status": "in_progress",
+                "call_id": tc["id"],
+                "name": tc["name"],
+                "arguments": "",
+            }
+            body.token(ev("response.output_item.added", output_index=index, item=item))
+            for piece in _split(tc["arguments"], s.arg_pieces):
+                body.token(
+                    ev(
+                        "response.function_call_arguments.delta",
+                        item_id=f"fc_{i}",
+                        output_index=index,
+                        delta=piece,
+                    )
+                )
+            body.other(
+                ev(
+                    "response.function_call_arguments.done",
+                    item_id=f"fc_{i}",
+                    output_index=index,
+                    arguments=tc["arguments"],
+                )
+            )
+            body.other(
+                ev(
+                    "response.output_item.done",
+                    output_index=index,
+                    item={**item, "status": "completed", "arguments": tc["arguments"]},
+                )
+            )
+            index += 1
+        tail: list[bytes] = []
+        if s.fault != "no_done":
+            final = self._responses_object("completed", self._responses_output())
+            kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+            tail.append(ev(kind, response=final))
+        return head, body, tail
+
     async def _stream(self) -> None:
         s = self.s
-        head, body, tail = self._openai_frames() if self.api == "openai" else self._anthropic_frames()
+        head, body, tail = {
+            "openai": self._openai_frames,
+            "anthropic": self._anthropic_frames,
+            "openai-responses": self._responses_frames,
+        }[self.api]()
         t0 = self.seen.recv_ns
         first_at = t0 + int(s.first_token_delay_s * 1e9)
         await self._start(200, "text/event-stream")

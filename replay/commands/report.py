@@ -10,6 +10,7 @@ from rich.console import Console
 from replay.commands import print_json
 from replay.metrics.results import merged_summary, read_results, time_scale
 from replay.report.table import class_table, summary_rows
+from replay.runs.barrier import spread_s
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -28,8 +29,11 @@ def report(args: ReportArgs, console: Console) -> int:
         written = write_report(paths, args.html)
         console.print(f"report: {written.html}\nmarkdown summary: {written.markdown}", highlight=False)
     summary = merged_summary(results)
+    spread = spread_s([res.run for res in results])
     if args.as_json:
-        print_json({"files": [str(p) for p in paths], "classes": summary_rows(summary)})
+        print_json(
+            {"files": [str(p) for p in paths], "classes": summary_rows(summary), "start_spread_s": spread}
+        )
         return 0
     title = "Requests by switch class" + (f" ({len(paths)} files merged)" if len(paths) > 1 else "")
     scales = {time_scale(res.run) for res in results}
@@ -42,6 +46,13 @@ def report(args: ReportArgs, console: Console) -> int:
                 f"{line.get('lag_p50_s'):.4f} s, p99 {line.get('lag_p99_s'):.4f} s",
                 highlight=False,
             )
+    if spread is not None:
+        planned = {(res.run.get("start") or {}).get("planned") for res in results}
+        console.print(
+            f"{len(results)} shards started within {spread * 1000:,.1f} ms of each other"
+            + (f" (planned {planned.pop()})" if len(planned) == 1 else " (planned starts differ)"),
+            highlight=False,
+        )
     return 0
 
 

@@ -12,6 +12,7 @@ from rich.console import Console
 from replay.commands.report import ReportArgs, report
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
+from replay.runs.barrier import parse_instant
 from replay.runs.pipeline import ReplayJob, RunOptions, finish, replay
 from replay.runs.targets import dry_run as dry_run_target
 from replay.runs.targets import open_target, resolve_target
@@ -41,7 +42,16 @@ class RunArgs:
     sim_args: str = ""
     workers: int = 1
     shard: str | None = None
+    start_at: str | None = None  # ISO 8601 instant: every shard's schedule begins then
     quiet: bool = False  # no progress display and no report
+
+
+def unrecorded_notice(lines: list[dict[str, object]]) -> str:
+    """What the recording missed: the replay cannot send calls that were never recorded."""
+    total = sum(int(str(line.get("count", 0))) for line in lines)
+    where = ", ".join(f"{line.get('method')} {line.get('path')} x{line.get('count')}" for line in lines[:6])
+    more = f" and {len(lines) - 6} more" if len(lines) > 6 else ""
+    return f"note: the recording passed {total} calls through unrecorded, not replayed: {where}{more}"
 
 
 def run(args: RunArgs, console: Console) -> int:
@@ -51,15 +61,25 @@ def run(args: RunArgs, console: Console) -> int:
         args.plan, concurrency=args.concurrency, speed=args.speed, round_robin=args.round_robin
     )
     options = RunOptions(
-        the_plan, args.api, args.model, args.history, args.think, args.timeout, args.max_duration
+        the_plan,
+        args.api,
+        args.model,
+        args.history,
+        args.think,
+        args.timeout,
+        args.max_duration,
+        start_at=parse_instant(args.start_at) if args.start_at is not None else None,
     )
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     loaded = read_trace(args.trace)  # validates fully before anything is sent
+    missing = loaded.unrecorded
     shard = parse_shard(args.shard) if args.shard is not None else (1, 1)
     if args.shard is not None:
         loaded = select_shard(loaded, *shard)
     say = (shown or Console(stderr=True)).print
+    if missing:
+        say(unrecorded_notice(missing))
     with tempfile.TemporaryDirectory(prefix="replay-scratch-") as scratch:
         tgt = resolve_target(args.target, args.server, shlex.split(args.sim_args), Path(scratch))
         if args.dry_run:

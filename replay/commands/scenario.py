@@ -1,17 +1,24 @@
-"""`replay scenario list|show|generate|run`: the built-in scenarios, their traces and their arms."""
+"""`replay scenario list|show|generate|run|check`: the built-in scenarios, their traces, their arms
+and their field figures."""
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
 from rich.console import Console
 from rich.table import Table
 
+from replay.errors import ReplayError
 from replay.report.html import DIGEST_ROWS, Written, digest, write_report
 from replay.runs.scenario import ArmResult, run_arms
 from replay.scenario.build import generate as write_trace
+from replay.scenario.build import plan_requests
 from replay.scenario.catalog import find_scenario, list_scenarios
+from replay.scenario.check import ArmView, Verdict, evaluate
+from replay.scenario.expect import REQUEST_METRICS
 from replay.scenario.show import describe, list_table
 from replay.scenario.spec import Scenario, parse_params
 
@@ -114,3 +121,89 @@ def run(args: ScenarioRunArgs, console: Console) -> int:
     console.print(f"HTML report: {written.html.resolve()}", highlight=False)
     console.print(f"Summary for an issue: {written.markdown.resolve()}", highlight=False)
     return code
+
+
+def check_scenario(spec: Scenario, out_dir: Path) -> list[Verdict]:
+    """Run the arms the spec's expectations are about (side by side) and evaluate every row."""
+    from replay.metrics.results import read_results
+    from replay.runs.leftovers import leftover_count
+
+    arms = list(dict.fromkeys(e.arm for e in spec.expects))
+    runs = run_arms(spec, out_dir, arms)
+    views: dict[str, ArmView] = {}
+    for run in runs:
+        if run.outcome.exit_code != 0:
+            raise ReplayError(
+                f"scenario {spec.name}, arm {run.arm}: the run did not complete ({run.outcome.outcome})"
+            )
+        armed = spec.with_params(spec.arm(run.arm).params)
+        labels = {p.rid: p.label for p in plan_requests(armed)}
+        initial = leftover_count(armed, list(spec.arm(run.arm).sim))
+        views[run.arm] = ArmView(read_results(run.results), initial, labels)
+    return [evaluate(spec.name, e, views[e.arm]) for e in spec.expects]
+
+
+def verdict_table(verdicts: list[Verdict]) -> Table:
+    table = Table(title="field figures vs the simulator", title_justify="left")
+    for name, justify in (
+        ("scenario / arm", "left"),
+        ("figure", "left"),
+        ("field", "right"),
+        ("source", "left"),
+        ("modelled", "right"),
+        ("tolerance", "right"),
+        ("verdict", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    colour = {"ok": "green", "FAIL": "red", "known gap": "yellow", "gap (holds)": "cyan"}
+    for v in verdicts:
+        e = v.expect
+        stat = f" ({e.stat})" if e.metric in REQUEST_METRICS else ""
+        what = f"{e.about or e.metric}\n[dim]{e.metric}{stat} of {e.selection}[/dim]"
+        tol = f"±{e.tolerance:.0%}" + (f" or ±{e.slack:g}" if e.slack else "")
+        table.add_row(
+            f"{v.scenario}\n{e.arm}",
+            what,
+            e.field,
+            e.source,
+            v.modelled,
+            tol,
+            f"[{colour[v.status]}]{v.status}[/{colour[v.status]}]",
+        )
+    return table
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckArgs:
+    names: list[str] = field(default_factory=list)  # default: every scenario with expectations
+    json: bool = False  # the verdicts as JSON
+    out: Path | None = None  # keep the arms' results here
+
+
+def check(args: CheckArgs, console: Console) -> int:
+    """`replay scenario check [NAME ...]`: exit 0 when every expectation holds (known gaps aside)."""
+    names, as_json, out_dir = args.names, args.json, args.out
+    specs = [find_scenario(n) for n in names] if names else [s for s in list_scenarios() if s.expects]
+    verdicts: list[Verdict] = []
+    with tempfile.TemporaryDirectory(prefix="replay-check-") as scratch:
+        for spec in specs:
+            if not spec.expects:
+                console.print(f"{spec.name}: no [[expect]] rows", highlight=False)
+                continue
+            verdicts += check_scenario(spec, (out_dir or Path(scratch)) / spec.name)
+    failed = [v for v in verdicts if v.failed]
+    if as_json:
+        print(orjson.dumps([v.to_json() for v in verdicts], option=orjson.OPT_INDENT_2).decode())
+    else:
+        console.print(verdict_table(verdicts))
+        for v in (v for v in verdicts if v.status == "known gap"):
+            e = v.expect
+            console.print(
+                f"[yellow]known gap[/yellow] {v.scenario}/{e.arm}, {e.about}: {e.gap}", highlight=False
+            )
+        gaps = sum(1 for v in verdicts if v.status == "known gap")
+        console.print(
+            f"{len(verdicts) - len(failed) - gaps} hold, {len(failed)} fail, {gaps} known gap(s)",
+            highlight=False,
+        )
+    return 1 if failed else 0

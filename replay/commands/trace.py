@@ -18,9 +18,11 @@ def validate(args: ValidateArgs, console: Console) -> int:
     from replay.trace.reader import validate as validate_trace
 
     counts = validate_trace(args.trace)
+    missing = counts.get("unrecorded", 0)
     console.print(
         f"{args.trace}: ok ({counts['sessions']} sessions, {counts['requests']} requests, "
-        f"{counts['blobs']} blobs, {counts['lines']} lines)",
+        f"{counts['blobs']} blobs, {counts['lines']} lines)"
+        + (f"; {missing} calls passed through unrecorded (see its 'unrecorded' lines)" if missing else ""),
         highlight=False,
     )
     return 0

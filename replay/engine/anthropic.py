@@ -17,7 +17,7 @@ from replay.engine.exchange import (
     reply_message,
     stream_error,
 )
-from replay.engine.openai import OPENAI_HEADERS
+from replay.engine.openai import OPENAI_HEADERS, function_tools
 from replay.engine.sse import SseEvent
 from replay.engine.usage import parse_usage
 from replay.metrics.record import RequestRecord
@@ -41,18 +41,26 @@ def _tool_input(arguments: str) -> Any:
         return {"_raw_arguments": arguments}
 
 
-def anthropic_messages_wire(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
-    """Neutral -> Anthropic wire: (system text, turns).
+def anthropic_messages_wire(
+    messages: list[dict[str, Any]], marks: list[tuple[int, dict[str, Any]]] | None = None
+) -> tuple[str | list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    """Neutral -> Anthropic wire: (system, turns).
 
-    System messages become the `system` parameter; tool results become `tool_result`
-    blocks in a user turn; tool calls become `tool_use` blocks. Consecutive turns of the
-    same role merge, since the API wants user and assistant to alternate.
+    System (and developer) messages become the `system` parameter, unless marked `inline`: those
+    stay in `messages` with role `system` where they were (Claude Code sends such entries). Tool results
+    become `tool_result` blocks in a user turn; tool calls become `tool_use` blocks. Consecutive
+    turns of the same role merge, since the API wants user and assistant to alternate. `marks`
+    put a `cache_control` on the last block of a message (and make `system` a list of blocks).
     """
-    system: list[str] = []
+    marked = dict(marks or ())
+    system: list[tuple[int, str]] = []
     turns: list[dict[str, Any]] = []
 
-    def add(role: str, blocks: list[dict[str, Any]] | str) -> None:
-        if turns and turns[-1]["role"] == role:
+    def add(role: str, blocks: list[dict[str, Any]] | str, index: int) -> None:
+        mark = marked.get(index)
+        if mark is not None and isinstance(blocks, str):
+            blocks = [{"type": "text", "text": blocks}]
+        if turns and turns[-1]["role"] == role and role != "system":
             prev = turns[-1]["content"]
             if isinstance(prev, str):
                 prev = [{"type": "text", "text": prev}]
@@ -60,16 +68,23 @@ def anthropic_messages_wire(messages: list[dict[str, Any]]) -> tuple[str | None,
             turns[-1]["content"] = prev + new
         else:
             turns.append({"role": role, "content": blocks})
+        if mark is not None:
+            content = turns[-1]["content"]
+            content[-1] = {**content[-1], "cache_control": mark}
 
-    for m in messages:
+    for index, m in enumerate(messages):
         role = m.get("role")
         content = m.get("content") or ""
-        if role == "system":
-            system.append(content)
+        if role in ("system", "developer"):
+            if m.get("inline"):
+                add("system", content, index)
+            else:
+                system.append((index, content))
         elif role == "tool":
             add(
                 "user",
                 [{"type": "tool_result", "tool_use_id": m.get("tool_call_id", ""), "content": content}],
+                index,
             )
         elif role == "assistant" and m.get("tool_calls"):
             blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
@@ -82,10 +97,20 @@ def anthropic_messages_wire(messages: list[dict[str, Any]]) -> tuple[str | None,
                 }
                 for tc in m["tool_calls"]
             ]
-            add("assistant", blocks)
+            add("assistant", blocks, index)
         else:
-            add("user" if role != "assistant" else "assistant", content)
-    return ("\n\n".join(system) if system else None), turns
+            add("user" if role != "assistant" else "assistant", content, index)
+    if not system:
+        return None, turns
+    if any(i in marked for i, _ in system):
+        blocks = []
+        for i, text in system:
+            block: dict[str, Any] = {"type": "text", "text": text}
+            if i in marked:
+                block["cache_control"] = marked[i]
+            blocks.append(block)
+        return blocks, turns
+    return "\n\n".join(text for _, text in system), turns
 
 
 def anthropic_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -98,12 +123,14 @@ def anthropic_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         if fn.get("description"):
             tool["description"] = fn["description"]
+        if isinstance(t.get("cache_control"), dict):
+            tool["cache_control"] = t["cache_control"]
         out.append(tool)
     return out
 
 
 def anthropic_body(call: ApiCall) -> dict[str, Any]:
-    system, turns = anthropic_messages_wire(call.messages)
+    system, turns = anthropic_messages_wire(call.messages, call.cache_marks)
     body: dict[str, Any] = {
         "model": call.model,
         "messages": turns,
@@ -115,7 +142,7 @@ def anthropic_body(call: ApiCall) -> dict[str, Any]:
     if call.temperature is not None:
         body["temperature"] = call.temperature
     if call.tools:
-        body["tools"] = anthropic_tools(call.tools)
+        body["tools"] = anthropic_tools(function_tools(call.tools))
     body.update(THINK_FIELDS["anthropic"][call.think])
     body.update(call.extra_body)
     return body

@@ -22,6 +22,7 @@ from replay.engine.anthropic import (
 )
 from replay.engine.exchange import THINK_FIELDS, ApiCall, OnState, Reader, State, Status, Think
 from replay.engine.openai import OpenAIReader, openai_body, openai_chat, openai_messages
+from replay.engine.responses import ResponsesReader, openai_responses, responses_body
 from replay.engine.transport import make_client
 from replay.metrics.record import RequestRecord
 
@@ -47,6 +48,7 @@ class Api:
 APIS: dict[str, Api] = {
     "openai": Api(openai_chat, OpenAIReader),
     "anthropic": Api(anthropic_messages, AnthropicReader),
+    "openai-responses": Api(openai_responses, ResponsesReader),
 }
 
 __all__ = [
@@ -68,4 +70,6 @@ __all__ = [
     "openai_body",
     "openai_chat",
     "openai_messages",
+    "openai_responses",
+    "responses_body",
 ]

@@ -45,6 +45,9 @@ THINK_FIELDS: dict[str, dict[Think, dict[str, Any]]] = {
         "on": {"thinking": {"type": "enabled", "budget_tokens": 1024}},
         "auto": {},
     },
+    # The Responses API has no switch every server accepts for "off" (OpenAI rejects unknown
+    # fields, vLLM validates `reasoning.effort`): the trace's own `reasoning` settings decide.
+    "openai-responses": {"off": {}, "on": {"reasoning": {"effort": "medium"}}, "auto": {}},
 }
 
 
@@ -68,6 +71,11 @@ class ApiCall:
     headers: dict[str, str] = field(default_factory=dict)  # e.g. X-Request-ID, X-Replay-*
     timeout_s: float | None = None  # whole request, send to last byte
     connect_timeout_s: float = 10.0
+    # Responses API chains: the server holds the first `previous_messages` messages as this response.
+    previous_response_id: str | None = None
+    previous_messages: int = 0
+    # Anthropic prompt caching: (message index, cache_control value), the mark on that message's last block.
+    cache_marks: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def name(self) -> str:

@@ -26,6 +26,11 @@ def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Neutral -> OpenAI wire; only assistant turns with tool calls or reasoning change."""
     out: list[dict[str, Any]] = []
     for m in messages:
+        if "inline" in m or m.get("role") == "developer":
+            # Trace-only marks; `developer` goes as `system`, which every chat template knows.
+            m = {k: v for k, v in m.items() if k != "inline"}
+            if m.get("role") == "developer":
+                m["role"] = "system"
         if m.get("role") != "assistant" or ("tool_calls" not in m and "reasoning" not in m):
             out.append(m)
             continue
@@ -43,6 +48,14 @@ def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def function_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The function tools only: a Responses trace also holds tool types (web_search, namespace,
+    custom) that chat completions and Anthropic messages cannot express."""
+    if all(t.get("type", "function") == "function" for t in tools):
+        return tools
+    return [t for t in tools if t.get("type", "function") == "function"]
+
+
 def openai_body(call: ApiCall) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": call.model,
@@ -55,7 +68,7 @@ def openai_body(call: ApiCall) -> dict[str, Any]:
     if call.temperature is not None:
         body["temperature"] = call.temperature
     if call.tools:
-        body["tools"] = call.tools
+        body["tools"] = function_tools(call.tools)
     body.update(THINK_FIELDS["openai"][call.think])
     body.update(call.extra_body)
     return body

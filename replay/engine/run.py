@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import httpx
@@ -94,6 +95,8 @@ class Engine:
         self._seq = 0
         self._t0 = 0
         self._limiter = anyio.CapacityLimiter(plan.capacity) if plan.capacity else None
+        self._response_ids: dict[int, str] = {}  # request id -> the Responses API id its reply got
+        self._chained: set[int] = set()  # requests some request names as `previous_response`
 
     def _rel(self) -> int:
         return _now_ns() - self._t0
@@ -104,6 +107,9 @@ class Engine:
         window = anyio.Semaphore(self.config.lookahead)
         order = self.plan.order(self.trace.requests)
         self._waiters = waiter_counts(self.plan, order)
+        self._chained = {
+            p for r in self.trace.requests if type(p := r.params.get("previous_response")) is int
+        }  # only their response ids are kept
         self._counting = self.release_replies and self.config.history == LIVE
         if self._counting:
             self._readers = reply_readers(self.trace.requests)
@@ -194,6 +200,7 @@ class Engine:
         stream = self.config.stream if self.config.stream is not None else params.get("stream", True)
         messages = state.messages(req, self.by_id)
         self._release(req, state)
+        previous_id, previous_n = self._previous(req, state)
         return ApiCall(
             base_url=self.config.base_url,
             model=self.config.model or state.session.model,
@@ -206,7 +213,23 @@ class Engine:
             extra_body=params.get("extra") or {},
             headers=headers,
             timeout_s=self.config.timeout_s,
+            previous_response_id=previous_id,
+            previous_messages=previous_n,
+            cache_marks=cache_marks(params),
         )
+
+    def _previous(self, req: Request, state: SessionState) -> tuple[str | None, int]:
+        """A request the agent chained with `previous_response_id` is chained again to the id the
+        server gave that reply this run; without one (a failed reply, another API) it goes whole."""
+        prev = req.params.get("previous_response")
+        api = self.config.api or state.session.api
+        if type(prev) is not int or api != "openai-responses" or prev not in self._response_ids:
+            return None, 0
+        before = self.by_id[prev]
+        # The server holds `before`'s messages and reply, never its instructions: a leading system
+        # message counts on either side only where it is present.
+        held = before.n_messages + 1 - _instructions(before) + _instructions(req)
+        return self._response_ids[prev], held
 
     async def _send(self, client: httpx.AsyncClient, req: Request, call: ApiCall, due: int) -> None:
         state = self.sessions[req.session]
@@ -247,8 +270,11 @@ class Engine:
         progress.sessions[req.session] = "waiting"
         if rec.status != "ok":
             progress.errors += 1
-        elif not self._counting or req.id in self._readers:  # else no later request splices it in
-            state.on_reply(req, rec.message)
+        else:
+            if not self._counting or req.id in self._readers:  # else no later request splices it in
+                state.on_reply(req, rec.message)
+            if rec.response_id is not None and req.id in self._chained:
+                self._response_ids[req.id] = rec.response_id
         if self._counting and not self._left[req.session]:
             # Every request of the session has been sent: its tool-call ids map nothing any more.
             state.tool_ids.clear()
@@ -300,3 +326,24 @@ def reply_readers(requests: list[Request]) -> dict[int, int]:
             if ref is not None:
                 readers[ref] = readers.get(ref, 0) + n
     return readers
+
+
+def _instructions(req: Request) -> int:
+    """1 when the request's first message is sent as Responses `instructions`, else 0."""
+    node: Request | None = req
+    while node is not None and node.keep:  # the first message lives in the oldest link
+        node = node.parent
+    first = node.append[0] if node is not None and node.append else {}
+    return int(first.get("role") == "system" and not first.get("inline"))
+
+
+def cache_marks(params: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """`params.cache_control` (`[{"message": i, "value": {...}}]`) as the client's marks."""
+    marks = params.get("cache_control")
+    if not isinstance(marks, list):
+        return []
+    return [
+        (m["message"], m["value"])
+        for m in marks
+        if isinstance(m, dict) and type(m.get("message")) is int and isinstance(m.get("value"), dict)
+    ]

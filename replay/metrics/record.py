@@ -95,6 +95,7 @@ class RequestRecord:
     raw_usage: dict[str, Any] | None = None  # usage object as the server sent it
     timings: dict[str, Any] | None = None  # llama.cpp `timings`
     x_sim: dict[str, Any] | None = None  # the simulator's modelled times (results: `modelled`)
+    response_id: str | None = None  # Responses API: what a later `previous_response_id` names
     n_events: int = 0  # SSE events dispatched
     n_token_events: int = 0  # of which carried a token
     n_comments: int = 0  # keep-alive comment lines

@@ -306,6 +306,8 @@ def anonymize_trace(
             elif kind == "blob":
                 counts["blobs"] += 1
                 obj = {**obj, "id": anon.name(obj["id"]), "value": anon.blob_value(obj["value"])}
+            elif kind == "unrecorded":
+                pass  # method, path, counts and the recorder's reason: no text of the agent's
             else:
                 counts["requests"] += 1
                 counts["messages"] += len(obj.get("append") or ())

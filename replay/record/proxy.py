@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from replay.engine.apis import make_client
+from replay.record.calls import CallLog
 from replay.record.recorder import Outcome, Pending, Recorder
 from replay.record.sessions import Label
 from replay.record.wire import ReplyTap
@@ -56,6 +57,8 @@ RECORDED_ROUTES = {
     "/v1/chat/completions": "openai",
     "/chat/completions": "openai",
     "/v1/messages": "anthropic",
+    "/v1/responses": "openai-responses",
+    "/responses": "openai-responses",
 }
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 log = logging.getLogger("replay.record")
@@ -111,6 +114,7 @@ class _State:
     status: str | None = None
     error: str | None = None
     sent_bytes: int = 0
+    http_status: int | None = None  # what the agent got
     t_first_byte: int | None = None
     t_last_byte: int | None = None
 
@@ -126,6 +130,7 @@ class RecordingProxy:
         self.in_flight = 0
         self.passthrough = 0
         self.internal_errors = 0
+        self.calls = CallLog()  # every call's end; replaced by one with a log file for `--log`
         self.app = Starlette(
             routes=[Route("/{path:path}", self._handle, methods=METHODS)], lifespan=self._lifespan
         )
@@ -157,7 +162,13 @@ class RecordingProxy:
             headers=_request_headers(request.headers.raw, recorded=api is not None),
             content=body,
         )
-        return _Relay(self, upstream, api, begin)
+        relay = _Relay(self, upstream, api, begin)
+        relay.method, relay.path = request.method, path
+        if begin is None:
+            relay.reason = (
+                "not a recorded route" if api is None or self.recorder is not None else "no recorder"
+            )
+        return relay
 
     def _internal(self, exc: Exception) -> None:
         self.internal_errors += 1
@@ -187,6 +198,8 @@ class _Relay:
         self._begin = begin
         self.pending: Pending | None = None
         self.tap: ReplyTap | None = None
+        self.method, self.path = upstream.method, upstream.url.path
+        self.reason: str | None = None  # why this call is not recorded, when it is not
         timeout = httpx.Timeout(None, connect=proxy.connect_timeout_s).as_dict()
         upstream.extensions = {**upstream.extensions, "timeout": timeout, "trace": self._trace}
 
@@ -203,7 +216,10 @@ class _Relay:
             self.pending = begin()
         except Exception as exc:  # a recorder bug must never stop the traffic
             self.proxy._internal(exc)
+            self.reason = f"recorder error: {type(exc).__name__}"
             return
+        if self.pending is None:
+            self.reason = self.proxy.recorder.stats.last_problem[:200] or "not recordable"
         if self.pending is not None and self.api is not None:
             self.tap = ReplyTap(self.api)
 
@@ -230,6 +246,11 @@ class _Relay:
             if self.pending is not None:
                 self._record(state)
             self.proxy.in_flight -= 1
+            try:
+                reason = None if self.pending is not None else self.reason or "not recorded"
+                self.proxy.calls.done(self.method, self.path, state.http_status, state.sent_bytes, reason)
+            except Exception as exc:  # accounting must never take the proxy down
+                self.proxy._internal(exc)
         if state.abort:
             raise UpstreamBroke(state.error)
 
@@ -246,6 +267,7 @@ class _Relay:
             return
         tap = self.tap
         try:
+            state.http_status = response.status_code
             if tap is not None:
                 tap.start(response.status_code, response.headers.get("content-type", ""))
             await send(
@@ -279,6 +301,7 @@ class _Relay:
         body = orjson.dumps({"error": {"message": f"replay record: {state.error}", "type": "upstream_error"}})
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         state.complete = True
+        state.http_status = 502
         await send({"type": "http.response.start", "status": 502, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 

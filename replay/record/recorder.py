@@ -22,6 +22,7 @@ from replay.trace.model import Message
 from replay.trace.writer import TraceWriter
 
 _WRITTEN_MAX = 1024
+_RESPONSES_MAX = 256  # Responses API ids kept for `previous_response_id` chains
 
 
 @dataclass(slots=True)
@@ -70,6 +71,8 @@ class Recorder:
         self.t0_ns = t0_ns  # the first request's arrival unless given: the trace starts there
         self.stats = RecorderStats()
         self._written: OrderedDict[int, tuple[list[Message], Message | None]] = OrderedDict()
+        # Responses API id -> (trace id, the messages the server holds under it: request + reply)
+        self._responses: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
         self.inference.on_idle = self._idle
 
     def _idle(self, session: SessionState) -> None:
@@ -89,6 +92,8 @@ class Recorder:
             self.stats.last_problem = f"not recorded: {exc}"
             return None
         self.stats.dropped_parts += parsed.dropped_parts
+        if parsed.previous_response_id is not None:
+            self._chain(parsed)
         if label is None and parsed.user_id:
             label = Label(user_id_scope(parsed.user_id), "user_id")
         if self.t0_ns is None:
@@ -98,6 +103,22 @@ class Recorder:
             parsed.messages, api, parsed.model, now_ns, tools=tools, label=label, role_hint=role_hint
         )
         return Pending(parsed, assignment, now_ns)
+
+    def _chain(self, parsed: Parsed) -> None:
+        """A request sent with `previous_response_id` carries only its new input: the trace gets
+        the whole conversation, and `params.previous_response` names the request it chained to."""
+        known = self._responses.get(parsed.previous_response_id or "")
+        if known is None:
+            self.stats.last_problem = (
+                f"previous_response_id {parsed.previous_response_id!r} was not recorded: "
+                "the request is recorded with only the input it sent"
+            )
+            return
+        rid, held = known
+        # The earlier response's instructions are not inherited: this request's go first.
+        head = parsed.messages[:1] if parsed.has_instructions else []
+        parsed.messages = [*head, *held, *parsed.messages[len(head) :]]
+        parsed.params["previous_response"] = rid
 
     def finish(self, pending: Pending, outcome: Outcome) -> int:
         """Append the request's trace line; returns its id."""
@@ -113,6 +134,12 @@ class Recorder:
             rid = None
         if rid is not None:
             self.stats.recorded += 1
+            if tap.response_id is not None and tap.message is not None and status == "ok":
+                parsed = pending.parsed
+                held = parsed.messages[1:] if parsed.has_instructions else parsed.messages
+                self._responses[tap.response_id] = (rid, [*held, tap.message])
+                if len(self._responses) > _RESPONSES_MAX:
+                    self._responses.popitem(last=False)
         self.stats.statuses[status] = self.stats.statuses.get(status, 0) + 1
         if status != "ok":
             self.stats.errors += 1

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from replay.errors import UsageError
 from replay.record.anonymize import Anonymizer
+from replay.record.calls import CallLog
 from replay.record.live import RecordView, live_view
 from replay.record.proxy import QuietUpstreamBroke, RecordingProxy
 from replay.record.recorder import Recorder
@@ -85,6 +86,7 @@ class RecordingServer:
         anonymize_key: str | None = None,
         inference: SessionInference | None = None,
         notes: str = "",
+        log: str | Path | None = None,
     ) -> None:
         if not upstream.startswith(("http://", "https://")):
             raise UsageError(f"--upstream must be an http(s) URL, not {upstream!r}")
@@ -96,6 +98,8 @@ class RecordingServer:
         anonymizer = Anonymizer(anonymize_key) if anonymize_key else None
         self.recorder = Recorder(self.writer, inference, anonymizer)
         self.proxy = RecordingProxy(self.upstream, self.recorder)
+        if log is not None:
+            self.proxy.calls = CallLog(log)
         self.host, self._port = host, port
         self.port = 0
         self._sock: socket.socket | None = None
@@ -172,6 +176,13 @@ class RecordingServer:
         if self._sock is not None:
             self._sock.close()
         self._server = self._thread = self._sock = None
+        if not self.writer.closed:
+            try:
+                self.proxy.calls.write_to(self.writer)
+            except OSError as exc:
+                self.recorder.stats.write_errors += 1
+                self.recorder.stats.last_problem = f"trace write failed: {exc}"
+        self.proxy.calls.close()
         self.writer.close()
 
     def __enter__(self) -> RecordingServer:
@@ -201,12 +212,15 @@ def record(
     anonymize: bool = False,
     key: str | None = None,
     console: Console | None = None,
+    log: str | Path | None = None,
 ) -> int:
     """`replay record`: proxy and record until interrupted; returns the exit code."""
     if anonymize and not key:
         raise UsageError("--anonymize needs --key SECRET (the same key gives the same synthetic text)")
     host, port = parse_listen(listen)
-    server = RecordingServer(upstream, out, host=host, port=port, anonymize_key=key if anonymize else None)
+    server = RecordingServer(
+        upstream, out, host=host, port=port, anonymize_key=key if anonymize else None, log=log
+    )
     console = console or Console(stderr=True)
     server.bind()
     console.print(
@@ -231,4 +245,10 @@ def record(
         highlight=False,
         soft_wrap=True,
     )
+    if server.proxy.calls.missing:
+        console.print(
+            f"[yellow]warning:[/yellow] {server.proxy.calls.summary()} (written to the trace as 'unrecorded' lines)",
+            highlight=False,
+            soft_wrap=True,
+        )
     return 0 if not stats.write_errors else 1

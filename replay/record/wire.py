@@ -27,8 +27,10 @@ from replay.engine.usage import Usage
 from replay.metrics.record import RequestRecord
 from replay.trace.model import Message
 
-# Body fields stored in their own place in the trace (or deliberately not stored: `metadata`
-# carries Anthropic's user id, `user` OpenAI's); everything else goes to `params.extra`.
+_CACHE = "_cache_control"  # where a message's cache mark waits until it becomes an index
+
+# Body fields stored in their own place in the trace (or deliberately not stored: `user` carries
+# OpenAI's user id); everything else, Anthropic's `metadata` included, goes to `params.extra`.
 _NOT_EXTRA = {
     "model",
     "messages",
@@ -39,7 +41,6 @@ _NOT_EXTRA = {
     "stream",
     "stream_options",
     "tools",
-    "metadata",
     "user",
 }
 _ERROR_BODY_MAX = 64 * 1024
@@ -68,8 +69,10 @@ class Parsed:
     model: str
     messages: list[Message]
     params: dict[str, Any]
-    user_id: str | None = None  # Anthropic metadata.user_id: a label, never stored
+    user_id: str | None = None  # Anthropic metadata.user_id: scopes session inference
     dropped_parts: int = 0
+    previous_response_id: str | None = None  # Responses API: the recorder resolves it
+    has_instructions: bool = False  # Responses API: messages[0] is `instructions`
 
 
 def _text_parts(content: Any, counter: list[int]) -> str | list[str]:
@@ -154,7 +157,10 @@ def anthropic_to_neutral(system: Any, messages: Any, counter: list[int] | None =
     elif isinstance(system, list):
         for block in system:
             if isinstance(block, dict) and block.get("type") == "text":
-                out.append({"role": "system", "content": str(block.get("text", ""))})
+                msg: Message = {"role": "system", "content": str(block.get("text", ""))}
+                if isinstance(block.get("cache_control"), dict):
+                    msg[_CACHE] = block["cache_control"]
+                out.append(msg)
             else:
                 counter[0] += 1
     elif system is not None:
@@ -164,16 +170,34 @@ def anthropic_to_neutral(system: Any, messages: Any, counter: list[int] | None =
             raise WireError("each message must be an object")
         role = m.get("role")
         if role == "user":
-            out.extend(anthropic_user_turn(m.get("content"), counter))
+            out.extend(anthropic_user_turn(m.get("content"), counter, marks=True))
         elif role == "assistant":
-            out.append(anthropic_assistant_turn(m.get("content"), counter))
+            out.append(anthropic_assistant_turn(m.get("content"), counter, marks=True))
+        elif role == "system":
+            # Claude Code puts entries of its own (agent and skill lists) here: kept in place.
+            for msg in anthropic_user_turn(m.get("content"), counter, marks=True):
+                out.append({**msg, "role": "system", "inline": True})
         else:
             raise WireError(f"unknown message role {role!r}")
     return out
 
 
-def anthropic_user_turn(content: Any, counter: list[int]) -> list[Message]:
-    """One user turn: tool results become tool messages, text blocks user messages, in order."""
+def take_cache_marks(messages: list[Message]) -> list[dict[str, Any]]:
+    """The messages' cache marks as `params.cache_control` entries (index, value), taken off them:
+    a mark moves to the newest turn with every request, so on the message it would break the
+    delta encoding of every turn."""
+    marks = []
+    for i, m in enumerate(messages):
+        if _CACHE in m:
+            marks.append({"message": i, "value": m.pop(_CACHE)})
+    return marks
+
+
+def anthropic_user_turn(content: Any, counter: list[int], marks: bool = False) -> list[Message]:
+    """One user turn: tool results become tool messages, text blocks user messages, in order.
+
+    With `marks`, a block's `cache_control` ends the message it is in and rides on it under
+    `_CACHE` (see `take_cache_marks`)."""
     if content is None or isinstance(content, str):
         return [{"role": "user", "content": content or ""}]
     if not isinstance(content, list):
@@ -188,12 +212,18 @@ def anthropic_user_turn(content: Any, counter: list[int]) -> list[Message]:
 
     for block in content:
         btype = block.get("type") if isinstance(block, dict) else None
+        mark = block.get("cache_control") if marks and isinstance(block, dict) else None
         if btype == "text":
             texts.append(str(block.get("text", "")))
+            if isinstance(mark, dict):
+                flush()
+                out[-1][_CACHE] = mark
         elif btype == "tool_result":
             flush()
             result = _text_parts(block.get("content"), counter)
             out.append({"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": result})
+            if isinstance(mark, dict):
+                out[-1][_CACHE] = mark
         elif isinstance(block, str):
             texts.append(block)
         else:
@@ -202,7 +232,7 @@ def anthropic_user_turn(content: Any, counter: list[int]) -> list[Message]:
     return out or [{"role": "user", "content": ""}]
 
 
-def anthropic_assistant_turn(content: Any, counter: list[int]) -> Message:
+def anthropic_assistant_turn(content: Any, counter: list[int], marks: bool = False) -> Message:
     """Text blocks join with no separator, as the stream reader joins text deltas."""
     if content is None or isinstance(content, str):
         return {"role": "assistant", "content": content or ""}
@@ -234,6 +264,9 @@ def anthropic_assistant_turn(content: Any, counter: list[int]) -> Message:
         msg["tool_calls"] = calls
     if reasoning:
         msg["reasoning"] = "".join(reasoning)
+    last = content[-1] if content else None
+    if marks and isinstance(last, dict) and isinstance(last.get("cache_control"), dict):
+        msg[_CACHE] = last["cache_control"]
     return msg
 
 
@@ -247,7 +280,10 @@ def anthropic_tools_to_openai(tools: Any) -> list[dict[str, Any]]:
         if t.get("description"):
             fn["description"] = t["description"]
         fn["parameters"] = t.get("input_schema") or {"type": "object", "properties": {}}
-        out.append({"type": "function", "function": fn})
+        tool: dict[str, Any] = {"type": "function", "function": fn}
+        if isinstance(t.get("cache_control"), dict):
+            tool["cache_control"] = t["cache_control"]
+        out.append(tool)
     return out
 
 
@@ -260,6 +296,13 @@ def parse_request(api: str, body: bytes) -> Parsed:
     if not isinstance(obj, dict):
         raise WireError("request body is not a JSON object")
     counter = [0]
+    cache_marks: list[dict[str, Any]] = []
+    if api == "openai-responses":
+        from replay.record.responses import parse_responses  # it builds on this module
+
+        parsed, previous = parse_responses(obj)
+        parsed.previous_response_id = previous
+        return parsed
     if api == "openai":
         messages = openai_to_neutral(obj.get("messages"), counter)
         tools = obj.get("tools") or None
@@ -267,6 +310,7 @@ def parse_request(api: str, body: bytes) -> Parsed:
         user_id = None
     elif api == "anthropic":
         messages = anthropic_to_neutral(obj.get("system"), obj.get("messages"), counter)
+        cache_marks = take_cache_marks(messages)
         tools = anthropic_tools_to_openai(obj.get("tools")) or None
         max_tokens = obj.get("max_tokens")
         meta = obj.get("metadata")
@@ -284,6 +328,8 @@ def parse_request(api: str, body: bytes) -> Parsed:
         params["temperature"] = obj["temperature"]
     if tools:
         params["tools"] = tools
+    if cache_marks:
+        params["cache_control"] = cache_marks
     extra = {k: v for k, v in obj.items() if k not in _NOT_EXTRA}
     if extra:
         params["extra"] = extra
@@ -311,6 +357,7 @@ class TapResult:
     raw_usage: dict[str, Any] | None = None
     t_first_token: int | None = None
     n_events: int = 0
+    response_id: str | None = None  # Responses API: what a later previous_response_id names
 
 
 class ReplyTap:
@@ -383,6 +430,7 @@ class ReplyTap:
             self._whole()
         self.reader.fill(res)
         out.message, out.finish, out.usage, out.raw_usage = res.message, res.finish, res.usage, res.raw_usage
+        out.response_id = res.response_id
         out.t_first_token = self.t_first_token
         if self.malformed is not None:
             out.status, out.error = "malformed", f"malformed reply: {self.malformed}"
@@ -390,9 +438,10 @@ class ReplyTap:
             out.status, out.error = "server_error", f"server error in stream: {self.reader.error}"
         elif not self.reader.done:
             out.status, out.error = "stream_broken", f"reply ended without {self.reader.terminal}"
-        if out.message and self.api == "anthropic":
+        if out.message and self.api != "openai":
             for call in out.message.get("tool_calls") or ():
-                call["arguments"] = canonical_arguments(call["arguments"])
+                if call.get("type") != "custom":  # free-form input is text, not JSON
+                    call["arguments"] = canonical_arguments(call["arguments"])
         return out
 
     def _whole(self) -> None:

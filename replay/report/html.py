@@ -565,7 +565,9 @@ def render_page(runs: Sequence[RunView], title: str | None = None) -> str:
         '<p class="note">One lane per session; each request is a bar split into queue, disk work (evict save and '
         "restore), prefill and decode; markers above a bar: switch, compaction, first request of a session; "
         "outlined bars were sent while another request was in flight. Underneath, when the server's log was "
-        "read: disk KV in use, restores and evictions.</p>",
+        "read: disk KV in use, restores and evictions. ds4's May build writes a checkpoint and only then "
+        "evicts, so the line can rise above the budget by one file for a moment (`replay size sweep` reports "
+        "the same peak).</p>",
     ]
     same_clock = len({run.clock for run in runs}) == 1
     x_max = max((r.end for run in runs for r in run.requests), default=0.0) if same_clock else None

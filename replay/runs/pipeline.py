@@ -26,6 +26,7 @@ from replay.engine.run import Engine, EngineConfig, check_options
 from replay.errors import TargetError, UsageError
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import append_records, read_results
+from replay.runs.barrier import wait_until
 from replay.runs.recording import (
     EXIT_FAILED,
     EXIT_OK,
@@ -86,6 +87,7 @@ class RunOptions:
     think: str = "off"
     timeout: float = 1800.0
     max_duration: float | None = None
+    start_at: float | None = None  # epoch seconds: the schedule begins then (a sharded run's barrier)
 
     def __post_init__(self) -> None:
         check_options(self.history, self.think, self.api)
@@ -209,6 +211,8 @@ def replay(
         if jobs[0].workers > 1:
             outcomes = [_spread(jobs[0], targets[0])]
         else:
+            start_at = jobs[0].options.start_at
+            start = wait_until(start_at) if start_at is not None else None
             recordings = [
                 Recording(
                     j.trace,
@@ -220,6 +224,7 @@ def replay(
                     plan_header=hooks.plan,
                     annotate=hooks.annotate,
                     keep_fields=KEPT_FIELDS,
+                    start=start,
                 )
                 for j, t in zip(jobs, targets, strict=True)
             ]
@@ -256,7 +261,15 @@ def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
     """The job's sessions over `job.workers` processes (their parts merge exactly)."""
     config = job.options.engine_config(job.served.url)
     spread = run_workers(
-        job.trace, job.options.plan, config, job.out, target, job.workers, job.options.max_duration, job.shard
+        job.trace,
+        job.options.plan,
+        config,
+        job.out,
+        target,
+        job.workers,
+        job.options.max_duration,
+        job.shard,
+        start_at=job.options.start_at,
     )
     merged = read_results(job.out)
     line = merged.summary_line or {}

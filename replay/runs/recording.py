@@ -29,6 +29,7 @@ from replay.engine.run import Engine, EngineConfig
 from replay.metrics.hist import new_histogram
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import ResultsWriter
+from replay.runs.barrier import wait_until
 from replay.trace.model import Trace
 
 EXIT_OK = 0
@@ -81,9 +82,14 @@ KEPT_FIELDS = ("kind", "seq", "status", "prompt_tokens", "cached_tokens", "outpu
 
 
 def run_header(
-    trace: Trace, plan: dict[str, Any], config: EngineConfig, target: dict[str, Any]
+    trace: Trace,
+    plan: dict[str, Any],
+    config: EngineConfig,
+    target: dict[str, Any],
+    start: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The `run` line of every results file (`kind` and `format` are added by the writer)."""
+    """The `run` line of every results file (`kind` and `format` are added by the writer);
+    `start` is the barrier's record (planned and actual start) when the run waited for one."""
     return {
         "tool": {"name": "agent-replay", "version": __version__},
         "trace": {
@@ -99,6 +105,7 @@ def run_header(
         "seed": 0,
         "started": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "host": platform.node(),
+        **({"start": start} if start else {}),
     }
 
 
@@ -126,8 +133,9 @@ class Recording:
         annotate: Callable[[RequestRecord], None] | None = None,
         observe: Callable[[dict[str, Any]], None] | None = None,
         keep_fields: tuple[str, ...] | None = None,
+        start: dict[str, Any] | None = None,
     ) -> None:
-        header = run_header(trace, {**plan.describe(), **(plan_header or {})}, config, target)
+        header = run_header(trace, {**plan.describe(), **(plan_header or {})}, config, target, start)
         self.out = str(out)
         self.writer = ResultsWriter(out, header)
         self.keep_records = keep_records
@@ -200,9 +208,12 @@ def run_trace(
     max_duration_s: float | None = None,
     console: Console | None = None,
     keep_records: bool = False,
+    start_at: float | None = None,
 ) -> RunOutcome:
-    """Replay `trace` and write `out`; returns what happened (never raises for request failures)."""
-    recording = Recording(trace, plan, config, out, target, keep_records)
+    """Replay `trace` and write `out`; returns what happened (never raises for request failures).
+    With `start_at` (epoch seconds) the schedule begins at that instant (`runs.barrier`)."""
+    start = wait_until(start_at) if start_at is not None else None
+    recording = Recording(trace, plan, config, out, target, keep_records, start=start)
     return run_recordings([recording], max_duration_s, console)[0]
 
 

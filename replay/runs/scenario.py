@@ -13,12 +13,15 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from replay.engine.plans import make_plan
+from replay.errors import UsageError
+from replay.runs.leftovers import write_leftovers
 from replay.runs.pipeline import Replayed, ReplayJob, RunOptions, RunOutcome, finish, replay
 from replay.runs.targets import Target, open_target, resolve_target
 from replay.scenario.build import GenerateResult, generate
@@ -38,6 +41,15 @@ class ArmResult:
     log: Path
     outcome: RunOutcome
     generated: GenerateResult
+
+
+def first_request_clock(spec: Scenario, trace_path: Path) -> str | None:
+    """The report's clock at the trace's first request (`--clock`), for a spec that has one."""
+    if spec.clock is None:
+        return None
+    first = next(iter(read_trace(trace_path).requests), None)
+    when = datetime.fromisoformat(spec.clock) + timedelta(seconds=first.t if first is not None else 0.0)
+    return when.isoformat()
 
 
 def _prepare(spec: Scenario, arm: Arm, out: Path) -> tuple[Scenario, Path, GenerateResult]:
@@ -143,6 +155,8 @@ def run_shared(
     done: list[ArmResult] = []
     with tempfile.TemporaryDirectory(prefix="replay-scenario-") as scratch:
         scaled = flags if "--time-scale" in flags else [*flags, "--time-scale", f"{time_scale:g}"]
+        if any(spec.leftovers for spec, _ in runs):
+            raise UsageError("scenarios with [[leftovers]] need a simulator of their own (run_arms)")
         target = resolve_target("sim", None, scaled, Path(scratch))
         work = Path(scratch) / "work"
         with open_target(target, work) as served:
@@ -185,9 +199,13 @@ def run_arms(
             for _ in prepared
         ]
         targets = [
-            resolve_target("sim", None, arm_sim_flags(arm, scale), d)
-            for (_, arm, _, _), d in zip(prepared, scratch, strict=True)
+            resolve_target("sim", None, arm_sim_flags(arm, scale, first_request_clock(armed, trace_path)), d)
+            for (armed, arm, trace_path, _), d in zip(prepared, scratch, strict=True)
         ]
+        for (armed, arm, trace_path, _), d in zip(prepared, scratch, strict=True):
+            write_leftovers(
+                armed, trace_path, d / "kv", list(arm.sim), first_request_clock(armed, trace_path)
+            )
         with _serve_all(targets, scratch) as served:
             jobs = [
                 _job(armed, arm, out, srv, scale, trace_path, timeout_s, d / "work")

@@ -155,17 +155,18 @@ def server_memory(served: Served, workdir: Path, interval_s: float = 1.0) -> Ite
     with start_sampler_child(served.pid, path, interval_s=interval_s):
         yield lines
     samples = read_samples(path) if path.exists() else []
-    if samples:
-        wired = [s.wired_bytes for s in samples if s.wired_bytes is not None]
-        lines.append(
-            {
-                "kind": "memory",
-                "pid": served.pid,
-                "samples": len(samples),
-                "interval_s": interval_s,
-                "peak_rss_bytes": max(s.rss_bytes for s in samples),
-                "last_rss_bytes": samples[-1].rss_bytes,
-                "peak_wired_bytes": max(wired) if wired else None,
-                "peak_processes": max(s.processes for s in samples),
-            }
-        )
+    # One line per server process even when the block ended before the sampler's first sample (a
+    # short probe step on a loaded machine): `samples: 0` says so instead of a missing line.
+    wired = [s.wired_bytes for s in samples if s.wired_bytes is not None]
+    lines.append(
+        {
+            "kind": "memory",
+            "pid": served.pid,
+            "samples": len(samples),
+            "interval_s": interval_s,
+            "peak_rss_bytes": max((s.rss_bytes for s in samples), default=None),
+            "last_rss_bytes": samples[-1].rss_bytes if samples else None,
+            "peak_wired_bytes": max(wired) if wired else None,
+            "peak_processes": max((s.processes for s in samples), default=None),
+        }
+    )

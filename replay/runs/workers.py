@@ -171,16 +171,20 @@ def run_shard(
     out: str,
     target: dict[str, Any],
     max_duration_s: float | None = None,
+    start_at: float | None = None,
     barrier: Any = None,
 ) -> WorkerReport:
-    """Replay worker `index`'s part of the run; `barrier` lines the workers' starts up."""
+    """Replay worker `index`'s part of the run; `barrier` lines the workers' starts up, and
+    `start_at` (epoch seconds, a sharded run's instant) holds them until then."""
     report = WorkerReport(shard=index, count=count, out=out)
     trace = unpack(packed)
     report.rss_loaded_mib = round(_rss_mib(), 1)
     if barrier is not None:
         barrier.wait(_BARRIER_TIMEOUT_S)
     cpu0, t0 = _cpu_s(), time.perf_counter_ns()
-    outcome = run_trace(trace, plan, config, out, {**target, "worker": f"{index}/{count}"}, max_duration_s)
+    outcome = run_trace(
+        trace, plan, config, out, {**target, "worker": f"{index}/{count}"}, max_duration_s, start_at=start_at
+    )
     report.wall_s = round((time.perf_counter_ns() - t0) / 1e9, 4)
     report.cpu_s = round(_cpu_s() - cpu0, 4)
     report.peak_rss_mib = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -210,6 +214,7 @@ def run_workers(
     workers: int,
     max_duration_s: float | None = None,
     shard: tuple[int, int] = (1, 1),
+    start_at: float | None = None,
 ) -> WorkersOutcome:
     """Replay `trace` (shard `shard` of the whole, already selected) in `workers` processes, each
     handed its own sessions, then merge into `out`.
@@ -219,7 +224,7 @@ def run_workers(
     """
     if workers < 1:
         raise UsageError("--workers must be at least 1")
-    parts = split_workers(trace, workers, shard)
+    parts = split_workers(trace, workers)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")  # no fork: the parent may hold threads and an event loop
@@ -228,7 +233,7 @@ def run_workers(
     procs = []
     for index in range(1, workers + 1):
         part = str(part_path(out, index, workers))
-        args = (pack(parts[index - 1]), index, workers, plan, config, part, target, max_duration_s)
+        args = (pack(parts[index - 1]), index, workers, plan, config, part, target, max_duration_s, start_at)
         proc = ctx.Process(target=_worker_main, args=(args, barrier, queue), name=f"replay-shard-{index}")
         proc.start()
         procs.append(proc)

@@ -69,6 +69,16 @@ def tool_definitions(names: tuple[str, ...]) -> list[dict[str, Any]]:
     return out
 
 
+def system_overhead(tools: tuple[str, ...]) -> int:
+    """Tokens the simulator's chat template and these tools' definitions add to a system turn."""
+    from replay.sim.model.render import render
+
+    probe = render(
+        [{"role": "system", "content": ""}, {"role": "user", "content": ""}], tool_definitions(tools)
+    )
+    return probe.anchor or 0
+
+
 @dataclass(slots=True)
 class GenerateResult:
     path: str
@@ -130,11 +140,20 @@ class _Builder:
     def synth(self, tokens: int, *parts: object) -> dict[str, Any]:
         return {"synth": {"tokens": max(0, tokens), "seed": self.seed(*parts)}}
 
+    def shared_system_content(self) -> int:
+        """Content tokens of the shared system prompt. With `system_turn_tokens` the spec gives
+        the rendered system turn (prompt + tools + template, what ds4 reports cached on a switch),
+        so the content is that less what the simulator's template and the tools add."""
+        turn = self.spec.system_turn_tokens
+        if not turn:
+            return self.size(self.spec.system_tokens)
+        return max(1, self.size(turn) - system_overhead(self.spec.tools))
+
     def _initial(self, s: SessionSpec) -> _State:
         msgs: list[Message] = []
         tokens = 0
         if s.system == "shared":
-            n = self.size(self.spec.system_tokens)
+            n = self.shared_system_content()
             msgs.append({"role": "system", "content": self.synth(n, "shared-system")})
             tokens += n
         elif s.system == "own":
@@ -491,7 +510,9 @@ def generate(spec: Scenario, out: str | Path) -> GenerateResult:
     labels = [f"request {p.rid} ({p.session}): {p.label}" for p in planned if p.label]
     notes = spec.title + (". " + "; ".join(labels) if labels else "")
     probes = [p.rid for p in planned if p.tag == PROBE_TAG]
-    with TraceWriter(out, source=f"scenario:{spec.name}", notes=notes, created=spec.created) as writer:
+    with TraceWriter(
+        out, source=f"scenario:{spec.name}", notes=notes, created=spec.created, start=spec.clock
+    ) as writer:
         for sid, s in spec.sessions.items():
             if sid in used:
                 labels_out = dict(s.labels)

@@ -10,11 +10,14 @@ from replay.scenario.build import plan_requests
 from replay.scenario.spec import Arm, Scenario, Step
 
 
-def arm_sim_flags(arm: Arm, time_scale: float) -> list[str]:
-    """The arm's simulator flags with the time scale (an arm's own `--time-scale` wins)."""
+def arm_sim_flags(arm: Arm, time_scale: float, clock: str | None = None) -> list[str]:
+    """The arm's simulator flags with the time scale (an arm's own `--time-scale` wins) and the
+    report's clock at the first request, so the simulator's log reads in the report's own hours."""
     flags = list(arm.sim)
     if "--time-scale" not in flags:
         flags += ["--time-scale", f"{time_scale:g}"]
+    if clock is not None and "--clock" not in flags:
+        flags += ["--clock", clock]
     return flags
 
 
@@ -130,6 +133,20 @@ def describe(spec: Scenario) -> RenderableType:
     for arm in spec.arms:
         extra = f"; params {arm.params}" if arm.params else ""
         md.append(f"- **{arm.name}**: {arm.about or '-'} (`{' '.join(arm.sim) or 'defaults'}`{extra})")
+    if spec.expects:
+        md += ["", f"## Field figures (`replay scenario check {spec.name}`)"]
+        for e in spec.expects:
+            gap = f" (known gap: {e.gap})" if e.gap else ""
+            md.append(f"- {e.arm}, {e.selection}: {e.about or e.metric} = {e.field} [{e.source}]{gap}")
+    if spec.leftovers:
+        md += ["", "## On disk at the start (an earlier day's files)"]
+        for row in spec.leftovers:
+            what = (
+                "the shared system prefix"
+                if row.what == "system-prefix"
+                else f"{row.gib:g} GiB of other files"
+            )
+            md.append(f"- {what}: {row.hits} hits, last used {row.age_h:g} h before")
     md += ["", "## Run it", "```", f"replay scenario generate {spec.name} -o {spec.name}.jsonl"]
     for arm in spec.arms:
         md.append(

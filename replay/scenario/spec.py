@@ -13,6 +13,7 @@ any field by its dotted path. The built-in knob `scale` multiplies every content
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.errors import TraceError, UsageError
+from replay.scenario.expect import Expect, parse_expect
 
 PLANS = ("alternate", "overlap", "timed", "closed-loop")
 OPS = ("turn", "compaction", "prewarm", "resend", "ask", "edit")
@@ -99,6 +101,31 @@ class Step:
     when: str | None = None
 
 
+def clock_seconds(clock: str | None) -> float | None:
+    """An ISO 8601 time as seconds after its own midnight (None stays None)."""
+    if clock is None:
+        return None
+    t = _dt.datetime.fromisoformat(clock)
+    return float(t.hour * 3600 + t.minute * 60 + t.second)
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """Checkpoint files an earlier day left in the disk-KV directory before the scenario starts.
+
+    `what = "system-prefix"`: one file holding the shared system prompt + tools (the cold save's
+    chat-anchor cut of the agent's earlier conversations); `"other"`: `gib` of files of
+    `file_tokens` each that no prompt of the scenario shares. `hits` restores, last used `age_h`
+    hours before trace time 0 (hits decay with ds4's 6 h half-life).
+    """
+
+    what: str
+    hits: int
+    age_h: float
+    gib: float = 0.0
+    file_tokens: int = 81920
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
@@ -119,6 +146,19 @@ class Scenario:
     seed: int
     created: str
     overrides: dict[str, Any] = field(default_factory=dict)
+    # The report's wall clock at trace time 0 (ISO 8601), for scenarios taken from a dated report:
+    # the simulator stamps its log with it and expectation windows are written in it.
+    clock: str | None = None
+    # The rendered system turn (system prompt + tools + template) the shared prompt must come to,
+    # when the report gives that figure (ds4's `cached=` on a switch); 0 = system_tokens as content.
+    system_turn_tokens: int = 0
+    leftovers: tuple[Leftover, ...] = ()
+    expects: tuple[Expect, ...] = ()
+
+    @property
+    def clock_s(self) -> float | None:
+        """Seconds after midnight of trace time 0, in the report's own time zone."""
+        return clock_seconds(self.clock)
 
     def arm(self, name: str) -> Arm:
         for arm in self.arms:
@@ -349,7 +389,13 @@ def _build(
     }
     server_flags = meta.strings("server_flags")
     seed = meta.int("seed", 1)
-    created = meta.text("created", DEFAULT_CREATED)
+    clock = meta.get("clock", str, None, "an ISO 8601 time, e.g. 2026-09-01T06:40:00+00:00")
+    if clock is not None:
+        try:
+            _dt.datetime.fromisoformat(clock)
+        except ValueError:
+            raise meta.fail("clock", f"not an ISO 8601 time: {clock!r}") from None
+    created = meta.text("created", clock or DEFAULT_CREATED)
     meta.done()
 
     run_t = top.table("run")
@@ -365,6 +411,10 @@ def _build(
 
     prompt = top.table("prompt")
     system_tokens = prompt.int("system_tokens", 0)
+    system_turn_tokens = prompt.int("system_turn_tokens", 0)
+    if system_turn_tokens and system_tokens:
+        raise prompt.fail("system_turn_tokens", "give system_tokens or system_turn_tokens, not both")
+    system_tokens = system_tokens or system_turn_tokens
     tools = prompt.strings("tools") or ("read_file", "run_command")
     prompt.done()
 
@@ -402,6 +452,9 @@ def _build(
         if s.reply == "tool" and not s.tools:
             raise where.fail(("sessions", s.id, "reply"), "tool-call replies need tools = true")
 
+    leftovers = _leftovers(where, top.get("leftovers", list, [], "an array of tables ([[leftovers]])"))
+    expect_rows = top.get("expect", list, [], "an array of tables ([[expect]])")
+    expects = _expects(where, expect_rows, arms, clock_seconds(clock))
     steps_raw = top.get("steps", list, [], "an array of tables ([[steps]])")
     steps = tuple(_step(where, i, item, sessions, params) for i, item in enumerate(steps_raw))
     if not steps:
@@ -422,8 +475,68 @@ def _build(
         seed=seed,
         created=created,
         overrides=overrides,
+        clock=clock,
+        system_turn_tokens=system_turn_tokens,
+        leftovers=leftovers,
+        expects=expects,
         **scenario_fields,
     )
+
+
+LEFTOVER_KINDS = ("system-prefix", "other")
+
+
+def _leftovers(where: _Where, rows: list[Any]) -> tuple[Leftover, ...]:
+    out = []
+    for i, item in enumerate(rows):
+        t = _Table(where, ("leftovers", i), item)
+        row = Leftover(
+            what=t.choice("what", LEFTOVER_KINDS, "other"),
+            hits=t.int("hits", 0),
+            age_h=t.number("age_h", 12.0),
+            gib=t.number("gib", 0.0),
+            file_tokens=t.int("file_tokens", 81920, low=1),
+        )
+        t.done()
+        if row.what == "other" and row.gib <= 0:
+            raise t.fail("gib", "leftovers of other conversations need gib > 0")
+        out.append(row)
+    return tuple(out)
+
+
+def _expects(where: _Where, rows: list[Any], arms: list[Arm], clock_s: float | None) -> tuple[Expect, ...]:
+    names = {a.name for a in arms}
+    out = []
+    for i, item in enumerate(rows):
+        t = _Table(where, ("expect", i), item)
+        raw: dict[str, Any] = {
+            "arm": t.text("arm"),
+            "metric": t.text("metric"),
+            "stat": t.text("stat", "all"),
+            "window": t.text("window"),
+            "source": t.text("source"),
+            "about": t.text("about"),
+            "tolerance": t.number("tolerance", 0.1),
+            "slack": t.number("slack", 0.0),
+        }
+        for key in ("step", "session", "tag", "switch", "gap"):
+            value = t.get(key, str, None, "a string")
+            if value is not None:
+                raw[key] = value
+        last = t.get("last", int, None, "an integer")
+        if last is not None:
+            raw["last"] = last
+        raw["value"] = t.get("value", (int, float, list), None, "a number or a range [low, high]")
+        t.done()
+        if raw["arm"] not in names:
+            raise t.fail("arm", f"unknown arm {raw['arm']!r} (arms: {', '.join(sorted(names))})")
+        if not raw["source"]:
+            raise t.fail("source", "every expectation names its source (a seed-figures section)")
+        try:
+            out.append(parse_expect(raw, clock_s))
+        except ValueError as exc:
+            raise t.fail(None, str(exc)) from None
+    return tuple(out)
 
 
 def _session(where: _Where, sid: str, defaults: dict[str, Any], data: Any) -> SessionSpec:

@@ -76,31 +76,42 @@ def chain(
 ) -> Chain:
     """Files written reading `tokens` tokens after restoring `start` (0 = from scratch).
 
-    Cold save (from scratch only, prompt within [min, cold_max]) at the anchor or the fallback cut;
-    continued saves where prefill progress events (every prefill chunk from `start`) land on the
-    interval; and, with `final`, the copy of the whole conversation the next switch (evict) or a
-    shutdown writes.
+    The prefill is walked as the simulator walks it (`DiskLane._prefill`): prefill quanta from
+    `start`, a continued save wherever a progress event lands on the interval, the cold save (from
+    scratch only, prompt within [min, cold_max]) when the prefill reaches its cut (the anchor or the
+    fallback cut), so a cold read also writes the continued saves it passes before the cut; then,
+    with `final`, the copy of the whole conversation the next switch (evict) or a shutdown writes.
     """
     cfg = cfg or config_for()
     files: list[ChainFile] = []
+
+    def save(n: int, reason: str) -> int:
+        files.append(ChainFile(n, cfg.file_bytes(n), reason))
+        return n
+
     last = start
+    progress = policy.shows_progress(start, tokens, cfg)
     cut = None
-    if start == 0 and policy.cold_save_applies(0, tokens, cfg):
+    if policy.cold_save_applies(start, tokens, cfg):
         cut = policy.cold_cut(tokens, anchor, cfg)
-        files.append(ChainFile(cut, cfg.file_bytes(cut), "cold"))
-        last = cut
     pos = start
+    if progress and policy.continued_due(pos, last, cfg):
+        last = save(pos, "continued")
     step = cfg.prefill_step
     while pos < tokens:
-        nxt = min(pos + step, tokens)
-        if cut is not None and pos < cut < nxt:
-            nxt = cut
-        pos = nxt
-        if policy.continued_due(pos, last, cfg):
-            files.append(ChainFile(pos, cfg.file_bytes(pos), "continued"))
-            last = pos
+        stop = cut if cut is not None and pos < cut else tokens
+        pos += max(1, min(step, stop - pos))
+        if cut is not None and pos == cut and pos < tokens:
+            cut = None
+            last = save(pos, "cold")
+        if progress and policy.continued_due(pos, last, cfg):
+            last = save(pos, "continued")
+    if policy.continued_due(tokens, last, cfg):
+        last = save(tokens, "continued")
+    if cut == tokens:
+        last = save(tokens, "cold")
     if final and tokens >= cfg.kv_cache_min_tokens and tokens > last:
-        files.append(ChainFile(tokens, cfg.file_bytes(tokens), "evict"))
+        save(tokens, "evict")
     files.sort(key=lambda f: f.tokens)
     return Chain(tokens, start, tuple(files))
 
@@ -353,7 +364,7 @@ class _Tally:
                         self.waits.append(r.total_s - r.decode_s)
         disk = self.model.disk
         if disk is not None:
-            row.peak_disk_bytes = max(row.peak_disk_bytes, disk.total)
+            row.peak_disk_bytes = max(row.peak_disk_bytes, disk.peak)
 
     def close(self) -> SweepRow:
         row = self.row
@@ -747,12 +758,21 @@ def sweep_table(report: SweepReport) -> Table:
             f"{r.wait_max_s:.1f}s",
             human_bytes(r.peak_disk_bytes),
         )
+    notes = [PEAK_NOTE]
     if report.target_reread is not None:
-        table.caption = (
+        notes.insert(
+            0,
             f"smallest budget where no switch re-reads more than {report.target_reread:,} tokens: "
-            + (f"{report.best_budget / 2**30:.1f} GiB (*)" if report.best_budget else "none of these")
+            + (f"{report.best_budget / 2**30:.1f} GiB (*)" if report.best_budget else "none of these"),
         )
+    table.caption = "\n".join(notes)
     return table
+
+
+PEAK_NOTE = (
+    "peak disk: the most the directory held; ds4's May build (--eviction base) writes a checkpoint "
+    "and then evicts, so it can hold one file over the budget for a moment"
+)
 
 
 # --- option helpers for the CLI ------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 FORMAT = "agent-replay-trace/1"
 
-APIS = ("openai", "anthropic")
+APIS = ("openai", "anthropic", "openai-responses")
 
 Message = dict[str, Any]
 
@@ -114,6 +114,8 @@ class Trace:
     header: TraceHeader
     sessions: dict[str, Session]
     requests: list[Request]
+    # Calls the recorder passed through without recording (`unrecorded` lines), as written.
+    unrecorded: list[dict[str, Any]] = field(default_factory=list)
 
     def by_id(self) -> dict[int, Request]:
         return {r.id: r for r in self.requests}

@@ -18,8 +18,8 @@ import orjson
 from replay.errors import TraceError
 from replay.trace.model import APIS, FORMAT, Request, Session, Trace, TraceHeader
 
-KINDS = ("trace", "session", "blob", "request")
-_MESSAGE_ROLES = ("system", "user", "assistant", "tool")
+KINDS = ("trace", "session", "blob", "request", "unrecorded")
+_MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class _Checker:
@@ -207,6 +207,12 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         if bid in check.blobs:
             raise check.fail(f"blob {bid!r} defined twice")
         check.blobs[bid] = obj["value"]
+    elif kind == "unrecorded":
+        check.need(obj, "method", str)
+        check.need(obj, "path", str)
+        count = check.need(obj, "count", int)
+        if count < 1:
+            raise check.fail("unrecorded: count must be >= 1")
     else:
         _validate_request(check, obj)
     return obj
@@ -248,6 +254,11 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
     if any(type(v) is dict and "$blob" in v for v in params.values()):
         params = {k: check.blob(v) for k, v in params.items()}
     obj["params"] = params
+    previous = params.get("previous_response")
+    if previous is not None and (type(previous) is not int or previous not in check.n_messages):
+        raise check.fail(
+            f"request {rid}: params.previous_response {previous!r} is not a request defined before this line"
+        )
     for key in ("reply", "usage", "after"):
         if obj.get(key) is not None and not isinstance(obj[key], dict):
             raise check.fail(f"request {rid}: {key} must be an object")
@@ -260,12 +271,14 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
 
 def validate(path: str | Path) -> dict[str, int]:
     """Check a whole trace; return counts of what it holds."""
-    counts = {"sessions": 0, "requests": 0, "blobs": 0, "lines": 0}
+    counts = {"sessions": 0, "requests": 0, "blobs": 0, "lines": 0, "unrecorded": 0}
     for check, obj in iter_records(path):
         counts["lines"] = check.line
         kind = obj["kind"]
         if kind in ("session", "blob", "request"):
             counts[kind + "s"] += 1
+        elif kind == "unrecorded":
+            counts["unrecorded"] += obj["count"]
     return counts
 
 
@@ -284,10 +297,13 @@ def read_trace(path: str | Path) -> Trace:
 def _read_trace(path: str | Path) -> Trace:
     header = TraceHeader()
     requests: list[Request] = []
+    unrecorded: list[dict[str, Any]] = []
     by_id: dict[int, Request] = {}
     check: _Checker | None = None
     for check, obj in iter_records(path):
         kind = obj["kind"]
+        if kind == "unrecorded":
+            unrecorded.append(obj)
         if kind == "trace":
             header = TraceHeader(
                 format=obj["format"],
@@ -299,7 +315,7 @@ def _read_trace(path: str | Path) -> Trace:
         elif kind == "request":
             requests.append(_request(obj, by_id, check.line))
     sessions = check.sessions if check else {}
-    return Trace(path=str(path), header=header, sessions=sessions, requests=requests)
+    return Trace(path=str(path), header=header, sessions=sessions, requests=requests, unrecorded=unrecorded)
 
 
 def iter_requests(path: str | Path, last_named: dict[int, int] | None = None) -> Iterator[Request]:

@@ -1,22 +1,29 @@
 """Which part of a trace one replay sends: a shard of the sessions, the parts of its workers, and
 the `probe` requests left out.
 
-Each session belongs to one shard, chosen by a stable hash of its id (the same on every host and
-Python version), so a session's turns, history and live replies never leave the process that
-owns them. Host k of N runs `replay run TRACE --shard k/N`; inside one run, `--workers M` splits
-the selected sessions again with the same hash over N*M shards, which keeps shard k's sessions
-(and only them) and spreads them evenly (a hash taken modulo M alone would send every session of
-shard 1/2 to one of two workers).
+Each session belongs to one shard, so its turns, history and live replies never leave the process
+that owns them. Shards are balanced by work, not by count: a session's work is the prompt tokens it
+sends over the trace (recorded usage where the trace has it, else an estimate from its messages),
+and sessions are dealt, heaviest first, to the shard with the least work so far (ties to the lower
+shard, then the session id), so every host computes the same split and no shard is empty while
+another holds two 100K conversations. Host k of N runs `replay run TRACE --shard k/N` (in a
+Kubernetes Indexed Job, `--shard auto/N` takes k from `JOB_COMPLETION_INDEX`); inside one run,
+`--workers M` deals the shard's sessions the same way over M workers.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
+import os
+from collections.abc import Mapping
+
+import orjson
 
 from replay.errors import UsageError
-from replay.trace.model import Trace
+from replay.trace.model import Message, Request, Trace
 
+COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes in each pod of an Indexed Job
+BYTES_PER_TOKEN = 4
 PROBE_TAG = "probe"  # a request that stands for "save the slot, restart the server, restore, resend"
 SKIP_NOTICE = (
     "{n} request(s) tagged 'probe' ({ids}) left out: each stands for 'save the slot, restart the "
@@ -24,22 +31,64 @@ SKIP_NOTICE = (
 )
 
 
-def parse_shard(spec: str) -> tuple[int, int]:
-    """`"2/4"` -> (2, 4); shards are numbered from 1."""
+def parse_shard(spec: str, environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """`"2/4"` -> (2, 4); shards are numbered from 1. `"auto/4"` takes the shard from the
+    Kubernetes Indexed Job's `JOB_COMPLETION_INDEX` (0-based): index 1 -> shard 2/4."""
     index, slash, count = spec.partition("/")
+    if index == "auto" and slash:
+        env = os.environ if environ is None else environ
+        raw = env.get(COMPLETION_INDEX)
+        if raw is None:
+            raise UsageError(
+                f"--shard {spec}: {COMPLETION_INDEX} is not set (it is, in a Kubernetes Indexed Job)"
+            )
+        if not raw.isdigit():
+            raise UsageError(f"--shard {spec}: {COMPLETION_INDEX}={raw!r} is not a whole number")
+        index = str(int(raw) + 1)
     try:
         i, n = int(index), int(count)
     except ValueError:
         i = n = 0
     if not slash or n < 1 or not 1 <= i <= n:
-        raise UsageError(f"--shard must be i/N with 1 <= i <= N (e.g. 1/2), not {spec!r}")
+        raise UsageError(f"--shard must be i/N or auto/N with 1 <= i <= N (e.g. 1/2), not {spec!r}")
     return i, n
 
 
-def shard_of(session_id: str, count: int) -> int:
-    """The shard (1..count) that owns a session: a hash that no process or host can disagree on."""
-    digest = hashlib.blake2b(session_id.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % count + 1
+def session_work(trace: Trace) -> dict[str, int]:
+    """Prompt tokens each session sends over the trace: recorded `usage.prompt_tokens` where the
+    trace has it, else its messages' estimated tokens (a word-piece tokenizer's ~4 bytes a token;
+    `synth` content counts as written). Only the balance of shards depends on it."""
+    replies = {r.id: _reply_tokens(r) for r in trace.requests}
+    sizes: dict[int, int] = {}
+    own: dict[int, int] = {}  # estimated tokens of each request's messages
+    work: dict[str, int] = dict.fromkeys(trace.sessions, 0)
+    for req in trace.requests:
+        parent = req.parent
+        if parent is None or parent.id not in own:
+            before = 0
+        elif req.keep >= parent.n_messages:
+            before = own[parent.id]
+        else:  # a compaction keeps part of the parent: its share, by message count
+            before = own[parent.id] * req.keep // max(1, parent.n_messages)
+        own[req.id] = before + sum(_message_tokens(m, replies, sizes) for m in req.append)
+        recorded = (req.usage or {}).get("prompt_tokens")
+        tools = req.params.get("tools")
+        estimate = own[req.id] + (_value_tokens(tools, sizes) if tools is not None else 0)
+        work[req.session] = work.get(req.session, 0) + (
+            recorded if type(recorded) is int and recorded >= 0 else estimate
+        )
+    return work
+
+
+def assign_shards(work: Mapping[str, int], count: int) -> dict[str, int]:
+    """Session -> shard (1..count): heaviest session first, each to the least-loaded shard."""
+    loads = [0] * count
+    out: dict[str, int] = {}
+    for sid in sorted(work, key=lambda s: (-work[s], s)):
+        shard = min(range(count), key=lambda k: (loads[k], k))
+        loads[shard] += max(1, work[sid])
+        out[sid] = shard + 1
+    return out
 
 
 def select_shard(trace: Trace, index: int, count: int) -> Trace:
@@ -50,7 +99,20 @@ def select_shard(trace: Trace, index: int, count: int) -> Trace:
     """
     if not 1 <= index <= count:
         raise UsageError(f"shard {index} is not between 1 and {count}")
-    sessions = {sid: s for sid, s in trace.sessions.items() if shard_of(sid, count) == index}
+    owner = assign_shards(session_work(trace), count)
+    return _part(trace, {sid for sid, shard in owner.items() if shard == index})
+
+
+def split_workers(trace: Trace, workers: int) -> list[Trace]:
+    """`trace` (a whole trace, or one shard of one) dealt by work over `workers` processes."""
+    if workers < 1:
+        raise UsageError("--workers must be at least 1")
+    owner = assign_shards(session_work(trace), workers)
+    return [_part(trace, {sid for sid, w in owner.items() if w == k}) for k in range(1, workers + 1)]
+
+
+def _part(trace: Trace, chosen: set[str]) -> Trace:
+    sessions = {sid: s for sid, s in trace.sessions.items() if sid in chosen}
     mine = {r.id for r in trace.requests if r.session in sessions}
     requests = []
     for req in trace.requests:
@@ -64,17 +126,31 @@ def select_shard(trace: Trace, index: int, count: int) -> Trace:
     return Trace(path=trace.path, header=trace.header, sessions=sessions, requests=requests)
 
 
-def split_workers(trace: Trace, workers: int, shard: tuple[int, int] = (1, 1)) -> list[Trace]:
-    """`trace` (shard `shard` of a whole trace, already selected) cut into one part per worker.
+def _reply_tokens(req: Request) -> int:
+    value = (req.reply or {}).get("output_tokens")
+    return value if type(value) is int and value >= 0 else 0
 
-    Worker w of shard i/N replays global shard i + N*(w-1) of N*M: a session in shard i/N has
-    hash % N == i-1, so it lands in exactly one of those M finer shards. With N = 1 this is the
-    plain split by `shard_of(session, M)`.
-    """
-    if workers < 1:
-        raise UsageError("--workers must be at least 1")
-    index, count = shard
-    return [select_shard(trace, index + count * w, count * workers) for w in range(workers)]
+
+def _message_tokens(msg: Message, replies: dict[int, int], sizes: dict[int, int]) -> int:
+    ref = msg.get("$reply")
+    if ref is not None:
+        return replies.get(ref, 0)
+    return _value_tokens(msg.get("content"), sizes) + _value_tokens(msg.get("tool_calls"), sizes)
+
+
+def _value_tokens(value: object, sizes: dict[int, int]) -> int:
+    """Estimated tokens of a message part; a shared value (a blob) is measured once."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return len(value) // BYTES_PER_TOKEN
+    if isinstance(value, dict) and isinstance(value.get("synth"), dict):
+        tokens = value["synth"].get("tokens")
+        return tokens if type(tokens) is int and tokens >= 0 else 0
+    key = id(value)
+    if key not in sizes:
+        sizes[key] = len(orjson.dumps(value)) // BYTES_PER_TOKEN
+    return sizes[key]
 
 
 def skip_probes(trace: Trace) -> tuple[Trace, str | None]:

@@ -38,20 +38,34 @@ class _SessionState:
 class TraceWriter:
     """Append-only writer of one trace file."""
 
-    def __init__(self, path: str | Path, source: str, notes: str = "", created: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        source: str,
+        notes: str = "",
+        created: str | None = None,
+        start: str | None = None,
+    ) -> None:
         self.path = str(path)
         self._out: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by close()
         self._next_id = 1
         self._sessions: dict[str, _SessionState] = {}
         self._blobs: set[str] = set()
         created = created or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-        self._line({"kind": "trace", "format": FORMAT, "created": created, "source": source, "notes": notes})
+        header = {"kind": "trace", "format": FORMAT, "created": created, "source": source, "notes": notes}
+        if start:
+            header["start"] = start  # the wall-clock time of t=0 (FORMAT.md)
+        self._line(header)
 
     def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._out.closed
 
     def close(self) -> None:
         if not self._out.closed:
@@ -80,6 +94,10 @@ class TraceWriter:
         state = self._sessions.get(sid)
         if state is not None:
             state.last_id, state.messages, state.reply = None, [], None
+
+    def raw_line(self, obj: dict[str, Any]) -> None:
+        """A line of a kind this writer has no method for (the recorder's `unrecorded` lines)."""
+        self._line(obj)
 
     def blob(self, bid: str, value: Any) -> dict[str, str]:
         """Store a large shared value once; returns the reference to put where it is used."""

@@ -76,6 +76,15 @@ NOISE = {
         b'data: {"choices":[{"index":0,"delta":{"reasoning_content":null},"finish_reason":null}]}\n\n',
     ],
     "anthropic": [b'event: ping\ndata: {"type":"ping"}\n\n'],
+    # Item and part openings, an empty delta, a reasoning summary part without text.
+    "openai-responses": [
+        b'event: response.output_item.added\ndata: {"type":"response.output_item.added","output_index":0,'
+        b'"item":{"id":"msg_0","type":"message","role":"assistant","content":[]}}\n\n',
+        b'event: response.content_part.added\ndata: {"type":"response.content_part.added","item_id":"msg_0",'
+        b'"output_index":0,"content_index":0,"part":{"type":"output_text","text":""}}\n\n',
+        b'data: {"type":"response.output_text.delta","item_id":"msg_0","output_index":0,"delta":""}\n\n',
+        b'data: {"type":"response.reasoning_summary_part.added","item_id":"rs_0","output_index":0}\n\n',
+    ],
 }
 
 
@@ -286,6 +295,165 @@ async def test_anthropic_request_body_and_headers(scripted_server: ScriptedServe
     ]
 
 
+async def test_responses_request_body(scripted_server: ScriptedServer, client: Any) -> None:
+    messages = [*MESSAGES[:1], {"role": "developer", "content": "sandbox: read-only"}, *MESSAGES[1:]]
+    call = make_call(
+        scripted_server,
+        "body-3",
+        messages=messages,
+        tools=[*TOOLS, {"type": "custom", "name": "apply_patch", "description": "Patch"}],
+        think="off",
+        extra_body={"reasoning": {"summary": "auto"}, "store": False, "prompt_cache_key": "k1"},
+    )
+    res = await send(client, "openai-responses", call)
+    assert res.ok, res.error
+    seen = scripted_server.request("body-3")
+    body = seen.body
+    assert seen.path == "/v1/responses"
+    assert body["instructions"] == "You are terse." and body["max_output_tokens"] == 32
+    assert body["reasoning"] == {"summary": "auto"} and body["prompt_cache_key"] == "k1"
+    assert body["store"] is False and "previous_response_id" not in body
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "name": "read_file",
+            "description": "Read a file",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+        {"type": "custom", "name": "apply_patch", "description": "Patch"},
+    ]
+    assert body["input"] == [
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "sandbox: read-only"}],
+        },
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Open main."}]},
+        {
+            "type": "function_call",
+            "call_id": "call_0",
+            "name": "read_file",
+            "arguments": '{"path": "main.rs"}',
+        },
+        {"type": "function_call_output", "call_id": "call_0", "output": "fn main() {}"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "And now?"}]},
+    ]
+    # Chained: only what follows the held messages goes, instructions again (they are never inherited).
+    chained = make_call(
+        scripted_server, "body-4", messages=messages, previous_response_id="resp_1", previous_messages=4
+    )
+    assert (await send(client, "openai-responses", chained)).ok
+    body = scripted_server.request("body-4").body
+    assert body["previous_response_id"] == "resp_1" and body["instructions"] == "You are terse."
+    assert [i["type"] for i in body["input"]] == ["function_call_output", "message"]
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_tool_types_only_the_responses_api_knows_are_left_out_elsewhere(
+    scripted_server: ScriptedServer, client: Any, api: str
+) -> None:
+    tools = [*TOOLS, {"type": "web_search"}, {"type": "namespace", "name": "multi_agent_v1", "tools": []}]
+    res = await send(client, api, make_call(scripted_server, "tool-types", tools=tools))
+    assert res.ok, res.error
+    sent = scripted_server.request("tool-types").body["tools"]
+    assert [t.get("name") or t["function"]["name"] for t in sent] == ["read_file"]
+
+
+async def test_responses_usage_cached_tokens_and_response_id(
+    scripted_server: ScriptedServer, client: Any
+) -> None:
+    usage = {
+        "input_tokens": 5000,
+        "input_tokens_details": {"cached_tokens": 4096},
+        "output_tokens": 3,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 5003,
+    }
+    scripted_server.default = Script(usage=usage, extra_final={"x_sim": {"total_s": 0.5}})
+    for stream in (True, False):
+        res = await send(client, "openai-responses", make_call(scripted_server, f"u{stream}", stream=stream))
+        assert res.ok, res.error
+        u = res.usage
+        assert (u.prompt_tokens, u.cached_tokens, u.output_tokens) == (5000, 4096, 3)
+        assert (u.reprocessed_tokens, u.reprocessed_source) == (904, "derived")
+        assert res.raw_usage == usage and res.x_sim == {"total_s": 0.5}
+        assert res.response_id == "resp_scripted" and res.finish == "stop"
+
+
+async def test_responses_incomplete_is_length_and_failed_is_a_server_error(
+    scripted_server: ScriptedServer, client: Any
+) -> None:
+    scripted_server.default = Script(finish="length")
+    res = await send(client, "openai-responses", make_call(scripted_server, "cap"))
+    assert res.ok and res.finish == "length"
+    failed = (
+        b'event: response.failed\ndata: {"type":"response.failed","response":{"id":"r","status":"failed",'
+        b'"error":{"code":"server_error","message":"out of memory"}}}\n\n'
+    )
+    scripted_server.default = Script(tokens=1, pre_events=[failed])
+    res = await send(client, "openai-responses", make_call(scripted_server, "failed"))
+    assert res.status == "server_error" and "out of memory" in res.error
+
+
+async def test_responses_custom_tool_call_keeps_its_free_form_input(
+    scripted_server: ScriptedServer, client: Any
+) -> None:
+    def ev(obj: dict[str, Any]) -> bytes:
+        return b"event: " + obj["type"].encode() + b"\ndata: " + orjson.dumps(obj) + b"\n\n"
+
+    item = {"id": "ct_1", "type": "custom_tool_call", "call_id": "call_9", "name": "apply_patch", "input": ""}
+    patch = "*** Begin Patch\n*** End Patch"
+    frames = [
+        ev({"type": "response.output_item.added", "output_index": 0, "item": item}),
+        ev(
+            {
+                "type": "response.custom_tool_call_input.delta",
+                "output_index": 0,
+                "item_id": "ct_1",
+                "delta": patch,
+            }
+        ),
+        ev({"type": "response.output_item.done", "output_index": 0, "item": {**item, "input": patch}}),
+    ]
+    scripted_server.default = Script(tokens=0, pre_events=frames)
+    res = await send(client, "openai-responses", make_call(scripted_server, "custom"))
+    assert res.ok, res.error
+    assert res.finish == "tool_calls"
+    assert res.message["tool_calls"] == [
+        {"id": "call_9", "name": "apply_patch", "arguments": patch, "type": "custom"}
+    ]
+
+
+async def test_anthropic_cache_marks_inline_system_and_tool_marks(
+    scripted_server: ScriptedServer, client: Any
+) -> None:
+    messages = [
+        {"role": "system", "content": "billing line"},
+        {"role": "system", "content": "You are terse."},
+        {"role": "system", "content": "agents: none", "inline": True},
+        *MESSAGES[1:],
+    ]
+    marked_tools = [{**TOOLS[0], "cache_control": {"type": "ephemeral"}}]
+    eph = {"type": "ephemeral"}
+    call = make_call(
+        scripted_server, "marks", messages=messages, tools=marked_tools, cache_marks=[(1, eph), (6, eph)]
+    )
+    assert (await send(client, "anthropic", call)).ok
+    body = scripted_server.request("marks").body
+    assert body["system"] == [
+        {"type": "text", "text": "billing line"},
+        {"type": "text", "text": "You are terse.", "cache_control": eph},
+    ]
+    assert body["tools"][0]["cache_control"] == eph
+    assert body["messages"][0] == {"role": "system", "content": "agents: none"}
+    assert body["messages"][-1]["content"][-1] == {"type": "text", "text": "And now?", "cache_control": eph}
+    # The chat client knows neither mark: `inline` is not sent, `developer` goes as `system`.
+    call = make_call(scripted_server, "plain", messages=[*messages, {"role": "developer", "content": "d"}])
+    assert (await send(client, "openai", call)).ok
+    sent = scripted_server.request("plain").body["messages"]
+    assert all("inline" not in m for m in sent) and sent[-1] == {"role": "system", "content": "d"}
+
+
 @pytest.mark.parametrize(("api", "think", "expected"), [
     ("openai", "auto", {}),
     ("openai", "on", {"chat_template_kwargs": {"enable_thinking": True}}),
@@ -482,10 +650,14 @@ async def test_stream_without_terminator_is_broken_but_kept(
     scripted_server.default = Script(fault="no_done", tokens=3)
     res = await send(client, api, make_call(scripted_server, "nodone"))
     assert res.status == "stream_broken"
-    assert ("[DONE]" if api == "openai" else "message_stop") in res.error
+    terminal = {"openai": "[DONE]", "anthropic": "message_stop", "openai-responses": "response.completed"}
+    assert terminal[api] in res.error
     assert_names_request(res, "nodone")
     assert res.message is not None and res.message["content"] == "tok0 tok1 tok2 "
-    assert res.usage.output_tokens == 3  # usage that arrived before the cut is kept
+    if api == "openai-responses":
+        assert res.usage.output_tokens is None  # its usage rides only on the terminal event
+    else:
+        assert res.usage.output_tokens == 3  # usage that arrived before the cut is kept
 
 
 @pytest.mark.parametrize("api", API_NAMES)

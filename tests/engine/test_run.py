@@ -382,3 +382,33 @@ def test_run_on_the_simulator_records_the_servers_log_memory_and_build(tmp_path)
     assert all(r["reprocessed_source"] == "server" and r["modelled"]["total_s"] > 0 for r in requests)
     restores = [o for o in objs if o["kind"] == "server" and o.get("event") == "restore"]
     assert restores and all(o["request_seq"] for o in restores)
+
+
+def test_responses_chains_are_remade_with_the_servers_own_response_ids(scripted_server, tmp_path):
+    """A request recorded with `previous_response_id` goes with the id this run's server gave the
+    earlier reply and only the messages after it; instructions go every time (never inherited),
+    also when only the later request has them."""
+    path = tmp_path / "chain.jsonl"
+    reply = {"message": {"role": "assistant", "content": "x"}, "finish": "stop", "output_tokens": 3}
+    with TraceWriter(path, source="test") as w:
+        w.session("c", api="openai-responses")
+        user = [{"role": "user", "content": "a"}]
+        w.request("c", 0.0, user, {"max_tokens": 3}, reply=reply)
+        later = [
+            {"role": "system", "content": "inst"},
+            *user,
+            reply["message"],
+            {"role": "user", "content": "b"},
+        ]
+        w.request("c", 1.0, later, {"max_tokens": 3, "previous_response": 1}, reply=reply)
+        third = [*later, reply["message"], {"role": "user", "content": "c"}]
+        w.request("c", 2.0, third, {"max_tokens": 3, "previous_response": 2}, reply=reply)
+    outcome = replay(scripted_server, path, tmp_path / "r.jsonl")
+    assert outcome.exit_code == 0
+    first, second, last = (s.body for s in scripted_server.seen[-3:])
+    assert "previous_response_id" not in first and "instructions" not in first
+    for body, text in ((second, "b"), (last, "c")):
+        assert body["previous_response_id"] == "resp_scripted" and body["instructions"] == "inst"
+        assert body["input"] == [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+        ]

@@ -118,8 +118,11 @@ def test_anthropic_specifics_system_blocks_thinking_images_and_user_id():
         {"role": "tool", "tool_call_id": "t1", "content": "data"},
     ]
     assert p.dropped_parts == 1 and p.user_id.endswith("abcdef12-3")
-    assert p.params["extra"] == {"thinking": {"type": "enabled", "budget_tokens": 1024}}
-    assert "metadata" not in str(p.params)
+    # `metadata` is kept and sent back on replay (issue #22): Claude Code's user id is no credential.
+    assert p.params["extra"] == {
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "metadata": body["metadata"],
+    }
 
 
 def sse(*objs: object) -> bytes:
@@ -199,7 +202,7 @@ def test_reply_tap_statuses():
 
 def test_the_tap_reads_each_api_with_the_engines_registered_reader():
     """Recording and replay interpret a server's bytes with one reader per API, from one registry."""
-    assert sorted(APIS) == ["anthropic", "openai"]
+    assert sorted(APIS) == ["anthropic", "openai", "openai-responses"]
     for name, api in APIS.items():
         assert type(ReplyTap(name).reader) is type(api.reader())
         assert ReplyTap(name).reader is not ReplyTap(name).reader  # a fresh one per reply

@@ -99,45 +99,65 @@ def morning(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Arm]:
     return run("slow-morning", ["24G", "64G"], tmp_path_factory.mktemp("morning"), scale=1000.0)
 
 
-def _after_compaction(arm: Arm) -> list[dict[str, Any]]:
-    """Main and review after 07:55 (their first requests left out: a cold read and a continuation)."""
+def _window(arm: Arm, sessions: tuple[str, ...], after_compaction: bool) -> list[dict[str, Any]]:
     compaction = next(r for r in arm.requests if r["tag"] == "compaction")
-    return [r for r in arm.requests if r["seq"] > compaction["seq"] and r["session"] in ("main", "review")][
-        2:
+    return [
+        r
+        for r in arm.requests
+        if r["session"] in sessions
+        and (r["seq"] > compaction["seq"]) == after_compaction
+        and r is not compaction
     ]
+
+
+# The morning runs closed-loop: who is in flight when depends a little on wall time, so these
+# assertions are about what every run shows; `replay scenario check slow-morning` states the
+# field figures and the known gaps.
+
+
+def test_slow_morning_24g_every_switch_finds_only_the_shared_system_prefix(morning: dict[str, Arm]) -> None:
+    arm = morning["24G"]
+    early = _window(arm, ("main", "fin1", "fin2"), after_compaction=False)
+    switches = [r for r in early if "switch" in r["switch"]]
+    assert len(switches) >= 0.8 * (len(early) - 3)  # every request from another conversation
+    fins = [r for r in switches if r["session"] != "main"]
+    assert fins and all(r["cached_tokens"] == 14_336 for r in fins)  # their newest copy was evicted
+    # The report's first file after the restored 14,336-token prefix is at 20K: no 10,240 file.
+    assert not [s for s in arm.events("store") if s["tokens"] == 10_240]
+    review = _window(arm, ("review",), after_compaction=True)
+    assert review and all(r["cached_tokens"] == 14_336 for r in review)
+    assert all(45_000 <= r["reprocessed_tokens"] <= 60_000 for r in review)  # re-reads 50-60K
+    compaction = next(r for r in arm.requests if r["tag"] == "compaction")
+    assert compaction["prompt_tokens"] == pytest.approx(70_000, rel=0.05)  # about 70K kept
+    evictions = arm.events("evict")
+    assert len(evictions) > 20
+    assert _share(evictions, lambda e: e["hits"] == 0) >= 0.9
 
 
 def _share(rows: list[dict[str, Any]], test: Any) -> float:
     return sum(1 for r in rows if test(r)) / len(rows)
 
 
-# The morning runs closed-loop: who is in flight when depends a little on wall time, so these
-# assertions are about the majority of requests, which the seed figures also describe.
-
-
-def test_slow_morning_24g_rereads_and_evicts_unused_files(morning: dict[str, Arm]) -> None:
-    arm = morning["24G"]
-    late = _after_compaction(arm)
-    assert len(late) >= 9
-    assert _share(late, lambda r: "concurrent" in r["switch"]) >= 0.7  # two in flight
-    assert _share(late, lambda r: r["reprocessed_tokens"] > 0.8 * r["prompt_tokens"]) >= 0.7  # re-read most
-    assert statistics.median(r["modelled"]["total_s"] for r in late) > 150  # seed: most 200-266 s
-    assert _share(late, lambda r: r["modelled"]["queue_s"] > 30) >= 0.4  # waiting behind the other re-read
-    evictions = arm.events("evict")
-    assert len(evictions) > 20
-    assert _share(evictions, lambda e: e["hits"] == 0) >= 0.9
-    compaction = next(r for r in arm.requests if r["tag"] == "compaction")
-    assert compaction["reprocessed_tokens"] > 60_000  # one full prefill of what is kept
-
-
-def test_slow_morning_64g_keeps_each_conversation(morning: dict[str, Arm]) -> None:
+def test_slow_morning_64g_keeps_each_conversation_until_the_compaction(morning: dict[str, Arm]) -> None:
     arm = morning["64G"]
-    late = _after_compaction(arm)
-    assert _share(late, lambda r: r["reprocessed_tokens"] < 2_000) >= 0.8
-    assert statistics.median(r["modelled"]["total_s"] for r in late) < 40
+    early = [r for r in _window(arm, ("main", "fin1", "fin2"), False) if "switch" in r["switch"]]
+    assert early and all(r["modelled"]["cache_source"] == "disk" for r in early)
+    # Mostly the whole previous state comes back (only the new tokens are re-read); late in the
+    # window files restored once fill even 64 GB (`scenario check` lists it as a known gap).
+    whole = [
+        r
+        for r in early
+        if r["reprocessed_tokens"] <= r["prompt_tokens"] - arm.previous(r)["prompt_tokens"] + 300
+    ]
+    assert len(whole) >= 0.8 * len(early)
     assert len(arm.events("evict")) < len(morning["24G"].events("evict"))
-    compaction = next(r for r in arm.requests if r["tag"] == "compaction")
-    assert compaction["reprocessed_tokens"] > 55_000
+
+
+def test_slow_morning_log_is_stamped_in_the_reports_clock(morning: dict[str, Arm]) -> None:
+    lines = Path(morning["24G"].res.path).with_suffix(".server.log").read_text().splitlines()
+    assert lines[0].startswith("0901 06:45:")  # the first request's time in the report
+    last = lines[-1].split()[1]
+    assert "07:10:00" < last < "09:30:00"  # modelled hours, not the few wall seconds of the run
 
 
 @pytest.fixture(scope="module")

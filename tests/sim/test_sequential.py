@@ -97,14 +97,13 @@ def _stale(cfg: SimConfig, count: int) -> list[StaleFile]:
 def _by_event_loop(cfg: SimConfig, jobs: list[Job], stale: list[StaleFile]) -> dict[str, Any]:
     model = CacheModel(cfg, _stale_checkpoints(stale, cfg), progress=False)
     events = model.startup()
-    peak = model.disk.total if model.disk else 0
     for job in jobs:
         events += model.run_until_idle()
-        peak = max(peak, model.disk.total if model.disk else 0)
         model.submit(job, model.now)
         events += model.drain()
     events += model.run_until_idle()
-    peak = max(peak, model.disk.total if model.disk else 0)
+    # The most the directory held, the moment between a May-build write and its eviction included.
+    peak = model.disk.peak if model.disk else 0
     evicted = [e.checkpoint for e in events if isinstance(e, ev.Evicted)]
     return {
         "results": [e.result for e in events if isinstance(e, ev.Finished)],

@@ -314,7 +314,8 @@ def _file(
 
 
 def test_base_eviction_keeps_restored_files_and_drops_the_oldest_never_restored() -> None:
-    cfg = QWEN.with_(kv_disk_space_mb=1_000)  # fits two 10K-token files (345 MiB each) + change
+    # No fixed part per file: every never-restored file scores the same, the tie-break decides.
+    cfg = QWEN.with_(kv_disk_space_mb=1_000, fixed_bytes=0)  # fits two 10K-token files + change
     old_hit = _file("a", 10_000, cfg, hits=1, t=-100.0)
     older = _file("b", 10_000, cfg, t=-50.0)
     model = CacheModel(cfg, [old_hit, older], progress=False)
@@ -327,8 +328,22 @@ def test_base_eviction_keeps_restored_files_and_drops_the_oldest_never_restored(
     assert idx["Stored"] < idx["Evicted"]  # May build: evict after the store
 
 
-def test_hits_decay_with_a_six_hour_half_life() -> None:
+def test_with_a_fixed_part_per_file_the_shortest_never_restored_file_goes_first() -> None:
+    # ds4's score is tokens / file size: the part of a file that does not grow with its tokens
+    # makes a short file less dense, so among never-restored files the shortest is evicted first,
+    # however recent (seed figures 1: the evictor deleted the newest file).
     cfg = QWEN.with_(kv_disk_space_mb=1_000)
+    assert cfg.fixed_bytes > 0
+    old_long = _file("a", 12_000, cfg, t=-100.0)
+    new_short = _file("b", 6_000, cfg, t=-1.0)
+    model = CacheModel(cfg, [old_long, new_short], progress=False)
+    model.submit(user_job(1, 10_200, 5, cfg), 0.0)
+    evicted = [e.checkpoint for e in of(model.run_until_idle(), ev.Evicted)]
+    assert evicted and evicted[0] is new_short and old_long not in evicted
+
+
+def test_hits_decay_with_a_six_hour_half_life() -> None:
+    cfg = QWEN.with_(kv_disk_space_mb=1_000, fixed_bytes=0)  # equal density: only hits and age rank
     stale_hit = _file("a", 10_000, cfg, hits=1, t=-24 * 3600.0)  # 1 hit a day ago: 2^-4 = 0.06
     fresh = _file("b", 10_000, cfg, t=-10.0)
     model = CacheModel(cfg, [stale_hit, fresh], progress=False)

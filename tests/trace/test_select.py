@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from replay.errors import UsageError
 from replay.trace import TraceWriter, read_trace
 from replay.trace.model import Request, Session, Trace, TraceHeader
-from replay.trace.select import parse_shard, select_shard, shard_of, split_workers
+from replay.trace.select import assign_shards, parse_shard, select_shard, session_work, split_workers
 
 
 def _trace(path: Path, sessions: int, turns: int = 2) -> Path:
@@ -38,24 +38,51 @@ def test_parse_shard():
             parse_shard(bad)
 
 
-def test_shard_of_is_stable_and_covers_every_shard():
-    # Pinned values: hosts running `--shard i/N` must agree without talking to each other.
-    assert [shard_of(f"session-{i}", 7) for i in range(4)] == [5, 2, 2, 2]
-    # Python's str hash() is salted per process; the shard must not be.
-    code = "from replay.trace.select import shard_of; print([shard_of(f's{i}', 5) for i in range(50)])"
-    for seed in ("1", "2"):
-        out = subprocess.run(
+def test_auto_shard_takes_the_kubernetes_completion_index():
+    assert parse_shard("auto/4", {"JOB_COMPLETION_INDEX": "0"}) == (1, 4)
+    assert parse_shard("auto/4", {"JOB_COMPLETION_INDEX": "3"}) == (4, 4)
+    for env in ({}, {"JOB_COMPLETION_INDEX": "4"}, {"JOB_COMPLETION_INDEX": "x"}):
+        with pytest.raises(UsageError):
+            parse_shard("auto/4", env)
+
+
+def test_two_sessions_over_two_shards_give_one_each(tmp_path):
+    trace = read_trace(_trace(tmp_path / "t.jsonl", 2))
+    assert [len(select_shard(trace, i, 2).sessions) for i in (1, 2)] == [1, 1]
+
+
+def test_shards_are_balanced_by_work_heaviest_first():
+    assert assign_shards({"a": 100, "b": 60, "c": 50, "d": 10}, 2) == {"a": 1, "b": 2, "c": 2, "d": 1}
+    assert assign_shards({"x": 5, "y": 5, "z": 5}, 5) == {"x": 1, "y": 2, "z": 3}
+
+
+def test_work_counts_recorded_usage_else_the_messages(tmp_path):
+    with TraceWriter(tmp_path / "t.jsonl", source="test") as w:
+        w.session("big")
+        w.session("small")
+        w.request("big", 0.0, [{"role": "user", "content": {"synth": {"tokens": 90_000, "seed": 1}}}])
+        w.request("small", 0.0, [{"role": "user", "content": "x" * 400}], usage={"prompt_tokens": 7})
+    assert session_work(read_trace(tmp_path / "t.jsonl")) == {"big": 90_000, "small": 7}
+
+
+def test_the_split_is_the_same_in_every_process(tmp_path):
+    # Python's str hash() is salted per process; the split must not be.
+    path = _trace(tmp_path / "t.jsonl", 9, turns=3)
+    code = (
+        "from replay.trace import read_trace; from replay.trace.select import assign_shards, session_work; "
+        f"print(sorted(assign_shards(session_work(read_trace({str(path)!r})), 4).items()))"
+    )
+    outs = {
+        subprocess.run(
             [sys.executable, "-c", code],
             env={**os.environ, "PYTHONHASHSEED": seed},
             capture_output=True,
             text=True,
             check=True,
-        )
-        assert out.stdout.strip() == str([shard_of(f"s{i}", 5) for i in range(50)])
-    counts = [0] * 4
-    for i in range(400):
-        counts[shard_of(f"s{i}", 4) - 1] += 1
-    assert all(60 < c < 140 for c in counts)
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(outs) == 1
 
 
 def test_select_shard_partitions_sessions_and_drops_cross_shard_waits(tmp_path):
@@ -65,15 +92,16 @@ def test_select_shard_partitions_sessions_and_drops_cross_shard_waits(tmp_path):
     parts = [select_shard(trace, i, 3) for i in (1, 2, 3)]
     seen = [r.id for p in parts for r in p.requests]
     assert sorted(seen) == sorted(r.id for r in trace.requests)
+    owner = assign_shards(session_work(trace), 3)
     for i, part in enumerate(parts, 1):
-        assert all(shard_of(r.session, 3) == i for r in part.requests)
+        assert all(owner[r.session] == i for r in part.requests)
         assert set(part.sessions) == {r.session for r in part.requests}
         ids = {r.id for r in part.requests}
         for r in part.requests:
             after = (r.after or {}).get("request")
             assert after is None or after in ids
     last = next(r for p in parts for r in p.requests if r.id == trace.requests[-1].id)
-    if shard_of(trace.requests[0].session, 3) != shard_of(last.session, 3):
+    if owner[trace.requests[0].session] != owner[last.session]:
         assert last.after == {"delay_s": 1.0}
 
 
@@ -93,23 +121,24 @@ def _memory_trace(sessions: list[str]) -> Trace:
 )
 def test_workers_of_every_shard_replay_each_request_exactly_once(sessions, count, workers):
     trace = _memory_trace(sessions)
+    owner = assign_shards(session_work(trace), count)
     seen: list[int] = []
     for index in range(1, count + 1):
         shard = select_shard(trace, index, count)
-        parts = split_workers(shard, workers, (index, count))
+        parts = split_workers(shard, workers)
         assert len(parts) == workers
         for part in parts:
-            assert all(shard_of(r.session, count) == index for r in part.requests)
+            assert all(owner[r.session] == index for r in part.requests)
             assert set(part.sessions) <= set(shard.sessions)
             seen += [r.id for r in part.requests]
     assert sorted(seen) == [r.id for r in trace.requests]
 
 
 def test_one_shard_of_two_is_spread_over_both_of_two_workers():
-    # A split by shard_of(session, 2) alone would hand every session of shard 1/2 to one worker.
+    # Each worker of a shard gets a share of its sessions, not all of them.
     trace = _memory_trace([f"session-{i}" for i in range(40)])
     shard = select_shard(trace, 1, 2)
-    parts = split_workers(shard, 2, (1, 2))
+    parts = split_workers(shard, 2)
     assert all(len(p.requests) >= 5 for p in parts)
     assert sum(len(p.requests) for p in parts) == len(shard.requests)
 
@@ -118,6 +147,6 @@ def test_without_a_shard_workers_split_as_shards_of_the_whole():
     trace = _memory_trace([f"s{i}" for i in range(30)])
     parts = split_workers(trace, 3)
     for w, part in enumerate(parts, 1):
-        assert [r.id for r in part.requests] == [r.id for r in trace.requests if shard_of(r.session, 3) == w]
+        assert [r.id for r in part.requests] == [r.id for r in select_shard(trace, w, 3).requests]
     with pytest.raises(UsageError):
         split_workers(trace, 0)

@@ -125,6 +125,10 @@ class DiskStore:
         # Insertion-ordered, so listing the files gives them in store order.
         self.files: dict[Checkpoint, None] = dict.fromkeys(files or ())
         self.total = sum(cp.size for cp in self.files)
+        # The most the directory has held: the May build ("base") writes a file and only then
+        # evicts, so for a moment it holds the new file over the budget (ds4 4.4); the August
+        # build evicts first. Sizing reports this peak, the report's disk strip shows the same.
+        self.peak = self.total
         # Files bucketed by (n // GRID, hash of their first n // GRID * GRID tokens): a prompt's
         # stored prefixes are in the buckets of its own grid hashes, so a lookup visits a few
         # candidates instead of every file. Buckets keep store order (ties go to the older file).
@@ -144,7 +148,7 @@ class DiskStore:
         """An independent store with the same files, ranking and index, under `cfg`'s budget: a
         sweep's budgets share one store while no save could tell them apart, then part."""
         out = DiskStore(cfg)
-        out.total, out._stored = self.total, self._stored
+        out.total, out._stored, out.peak = self.total, self._stored, self.peak
         new = {cp: cp.copy() for cp in self.files}
         out.files = dict.fromkeys(new.values())
         out._index = {key: [new[cp] for cp in bucket] for key, bucket in self._index.items()}
@@ -161,8 +165,10 @@ class DiskStore:
         return size + size // 100
 
     def trim(self, now: float) -> list[Checkpoint]:
-        """The startup pass: evict until the directory fits the budget."""
-        return self._evict_over(0, now, protect=None, incoming=None)
+        """The startup pass: evict until the directory fits the budget (the peak counts from here)."""
+        evicted = self._evict_over(0, now, protect=None, incoming=None)
+        self.peak = self.total
+        return evicted
 
     @staticmethod
     def _key(seq: TokenSeq) -> tuple[int, int]:
@@ -204,6 +210,8 @@ class DiskStore:
         cp = Checkpoint(seq, reason, key, size, created=now, last_used=now, trimmed=trimmed)
         self.files[cp] = None
         self.total += size
+        if self.total > self.peak:
+            self.peak = self.total
         after: list[Checkpoint] = []
         if self.cfg.eviction == "base":
             after = self._evict_over(0, now, protect=cp, incoming=None)

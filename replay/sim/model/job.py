@@ -74,6 +74,7 @@ def build_job(
     tool_name: str | None = None,
     session: str | None = None,
     thinking: bool = True,
+    tool_arguments: str | None = None,
 ) -> Job:
     """Render a request and plan its reply, the one way the server and offline sizing both do it.
 
@@ -91,6 +92,7 @@ def build_job(
         tool_name=tool_name,
         session=session,
         thinking=thinking,
+        tool_arguments=tool_arguments,
     )
 
 
@@ -105,6 +107,7 @@ def plan_job(
     tool_name: str | None = None,
     session: str | None = None,
     thinking: bool = True,
+    tool_arguments: str | None = None,
 ) -> Job:
     """`build_job` for a prompt already rendered (offline sizing renders turn by turn)."""
     if len(prompt) >= cfg.ctx:
@@ -122,5 +125,6 @@ def plan_job(
         hidden_reasoning=cfg.hidden_reasoning and thinking,
         reasoning_tokens=cfg.reasoning_tokens,
         room=cfg.ctx - len(prompt),
+        tool_arguments=tool_arguments if tool_name else None,
     )
     return Job(job_id, prompt, reply, session)

@@ -116,11 +116,13 @@ def make_reply(
     hidden_reasoning: bool = False,
     reasoning_tokens: int = 64,
     room: int | None = None,
+    tool_arguments: str | None = None,
 ) -> Reply:
     """A reply of `max_tokens` tokens (fewer if `room`, the context left, is smaller: finish=length).
 
     `finish="tool_calls"` with a tool name gives one tool call whose arguments fill the length; a tool
     call is never cut short, so a very small `max_tokens` gives a slightly longer reply.
+    With `tool_arguments` (JSON text) the call carries those, whatever their length.
     """
     seed = reply_seed(prompt)
     n = max(0, max_tokens)
@@ -138,6 +140,9 @@ def make_reply(
     visible = n - sum(len(b) for b in hidden)
     if finish == "tool_calls" and tool_name and not capped:
         call = {"id": call_id(seed, 0), "name": tool_name, "arguments": ""}
+        if tool_arguments is not None:
+            call["arguments"] = tool_arguments
+            return Reply("", reasoning, (call,), "tool_calls", hidden, assistant_body("", (call,)))
         base = _body_tokens(call, 1, seed)
         words = max(1, visible - (base - 1))
         call["arguments"] = _arguments(words, seed)

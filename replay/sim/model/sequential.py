@@ -184,7 +184,7 @@ class DiskLane:
         self._dt = 1.0 / cfg.decode_tps
         if self.disk is not None:
             self._evicted(self.disk.trim(now))
-            self.peak_disk_bytes = self.disk.total
+            self.peak_disk_bytes = self.disk.peak
 
     def copy(self, cfg: SimConfig) -> DiskLane:
         """This lane as it stands, on its own from now on, under `cfg`'s budget."""
@@ -264,8 +264,8 @@ class DiskLane:
         """The job is done at `t` (walked here, or replayed from another budget's walk)."""
         self.now = t
         disk = self.disk
-        if disk is not None and disk.total > self.peak_disk_bytes:
-            self.peak_disk_bytes = disk.total
+        if disk is not None and disk.peak > self.peak_disk_bytes:
+            self.peak_disk_bytes = disk.peak
 
     def _prefill(self, t: float, job: Job, slot: int, pos: int, steps: list[float]) -> float:
         """Prefill quanta from `pos`, with the cold save at its cut and continued saves at

@@ -126,10 +126,12 @@ def parse_anthropic(body: dict[str, Any]) -> ChatRequest:
     if system:
         messages.append({"role": "system", "content": content_text(system)})
     for m in raw:
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
-            raise BadRequest("each message must be an object with role 'user' or 'assistant'")
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
+            raise BadRequest("each message must be an object with role 'user', 'assistant' or 'system'")
         content = m.get("content")
-        if m["role"] == "assistant":
+        if m["role"] == "system":  # Claude Code's own entries (agent and skill lists), kept in place
+            messages.append({"role": "system", "content": content_text(content)})
+        elif m["role"] == "assistant":
             messages.append(_anthropic_assistant(content))
         else:
             messages.extend(_anthropic_user(content))

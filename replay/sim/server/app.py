@@ -21,6 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from replay.sim.model import events as ev
 from replay.sim.model.job import ContextTooLong, build_job
 from replay.sim.model.reply import Reply
+from replay.sim.server import responses as rsp
+from replay.sim.server.agentic import AgentOptions, tool_choice
 from replay.sim.server.api import (
     PREFILL_COMMENT,
     AnthropicStream,
@@ -33,6 +35,7 @@ from replay.sim.server.api import (
     parse_anthropic,
     parse_openai,
 )
+from replay.sim.server.probes import probe_routes
 from replay.sim.server.runtime import JobHandle, SimRuntime
 
 PREFILL_COMMENT_EVERY_S = 5.0
@@ -91,9 +94,11 @@ class ConnectionClose:
         await self.app(scope, receive, send_close)
 
 
-def create_app(runtime: SimRuntime) -> ASGIApp:
+def create_app(runtime: SimRuntime, agent: AgentOptions | None = None) -> ASGIApp:
     cfg = runtime.cfg
+    agent = agent or AgentOptions()
     started = time.perf_counter()
+    store = rsp.ResponseStore()
 
     def model_object(model_id: str) -> dict[str, Any]:
         return {
@@ -128,6 +133,9 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
     async def messages(request: Request) -> Response:
         return await _chat(request, "anthropic")
 
+    async def responses(request: Request) -> Response:
+        return await _chat(request, rsp.API)
+
     async def _chat(request: Request, api: str) -> Response:
         try:
             body = orjson.loads(await request.body())
@@ -136,12 +144,21 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
         if not isinstance(body, dict):
             return error_response("request body must be a JSON object")
         try:
-            creq = parse_openai(body) if api == "openai" else parse_anthropic(body)
+            if api == rsp.API:
+                creq = rsp.parse_responses(body, store)
+            else:
+                creq = parse_openai(body) if api == "openai" else parse_anthropic(body)
         except BadRequest as exc:
             return error_response(str(exc), exc.status)
         if runtime.stopping:
             return error_response("server is shutting down", 503, "server_error")
         finish = request.headers.get(FINISH_HEADER, "stop").strip().lower()
+        tool_name = request.headers.get(TOOL_HEADER)
+        arguments = None
+        if FINISH_HEADER not in request.headers:
+            picked = tool_choice(agent, creq.messages, creq.tools)
+            if picked is not None:
+                finish, tool_name, arguments = "tool_calls", picked[0], picked[1]
         try:
             job = build_job(
                 runtime.next_id(),
@@ -150,16 +167,18 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
                 creq.max_tokens,
                 cfg,
                 finish=finish,
-                tool_name=request.headers.get(TOOL_HEADER),
+                tool_name=tool_name,
                 thinking=creq.thinking,
+                tool_arguments=arguments,
             )
         except ContextTooLong as exc:
             return error_response(f"{exc} (context_length_exceeded)")
         reply = job.reply
         handle = runtime.submit(job)
+        rid = rsp.new_response_id()
         if creq.stream:
             return LazyStreamingResponse(
-                _stream(handle, creq, reply),
+                _stream(handle, creq, reply, body, rid),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
@@ -169,11 +188,20 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
         assert result is not None
         if result.error:
             return error_response(result.error, 503, "server_error")
+        if api == rsp.API:
+            rsp.remember(store, body, creq, reply, rid)
+            return json_response(rsp.responses_body(creq, reply, result, rid))
         build = openai_body if api == "openai" else anthropic_body
         return json_response(build(creq, reply, result))
 
-    async def _stream(handle: JobHandle, creq: ChatRequest, reply: Reply) -> AsyncIterator[bytes]:
-        stream = OpenAIStream(creq, reply) if creq.api == "openai" else AnthropicStream(creq, reply)
+    async def _stream(
+        handle: JobHandle, creq: ChatRequest, reply: Reply, body: dict[str, Any], rid: str
+    ) -> AsyncIterator[bytes]:
+        stream: OpenAIStream | AnthropicStream | rsp.ResponsesStream
+        if creq.api == rsp.API:
+            stream = rsp.ResponsesStream(creq, reply, rid)
+        else:
+            stream = OpenAIStream(creq, reply) if creq.api == "openai" else AnthropicStream(creq, reply)
         last_comment: float | None = None
         async for event in handle.events():
             match event:
@@ -188,6 +216,8 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
                 case ev.Decoded():
                     yield stream.progress(event.gen)
                 case ev.Finished():
+                    if creq.api == rsp.API and not event.result.error:
+                        rsp.remember(store, body, creq, reply, rid)
                     yield stream.finish(event.result)
 
     async def not_found(request: Request) -> Response:
@@ -205,6 +235,8 @@ def create_app(runtime: SimRuntime) -> ASGIApp:
         Route("/v1/stats", stats, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        *probe_routes(cfg, json_response),
         Route("/{path:path}", not_found, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found, Exception: on_error})

@@ -2,7 +2,8 @@
 
 The same parser reads the real server's log and the simulator's, so these formats are a contract:
 `MMDD HH:MM:SS ds4-server: <message>`, local time, one line per event, no ANSI colour.
-Durations in messages are the modelled ones; the timestamp is the wall clock when the line is written.
+Durations in messages are the modelled ones, and so is the timestamp: the clock at modelled time 0
+(the start, or `--clock`) plus the modelled seconds, so a log read back spans the hours it models.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from replay.sim.model.config import GiB, MiB, SimConfig
 PREFIX = "ds4-server: "
 
 
-def stamp(epoch: float | None = None) -> str:
-    return time.strftime("%m%d %H:%M:%S", time.localtime(time.time() if epoch is None else epoch))
+def stamp(epoch: float | None = None, utc_offset_s: float | None = None) -> str:
+    """`MMDD HH:MM:SS` in local time, or at `utc_offset_s` from UTC when given."""
+    epoch = time.time() if epoch is None else epoch
+    if utc_offset_s is None:
+        return time.strftime("%m%d %H:%M:%S", time.localtime(epoch))
+    return time.strftime("%m%d %H:%M:%S", time.gmtime(epoch + utc_offset_s))
 
 
-def line(message: str, epoch: float | None = None) -> str:
-    return f"{stamp(epoch)} {PREFIX}{message}"
+def line(message: str, epoch: float | None = None, utc_offset_s: float | None = None) -> str:
+    return f"{stamp(epoch, utc_offset_s)} {PREFIX}{message}"
 
 
 def _span(cached: int, prompt: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import re
 from dataclasses import dataclass
 
@@ -66,6 +67,13 @@ class ServeOptions:
     kv_dir: str | None = None
     time_scale: float = 1.0
     log: str | None = None
+    tool_call_rate: float = 0.0
+    tool_call_max: int = 3
+    seed: int = 0
+    tool_names: tuple[str, ...] = ()
+    # Wall-clock epoch of modelled time 0 and its UTC offset in seconds (`--clock`); None = now, local.
+    clock: float | None = None
+    utc_offset_s: float | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,6 +88,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--log", metavar="FILE", help="append ds4-format log lines here instead of stderr")
     g.add_argument("--time-scale", type=float, default=1.0, help="run S times faster than modelled time")
+    g.add_argument(
+        "--clock",
+        metavar="ISO",
+        help="the time of the first request (e.g. 2026-09-01T06:45:00+00:00): modelled time starts "
+        "with it and log lines and file times are stamped in modelled time from it (default: the "
+        "start, local time)",
+    )
+    a = p.add_argument_group("agents")
+    a.add_argument(
+        "--tool-call-rate",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="answer this share (0-1) of requests that offer tools with a tool call whose arguments fit its schema",
+    )
+    a.add_argument(
+        "--tool-call-max", type=int, default=3, metavar="N", help="tool rounds in a row before a text answer"
+    )
+    a.add_argument(
+        "--seed", type=int, default=0, help="which requests get tool calls (same seed, same calls)"
+    )
+    a.add_argument(
+        "--tool-names",
+        default="",
+        metavar="A,B",
+        help="call only these tools when a request offers them (e.g. read-only ones); default: any",
+    )
     m = p.add_argument_group("model")
     m.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET)
     m.add_argument("-m", "--model", dest="model_id", help="model id to serve (default: the preset's)")
@@ -160,8 +195,33 @@ def parse(argv: list[str] | None = None) -> tuple[SimConfig, ServeOptions]:
         raise UsageError("--batched-session must be at least 1")
     if ns.time_scale <= 0:
         raise UsageError("--time-scale must be positive")
+    if not 0.0 <= ns.tool_call_rate <= 1.0:
+        raise UsageError("--tool-call-rate must be between 0 and 1")
+    if ns.tool_call_max < 0:
+        raise UsageError("--tool-call-max must be >= 0")
     cfg = config_for(ns.preset, disk=ns.kv_disk_dir is not None, **overrides)
     host = "127.0.0.1" if ns.host == "localhost" else ns.host
+    clock = offset = None
+    if ns.clock is not None:
+        try:
+            when = _dt.datetime.fromisoformat(ns.clock)
+        except ValueError:
+            raise UsageError(f"--clock: not an ISO 8601 time: {ns.clock!r}") from None
+        if when.tzinfo is None:
+            when = when.astimezone()
+        clock = when.timestamp()
+        delta = when.utcoffset()
+        offset = delta.total_seconds() if delta is not None else 0.0
     return cfg, ServeOptions(
-        host=host, port=ns.port, kv_dir=ns.kv_disk_dir, time_scale=ns.time_scale, log=ns.log
+        host=host,
+        port=ns.port,
+        kv_dir=ns.kv_disk_dir,
+        time_scale=ns.time_scale,
+        log=ns.log,
+        tool_call_rate=ns.tool_call_rate,
+        tool_call_max=ns.tool_call_max,
+        seed=ns.seed,
+        tool_names=tuple(n.strip() for n in ns.tool_names.split(",") if n.strip()),
+        clock=clock,
+        utc_offset_s=offset,
     )

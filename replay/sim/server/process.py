@@ -22,6 +22,7 @@ import uvicorn
 from replay.errors import UsageError
 from replay.sim.model.config import SimConfig
 from replay.sim.server import log as simlog
+from replay.sim.server.agentic import AgentOptions
 from replay.sim.server.app import create_app
 from replay.sim.server.options import ServeOptions, parse
 from replay.sim.server.runtime import LogSink, SimRuntime
@@ -64,8 +65,8 @@ def run(cfg: SimConfig, opts: ServeOptions) -> int:
 
 
 async def _main(cfg: SimConfig, opts: ServeOptions, stream: TextIO) -> int:
-    sink = LogSink(stream)
-    runtime = SimRuntime(cfg, kv_dir=opts.kv_dir, time_scale=opts.time_scale, log=sink)
+    sink = LogSink(stream, opts.utc_offset_s)
+    runtime = SimRuntime(cfg, kv_dir=opts.kv_dir, time_scale=opts.time_scale, log=sink, clock=opts.clock)
     await runtime.start()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -77,7 +78,9 @@ async def _main(cfg: SimConfig, opts: ServeOptions, stream: TextIO) -> int:
         await runtime.close()
         return 1
     config = uvicorn.Config(
-        create_app(runtime),
+        create_app(
+            runtime, AgentOptions(opts.tool_call_rate, opts.tool_call_max, opts.seed, opts.tool_names)
+        ),
         lifespan="off",
         log_level="error",
         access_log=False,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -25,13 +25,16 @@ STREAM_POLL_S = 0.02
 
 
 class LogSink:
-    """ds4-format lines to a text stream, flushed per line (drivers tail the file)."""
+    """ds4-format lines to a text stream, flushed per line (drivers tail the file), stamped by
+    `clock` (the modelled time as an epoch, once a runtime sets it; the wall clock before)."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, utc_offset_s: float | None = None) -> None:
         self.stream = stream
+        self.utc_offset_s = utc_offset_s
+        self.clock: Callable[[], float] = time.time
 
     def write(self, message: str) -> None:
-        self.stream.write(simlog.line(message) + "\n")
+        self.stream.write(simlog.line(message, self.clock(), self.utc_offset_s) + "\n")
         self.stream.flush()
 
 
@@ -101,13 +104,18 @@ class SimRuntime:
         kv_dir: str | None,
         time_scale: float,
         log: LogSink,
+        clock: float | None = None,
     ) -> None:
         self.cfg = cfg = cfg.with_(disk=kv_dir is not None)
         self.kv_dir = kv_dir
         self.scale = time_scale
         self.log = log
-        self.epoch0 = time.time()
+        self.epoch0 = time.time() if clock is None else clock
         self.t0 = time.perf_counter()
+        # With a clock, modelled time starts with the first request: the report's clock is that
+        # request's time, whatever the process start took in wall seconds times the scale.
+        self._waiting_first = clock is not None
+        log.clock = lambda: self.epoch0 + self.vnow()
         self.files = CheckpointFiles(kv_dir, self.epoch0) if kv_dir else None
         checkpoints, bad = self.files.load() if self.files else ([], [])
         for path, why in bad:
@@ -122,6 +130,8 @@ class SimRuntime:
         self.stopping = False
 
     def vnow(self) -> float:
+        if self._waiting_first:
+            return 0.0
         return (time.perf_counter() - self.t0) * self.scale
 
     def next_id(self) -> int:
@@ -140,6 +150,9 @@ class SimRuntime:
     def submit(self, job: Job) -> JobHandle:
         handle = JobHandle(job)
         self.handles[job.id] = handle
+        if self._waiting_first:
+            self._waiting_first = False
+            self.t0 = time.perf_counter()
         now = self.vnow()
         self._handle(self.model.advance(now))
         self.model.submit(job, now)

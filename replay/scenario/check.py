@@ -1,0 +1,220 @@
+"""Field figure vs modelled figure: a scenario's `[[expect]]` rows evaluated on its arms' results.
+
+Everything is read from the results files a run wrote (request records and the `server` records
+parsed from the simulator's own log), so a check says what a user's own run of the scenario shows.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from replay.metrics.results import RunResults
+from replay.scenario.expect import REQUEST_METRICS, Expect
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    scenario: str
+    expect: Expect
+    modelled: str
+    value: float | None  # the modelled figure compared (None: no request selected)
+    holds: bool
+
+    @property
+    def status(self) -> str:
+        if self.expect.gap is not None:
+            return "gap (holds)" if self.holds else "known gap"
+        return "ok" if self.holds else "FAIL"
+
+    @property
+    def failed(self) -> bool:
+        return not self.holds and self.expect.gap is None
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.expect
+        return {
+            "scenario": self.scenario,
+            "arm": e.arm,
+            "selection": e.selection,
+            "metric": e.metric,
+            "stat": e.stat,
+            "field": [e.lo, e.hi],
+            "source": e.source,
+            "about": e.about,
+            "tolerance": e.tolerance,
+            "slack": e.slack,
+            "modelled": self.modelled,
+            "value": self.value,
+            "status": self.status,
+            "gap": e.gap,
+        }
+
+
+class ArmView:
+    """One arm's results with the derived per-request figures the metrics need."""
+
+    def __init__(self, res: RunResults, initial_files: int = 0, labels: dict[int, str] | None = None) -> None:
+        self.res = res
+        self.labels = labels or {}  # trace request id -> the label of the step that made it
+        self.requests = sorted(res.requests, key=lambda r: r["seq"])
+        target = res.run.get("target") or {}
+        plan = res.run.get("plan") or {}
+        self.scale = float(target.get("time_scale") or plan.get("speed") or 1.0)
+        self.initial_files = initial_files
+        self._prev: dict[int, Record] = {}
+        last: dict[str, Record] = {}
+        for rec in self.requests:
+            if rec["session"] in last:
+                self._prev[rec["seq"]] = last[rec["session"]]
+            last[rec["session"]] = rec
+
+    def events(self, kind: str) -> list[Record]:
+        return [s for s in self.res.server if s.get("event") == kind]
+
+    def sent_at(self, rec: Record) -> float:
+        """Modelled seconds since trace time 0 when the request was sent."""
+        return float(rec.get("sent_s") or 0.0) * self.scale
+
+    def select(self, e: Expect) -> list[Record]:
+        out = [r for r in self.requests if r.get("status") == "ok"]
+        if e.window is not None:
+            lo, hi = e.window
+            out = [r for r in out if lo <= self.sent_at(r) < hi]
+        if e.step is not None:
+            step = e.step
+            out = [r for r in out if self.labels.get(r["id"], "").startswith(step)]
+        if e.session is not None:
+            out = [r for r in out if r["session"] == e.session]
+        if e.tag is not None:
+            out = [r for r in out if r.get("tag") == e.tag]
+        if e.switch is not None:
+            out = [r for r in out if e.switch in (r.get("switch") or [])]
+        if e.last is not None:
+            out = out[-e.last :]
+        return out
+
+    def request_value(self, metric: str, rec: Record) -> float | None:
+        m = rec.get("modelled") or {}
+        match metric:
+            case "call_s":
+                return float(m.get("total_s", rec.get("latency_s") or 0.0))
+            case "queue_s" | "restore_s" | "prefill_s":
+                return float(m.get(metric, 0.0))
+            case "prompt_tokens" | "cached_tokens" | "reprocessed_tokens":
+                return float(rec.get(metric) or 0)
+            case "reread_beyond_growth":
+                prev = self._prev.get(rec["seq"])
+                if prev is None:
+                    return None
+                growth = rec["prompt_tokens"] - prev["prompt_tokens"]
+                return float(rec["reprocessed_tokens"] - growth)
+            case "prefill_tps":
+                prefill = float(m.get("prefill_s") or 0.0)
+                done = rec.get("reprocessed_tokens") or 0
+                return done / prefill if prefill > 0 and done > 0 else None
+            case "decode_tps":
+                decode = float(m.get("decode_s") or 0.0)
+                out = rec.get("output_tokens") or 0
+                return out / decode if decode > 0 and out > 1 else None
+            case "live_miss_common":
+                misses = [s for s in self.events("live_miss") if s.get("request_seq") == rec["seq"]]
+                return float(misses[0]["common"]) if misses else None
+        raise ValueError(metric)
+
+    def run_value(self, metric: str, selected: Sequence[Record], scoped: bool = False) -> float | None:
+        """A count from the server's log; `scoped`: only the events of the selected requests."""
+        served = self._before_shutdown()
+        if scoped:
+            seqs = {r["seq"] for r in selected}
+            served = [s for s in served if s.get("request_seq") in seqs]
+        evicted = [s for s in served if s["event"] == "evict"]
+        match metric:
+            case "evictions":
+                return float(len(evicted))
+            case "evictions_zero_hits":
+                return float(sum(1 for s in evicted if s.get("hits") == 0))
+            case "evicted_with_hits":
+                return float(sum(1 for s in evicted if s.get("hits")))
+            case "restores":
+                return float(sum(1 for s in served if s["event"] == "restore"))
+            case "live_misses":
+                return float(sum(1 for s in served if s["event"] == "live_miss"))
+            case "files_at_end":
+                stores = sum(1 for s in served if s["event"] == "store")
+                consumed = sum(1 for s in served if s["event"] == "restore" and s.get("consumed"))
+                return float(self.initial_files + stores - len(evicted) - consumed)
+            case "slots_used":
+                return float(len({(r.get("modelled") or {}).get("slot") for r in self.requests}))
+            case "second_half_ratio":
+                half = len(selected) // 2
+                first = sum(r["reprocessed_tokens"] for r in selected[:half])
+                second = sum(r["reprocessed_tokens"] for r in selected[len(selected) - half :])
+                return second / first if first else None
+        raise ValueError(metric)
+
+    def _before_shutdown(self) -> list[Record]:
+        """Server records of the startup pass and of the requests: the shutdown save and its
+        evictions (attributed to no request, after the first that is) are not the workload's."""
+        out: list[Record] = []
+        started = False
+        for s in sorted(self.res.server, key=lambda s: s.get("line", 0)):
+            if s.get("request_seq") is not None:
+                started = True
+            elif started:
+                continue
+            out.append(s)
+        return out
+
+
+def _summary(values: list[float], stat: str) -> float | None:
+    if stat == "count":
+        return float(len(values))
+    if not values:
+        return None
+    match stat:
+        case "min":
+            return min(values)
+        case "max":
+            return max(values)
+        case "median":
+            return float(statistics.median(values))
+        case "mean":
+            return statistics.fmean(values)
+        case "sum":
+            return float(sum(values))
+    raise ValueError(stat)
+
+
+def _show(x: float) -> str:
+    if abs(x) >= 100 or float(x).is_integer():
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def evaluate(scenario: str, e: Expect, arm: ArmView) -> Verdict:
+    lo, hi = e.bounds
+    selected = arm.select(e)
+    if e.metric not in REQUEST_METRICS:
+        value = arm.run_value(e.metric, selected, scoped=e.scoped)
+        if value is None:
+            return Verdict(scenario, e, "n/a", None, False)
+        return Verdict(scenario, e, _show(value), value, lo <= value <= hi)
+    values = [v for r in selected if (v := arm.request_value(e.metric, r)) is not None]
+    if e.stat == "all":
+        if not values:
+            return Verdict(scenario, e, "no requests", None, False)
+        low, high = min(values), max(values)
+        shown = _show(low) if low == high else f"{_show(low)}-{_show(high)}"
+        inside = sum(1 for v in values if lo <= v <= hi)
+        if inside < len(values):
+            shown += f" ({len(values) - inside} of {len(values)} outside)"
+        return Verdict(scenario, e, shown, low if low < lo else high, inside == len(values))
+    value = _summary(values, e.stat)
+    if value is None:
+        return Verdict(scenario, e, "no requests", None, False)
+    return Verdict(scenario, e, _show(value), value, lo <= value <= hi)

@@ -1,0 +1,162 @@
+"""A scenario's field expectations: `[[expect]]` rows, each a figure of a field report as data.
+
+A row names the arm it is about, which requests it looks at (the steps whose label starts with a
+text, a window of modelled clock time, a session, a tag, a switch class, the last N), the metric and how the requests' values are summed up, the field
+figure (one value or a range) with its tolerance, and the seed-figures section it comes from. A
+figure the model cannot reach carries `gap = "why"`: it is shown, never counted as a failure, and
+the spec's notes say why. Rows are written from the report, never tuned to what the model gives.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# Per-request metrics: the value of each selected request (modelled seconds, token counts).
+REQUEST_METRICS: tuple[str, ...] = (
+    "call_s",  # send -> last token, queueing included (the modelled `total_s`)
+    "queue_s",
+    "restore_s",
+    "prefill_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "reprocessed_tokens",
+    # re-processed tokens beyond what the session added since its previous request: 0 when the
+    # previous state (prompt + reply) came back whole, from live KV or from disk
+    "reread_beyond_growth",
+    "live_miss_common",  # `common=` of the request's live-miss line
+    "prefill_tps",  # re-processed tokens / modelled prefill seconds
+    "decode_tps",  # output tokens / modelled decode seconds
+)
+# Counts from the server's own log: the whole run, or the selected requests' events when the row
+# selects requests (files_at_end and slots_used are always whole-run).
+RUN_METRICS: tuple[str, ...] = (
+    "evictions",
+    "evictions_zero_hits",
+    "evicted_with_hits",
+    "restores",
+    "live_misses",
+    "files_at_end",  # checkpoint files on disk after the last request (before the shutdown save)
+    "slots_used",
+    # the selected requests' re-processed tokens, second half over first half (round 2 / round 1)
+    "second_half_ratio",
+)
+METRICS: tuple[str, ...] = REQUEST_METRICS + RUN_METRICS
+STATS: tuple[str, ...] = ("all", "min", "max", "median", "mean", "sum", "count")
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """One expectation; `lo == hi` for a single field figure."""
+
+    arm: str
+    metric: str
+    lo: float
+    hi: float
+    stat: str = "all"
+    window: tuple[float, float] | None = None  # trace seconds, from a clock window
+    window_text: str = ""
+    step: str | None = None  # requests of the steps whose label starts with this
+    session: str | None = None
+    tag: str | None = None
+    switch: str | None = None
+    last: int | None = None
+    tolerance: float = 0.1  # relative
+    slack: float = 0.0  # absolute, for figures at or near zero
+    source: str = ""
+    about: str = ""
+    gap: str | None = None
+
+    @property
+    def field(self) -> str:
+        return _num(self.lo) if self.lo == self.hi else f"{_num(self.lo)}-{_num(self.hi)}"
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The field figure widened by the tolerance (relative, or `slack` if that is wider)."""
+        return (
+            self.lo - max(abs(self.lo) * self.tolerance, self.slack),
+            self.hi + max(abs(self.hi) * self.tolerance, self.slack),
+        )
+
+    @property
+    def scoped(self) -> bool:
+        """Whether the row selects requests (run counts then count only their events)."""
+        return any(
+            x is not None for x in (self.window, self.step, self.session, self.tag, self.switch, self.last)
+        )
+
+    @property
+    def selection(self) -> str:
+        parts = [
+            f"{self.window_text}" if self.window_text else "",
+            f"step {self.step!r}" if self.step else "",
+        ]
+        parts += [f"session {self.session}" if self.session else "", f"tag {self.tag}" if self.tag else ""]
+        parts += [f"{self.switch}es" if self.switch else "", f"last {self.last}" if self.last else ""]
+        return ", ".join(p for p in parts if p) or "all requests"
+
+
+def _num(x: float) -> str:
+    if float(x).is_integer():
+        return f"{int(x):,}"
+    return f"{x:.3g}"
+
+
+_CLOCK = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*$")
+
+
+def clock_window(text: str, clock_s: float | None) -> tuple[float, float]:
+    """`"06:45-07:41"` as trace seconds, given the clock time (seconds after midnight) of trace 0."""
+    m = _CLOCK.match(text)
+    if not m:
+        raise ValueError(f"window must look like 06:45-07:41, got {text!r}")
+    if clock_s is None:
+        raise ValueError("a clock window needs [scenario] clock (the report's time of trace 0)")
+    h1, m1, h2, m2 = (int(g) for g in m.groups())
+    start, end = (h1 * 60 + m1) * 60 - clock_s, (h2 * 60 + m2) * 60 - clock_s
+    return (start, end + 60.0)  # the end minute is inclusive
+
+
+def parse_expect(row: dict[str, Any], clock_s: float | None) -> Expect:
+    """One `[[expect]]` table (already type-checked key by key by the spec loader); ValueError
+    with the problem otherwise."""
+    value = row.get("value")
+    if isinstance(value, list):
+        if len(value) != 2 or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+            raise ValueError("value must be a number or a range [low, high]")
+        lo, hi = float(value[0]), float(value[1])
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        lo = hi = float(value)
+    else:
+        raise ValueError("value must be a number or a range [low, high]")
+    if lo > hi:
+        raise ValueError("value range must be [low, high]")
+    metric = row["metric"]
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    stat = row.get("stat", "all")
+    if stat not in STATS:
+        raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
+    window_text = row.get("window", "")
+    window = clock_window(window_text, clock_s) if window_text else None
+    return Expect(
+        arm=row["arm"],
+        metric=metric,
+        lo=lo,
+        hi=hi,
+        stat=stat,
+        window=window,
+        window_text=window_text,
+        step=row.get("step"),
+        session=row.get("session"),
+        tag=row.get("tag"),
+        switch=row.get("switch"),
+        last=row.get("last"),
+        tolerance=float(row.get("tolerance", 0.1)),
+        slack=float(row.get("slack", 0.0)),
+        source=row.get("source", ""),
+        about=row.get("about", ""),
+        gap=row.get("gap"),
+    )
