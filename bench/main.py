@@ -1,9 +1,10 @@
 """`python -m bench`: run the client benchmark sections and write results plus a markdown verdict.
 
-Sections: server (wrk ceiling), accuracy, rate, peers, memory, trace, sim. `--quick` runs a
-subset in under 3 minutes (no peers and no server ceiling, one rate point per worker count, smaller
-sizes; every load point still 10 s or 10,000 requests, so a change can be checked before it
-lands); `--only NAME[,NAME]` runs just those. Each section
+Sections: server (wrk ceiling), accuracy, rate, peers, memory, trace, sim, soak (`--soak-minutes`
+per process; `just soak` runs it alone). `--quick` runs a subset in under 3 minutes (no peers, no
+server ceiling and no soak, one rate point per worker count, smaller sizes; every load point still
+10 s or 10,000 requests, so a change can be checked before it lands); `--only NAME[,NAME]` runs
+just those. Each section
 writes `OUT/NAME.json`; `OUT/README.md` is rebuilt from every section file present, so a partial
 run keeps the figures of earlier ones (marked as such).
 """
@@ -23,13 +24,13 @@ from typing import Any
 
 import orjson
 
-from bench import memory, ours, peers, simbench, wrk
+from bench import memory, ours, peers, simbench, soak, wrk
 from bench.floor import floor_point
 from bench.refserver import Pacing
 from bench.report import markdown
 from bench.server import refserver
 
-SECTIONS = ("server", "accuracy", "rate", "peers", "memory", "trace", "sim")
+SECTIONS = ("server", "accuracy", "rate", "peers", "memory", "trace", "sim", "soak")
 # The server's own ceiling does not move with the client: a quick run keeps the last full figure.
 QUICK_SECTIONS = ("accuracy", "rate", "memory", "trace", "sim")
 QUICK_POINT_S = 10.0  # a point shorter than this (or than 10,000 requests) is noise, not a check
@@ -61,6 +62,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--duration", type=float, default=None, help="seconds per load point (default 5, quick 10)"
     )
     ap.add_argument(
+        "--soak-minutes", type=float, default=None, help="minutes per soaked process (default 10, quick 1)"
+    )
+    ap.add_argument(
         "--rebuild", action="store_true", help="measure nothing: rebuild README.md from the JSON files"
     )
     args = ap.parse_args(argv)
@@ -74,6 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.rebuild:
         args.sections = []
     args.duration = args.duration or (QUICK_POINT_S if args.quick else 5.0)
+    args.soak_minutes = args.soak_minutes or (1.0 if args.quick else 10.0)
     args.out, args.cache = args.out.resolve(), args.cache.resolve()  # peers run in other directories
     return args
 
@@ -131,6 +136,8 @@ def run_section(
         swept = simbench.sweep(work, requests, 20, timeout_s=120 if quick else 1200)
         log(f"  sweep: {swept.get('status')} {swept.get('wall_s')} s")
         return {"slow_morning": morning, "sweep": swept}
+    if name == "soak":
+        return soak.run(args.soak_minutes, list(soak.SOAKS), work)
     raise ValueError(name)
 
 

@@ -151,6 +151,40 @@ def _mark(met: bool | None) -> str:
     return {True: "met", False: "**missed**", None: "–"}[met]
 
 
+SOAK_CHECKS = {
+    # name: (label, the figures the target bounds)
+    "replay": ("soak: replay run, MB per 10,000 requests / rate drift", "<= 0.2 MB, within 5%"),
+    "record": ("soak: replay record, memory growth / rate drift", "within 10%, within 10%"),
+    "sim": ("soak: simulator, fixed active set, MB per 10,000 requests / growth", "<= 0.2 MB, within 10%"),
+}
+
+
+def soak_checks(results: dict[str, Any]) -> list[Check]:
+    """One row per soaked process: the figures its target bounds, after warm-up."""
+    soak = results.get("soak") or {}
+    out = []
+    for name, (label, target) in SOAK_CHECKS.items():
+        res = soak.get(name)
+        if not isinstance(res, dict) or res.get("status") != "ok":
+            why = (res or {}).get("reason") if isinstance(res, dict) else None
+            out.append(Check(label, target, f"not measured{': ' + why if why else ''}", None))
+            continue
+        limits = res.get("targets") or {}
+        shown = []
+        missed = []
+        for key, limit in limits.items():
+            value = res.get(key)
+            unit = " MB" if key == "mb_per_10k" else "%"
+            shown.append(f"{_f(value, unit, 2)}")
+            if value is None or abs(value) > limit:
+                missed.append(f"{key} {_f(value, unit, 2)} (limit {limit}{unit})")
+        measured = " / ".join(shown) + f" ({res.get('minutes')} min, {res.get('requests')} requests)"
+        out.append(
+            Check(label, target, measured, not missed, "missed: " + ", ".join(missed) if missed else "")
+        )
+    return out
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results.get("meta") or {}
     lines = [
@@ -167,7 +201,7 @@ def markdown(results: dict[str, Any]) -> str:
         "| check | target | measured | verdict | gap |",
         "|---|---|---|---|---|",
     ]
-    for c in checks(results):
+    for c in [*checks(results), *soak_checks(results)]:
         lines.append(f"| {c.name} | {c.target} | {c.measured} | {_mark(c.met)} | {c.gap} |")
     for name, render in (
         ("server", _server),
@@ -177,6 +211,7 @@ def markdown(results: dict[str, Any]) -> str:
         ("memory", _memory),
         ("trace", _trace),
         ("sim", _sim),
+        ("soak", _soak),
     ):
         data = results.get(name)
         if isinstance(data, dict) and data.get("status") == "failed" and name not in ("server", "trace"):
@@ -396,4 +431,34 @@ def _sim(results: dict[str, Any]) -> list[str]:
         "4-80 GiB; the command's default processes (one per core for a trace this big: one reads and",
         "renders the trace, the others run the budgets).",
     ]
+    return lines
+
+
+def _soak(results: dict[str, Any]) -> list[str]:
+    soak = results.get("soak")
+    if not soak:
+        return []
+    lines = [
+        "",
+        "## Soak (`just soak`: RSS, fds and rate sampled every 5 s)",
+        "",
+        "After warm-up (a quarter of the run, at most a minute): MB per 10,000 requests is the slope of "
+        "RSS over requests; the rate drift compares the last window with the first (the host is shared, "
+        "so rates are compared within one run only).",
+        "",
+        "| process | minutes | requests | RSS after warm-up -> end | MB / 10,000 req | growth | fds | rate first -> last | drift |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in ("replay", "record", "sim"):
+        r = soak.get(name)
+        if not isinstance(r, dict):
+            continue
+        if r.get("status") != "ok":
+            lines.append(f"| {name} | {r.get('minutes', '')} | failed: {r.get('reason')} | | | | | | |")
+            continue
+        lines.append(
+            f"| {name} | {r['minutes']} | {r['requests']} | {_f(r['rss_warm_mib'], ' MiB')} -> {_f(r['rss_end_mib'], ' MiB')} "
+            f"| {_f(r['mb_per_10k'], '', 2)} | {_f(r['growth_pct'], '%')} | {r['fds_warm']} -> {r['fds_end']} "
+            f"| {_f(r['rate_first'], '')} -> {_f(r['rate_last'], ' req/s')} | {_f(r['drift_pct'], '%')} |"
+        )
     return lines

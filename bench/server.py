@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import psutil
 
-from drivers.process import ChildProcess
 from bench.refserver import Pacing
+from drivers.process import ChildProcess
 
 _LISTENING = r"listening on (http://\S+)"
 

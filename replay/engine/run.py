@@ -123,14 +123,20 @@ class Engine:
         self.tracker = SwitchTracker()
         self.progress = Progress(total=len(trace.requests))
         self.progress.sessions = dict.fromkeys(trace.sessions, "waiting")
-        self._done_at: dict[int, int] = {}
+        self._done_at: dict[int, int] = {}  # done stamps some later request still waits for
         self._done_events: dict[int, anyio.Event] = {}
+        self._waiters: dict[int, int] = {}  # request id -> requests yet to wait for it
+        self._readers: dict[int, int] = {}  # request id -> requests yet to splice its reply in
+        self._left: dict[str, int] = {}  # session -> its requests not yet materialised
+        self.release_replies = True  # False when a later engine reuses these sessions' replies
+        self._counting = False
         self._seq = 0
         self._t0 = 0
         self._limiter = anyio.CapacityLimiter(plan.capacity) if plan.capacity else None
         self.held = HeldLoad()  # the load the server actually saw, from each request's stamps
         self.loop_delay = LoopDelay()  # how far behind its timers the event loop runs
         self._response_ids: dict[int, str] = {}  # request id -> the Responses API id its reply got
+        self._chained: set[int] = set()  # requests some request names as `previous_response`
 
     def _rel(self) -> int:
         return _now_ns() - self._t0
@@ -139,11 +145,21 @@ class Engine:
         """Send every request; returns when all are done, or raises cancellation through."""
         self._t0 = _now_ns()
         window = anyio.Semaphore(self.config.lookahead)
+        order = self.plan.order(self.trace.requests)
+        self._waiters = waiter_counts(self.plan, order)
+        self._chained = {
+            p for r in self.trace.requests if type(p := r.params.get("previous_response")) is int
+        }  # only their response ids are kept
+        self._counting = self.release_replies and self.config.history == LIVE
+        if self._counting:
+            self._readers = reply_readers(self.trace.requests)
+            for r in self.trace.requests:
+                self._left[r.session] = self._left.get(r.session, 0) + 1
         async with make_client() as client, anyio.create_task_group() as watch:
             watch.start_soon(self._watch_loop)
             async with anyio.create_task_group() as tg:
                 prev: Request | None = None
-                for req in self.plan.order(self.trace.requests):
+                for req in order:
                     await window.acquire()
                     tg.start_soon(self._one, client, req, prev, window)
                     prev = req
@@ -161,13 +177,40 @@ class Engine:
         if rid not in self._done_at:
             event = self._done_events.setdefault(rid, anyio.Event())
             await event.wait()
-        return self._done_at[rid]
+        done = self._done_at[rid]
+        left = self._waiters.get(rid, 0) - 1
+        if left > 0:
+            self._waiters[rid] = left
+        else:  # the last request to wait for it: forget its stamp
+            self._waiters.pop(rid, None)
+            del self._done_at[rid]
+        return done
 
     def _mark_done(self, rid: int) -> None:
-        self._done_at[rid] = self._rel()
         event = self._done_events.pop(rid, None)
+        if rid in self._waiters or event is not None:
+            self._done_at[rid] = self._rel()
         if event is not None:
             event.set()
+
+    def _release(self, req: Request, state: SessionState) -> None:
+        """Count `req`'s history as sent: a live reply no later request splices in is dropped."""
+        if not self._counting:
+            return
+        self._left[req.session] -= 1
+        readers = self._readers
+        r: Request | None = req
+        while r is not None:
+            for msg in r.append:
+                ref = msg.get("$reply")
+                if ref is not None and ref in readers:
+                    left = readers[ref] - 1
+                    if left > 0:
+                        readers[ref] = left
+                    else:
+                        del readers[ref]
+                        state.live_replies.pop(ref, None)
+            r = r.parent
 
     async def _one(
         self, client: httpx.AsyncClient, req: Request, prev: Request | None, window: anyio.Semaphore
@@ -208,11 +251,13 @@ class Engine:
         elif params.get("max_tokens") is not None:
             max_tokens = min(max_tokens, params["max_tokens"])
         stream = self.config.stream if self.config.stream is not None else params.get("stream", True)
+        messages = state.messages(req, self.by_id)
+        self._release(req, state)
         previous_id, previous_n = self._previous(req, state)
         return ApiCall(
             base_url=self.config.base_url,
             model=self.config.model or state.session.model,
-            messages=state.messages(req, self.by_id),
+            messages=messages,
             tools=params.get("tools"),
             max_tokens=int(max_tokens),
             temperature=params.get("temperature", 0.0),
@@ -283,10 +328,61 @@ class Engine:
         if rec.status != "ok":
             progress.errors += 1
         else:
-            state.on_reply(req, rec.message)
-            if rec.response_id is not None:
+            if not self._counting or req.id in self._readers:  # else no later request splices it in
+                state.on_reply(req, rec.message)
+            if rec.response_id is not None and req.id in self._chained:
                 self._response_ids[req.id] = rec.response_id
+        if self._counting and not self._left[req.session]:
+            # Every request of the session has been sent: its tool-call ids map nothing any more.
+            state.tool_ids.clear()
+            state.live_replies.clear()
         self.sink(rec)
+
+
+def waiter_counts(plan: Plan, order: list[Request]) -> dict[int, int]:
+    """For each request some later one waits for, how many do: its done stamp is kept until then."""
+    counts: dict[int, int] = {}
+    prev: Request | None = None
+    for req in order:
+        for dep in plan.waits_for(req, prev):
+            counts[dep] = counts.get(dep, 0) + 1
+        prev = req
+    return counts
+
+
+def reply_readers(requests: list[Request]) -> dict[int, int]:
+    """For each request whose reply is spliced in as `$reply`, how many requests of `requests`
+    carry it in their history: the one that names it and every descendant of that one.
+
+    Counted the way `Engine._release` counts down (every ancestor, `keep` aside), so a live reply
+    is dropped exactly when the last request that may resend it has been materialised."""
+    below: dict[int, int] = {}  # request id -> requests of `requests` at or below it
+    depth: dict[int, int] = {}
+    nodes: dict[int, Request] = {}
+    for req in requests:
+        below[req.id] = below.get(req.id, 0) + 1
+        chain = []
+        r: Request | None = req
+        while r is not None and r.id not in depth:
+            chain.append(r)
+            r = r.parent
+        d = depth[r.id] if r is not None else -1
+        for node in reversed(chain):
+            d += 1
+            depth[node.id] = d
+            nodes[node.id] = node
+    readers: dict[int, int] = {}
+    for rid in sorted(nodes, key=depth.__getitem__, reverse=True):  # children before parents
+        node, n = nodes[rid], below.get(rid, 0)
+        if not n:
+            continue
+        if node.parent is not None:
+            below[node.parent.id] = below.get(node.parent.id, 0) + n
+        for msg in node.append:
+            ref = msg.get("$reply")
+            if ref is not None:
+                readers[ref] = readers.get(ref, 0) + n
+    return readers
 
 
 def _instructions(req: Request) -> int:

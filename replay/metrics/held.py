@@ -14,6 +14,8 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
+from replay.metrics.hist import new_histogram
+
 CLIENT_BOUND_CPU = 0.9  # of one core: above it the client, not the trace, sets the pace
 HELD_SHORTFALL = 0.9  # held below this share of what was asked is reported
 LOOP_LATE_MS = 5.0  # the event loop waking its timers this late on average cannot keep up
@@ -90,13 +92,31 @@ class LoopDelay:
         return None if not self.count else self.total_ns / self.count / 1e6
 
 
-def lag_growth(lags: list[float]) -> tuple[float, float] | None:
-    """Median schedule lag of the first and of the last quarter of the requests (seconds)."""
-    if len(lags) < 8:
-        return None
-    quarter = len(lags) // 4
-    head, tail = sorted(lags[:quarter]), sorted(lags[-quarter:])
-    return head[len(head) // 2], tail[len(tail) // 2]
+class LagTrend:
+    """Median schedule lag of the first and of the last quarter of a run's requests, in bounded
+    memory: two HDR histograms (3 significant figures), fed in the order the requests finish."""
+
+    MAX_US = 10_800_000_000  # 3 h
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.quarter = total // 4
+        self.n = 0
+        self.head = new_histogram("latency_us")
+        self.tail = new_histogram("latency_us")
+
+    def add(self, lag_s: float) -> None:
+        i, self.n = self.n, self.n + 1
+        us = min(max(0, round(lag_s * 1e6)), self.MAX_US)
+        if i < self.quarter:
+            self.head.record_value(us)
+        elif i >= self.total - self.quarter:
+            self.tail.record_value(us)
+
+    def growth(self) -> tuple[float, float] | None:
+        if self.total < 8 or not self.head.get_total_count() or not self.tail.get_total_count():
+            return None
+        return self.head.get_value_at_percentile(50) / 1e6, self.tail.get_value_at_percentile(50) / 1e6
 
 
 @dataclass(slots=True)

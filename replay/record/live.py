@@ -60,9 +60,9 @@ class RecordView:
                 col, justify="right" if col in ("requests", "depth", "in flight", "prompt", "ago") else "left"
             )
         now = time.perf_counter_ns()
-        sessions = list(self.recorder.inference.sessions.values())
-        sessions.sort(key=lambda s: s.last.arrived_ns if s.last else 0, reverse=True)
-        for s in sessions[:MAX_ROWS]:
+        inference = self.recorder.inference
+        total = len(inference.sessions)
+        for s in inference.recent(MAX_ROWS):  # not a sort of every session ever seen
             last = s.last
             done = s.last_done
             status = "in flight" if s.in_flight else (done.status if done else "")
@@ -81,8 +81,8 @@ class RecordView:
                 f"{(now - last.arrived_ns) / 1e9:.0f}s" if last else "",
             )
         rows: list[Text | Table] = [head, table]
-        if len(sessions) > MAX_ROWS:
-            rows.append(Text(f"... {len(sessions) - MAX_ROWS} more sessions", style="dim"))
+        if total > MAX_ROWS:
+            rows.append(Text(f"... {total - MAX_ROWS} more sessions", style="dim"))
         if stats.last_problem:
             rows.append(Text(stats.last_problem, style="yellow"))
         return Group(*rows)

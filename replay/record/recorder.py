@@ -20,7 +20,7 @@ import orjson
 
 from replay.record.anonymize import Anonymizer
 from replay.record.requests import parse_request
-from replay.record.sessions import Assignment, Label, SessionInference, user_id_scope
+from replay.record.sessions import Assignment, Label, SessionInference, SessionState, user_id_scope
 from replay.record.wire import Parsed, TapResult, WireError
 from replay.trace.model import Message
 from replay.trace.writer import TraceWriter
@@ -78,10 +78,16 @@ class Recorder:
         self.anonymizer = anonymizer
         self.t0_ns = t0_ns  # the first request's arrival unless given: the trace starts there
         self.stats = RecorderStats()
-        self._declared: dict[str, str] = {}  # session id -> id written in the trace
         self._written: OrderedDict[int, tuple[list[Message], Message | None]] = OrderedDict()
         # Responses API id -> (trace id, the messages the server holds under it: request + reply)
         self._responses: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
+        self.inference.on_idle = self._idle
+
+    def _idle(self, session: SessionState) -> None:
+        """An idle session's text goes: the writer's copy of its last request (a resumed
+        conversation is then written whole, and still inferred from the prefix hashes)."""
+        if session.declared is not None:
+            self.writer.forget(session.declared)
 
     def begin(
         self, api: str, body: bytes, label: Label | None, role_hint: str | None, now_ns: int
@@ -231,12 +237,12 @@ class Recorder:
 
     def _declare(self, a: Assignment) -> str:
         s = a.session
-        sid = self._declared.get(s.id)
+        sid = s.declared
         if sid is None:
             sid = s.id if self.anonymizer is None else self.anonymizer.name(s.id)
             labels = s.labels if self.anonymizer is None else self.anonymizer.labels(s.labels)
             self.writer.session(sid, role=s.role, api=s.api, model=s.model, labels=labels)
-            self._declared[s.id] = sid
+            s.declared = sid
         return sid
 
     def _base(self, a: Assignment) -> tuple[int, list[Message], Message | None] | None:

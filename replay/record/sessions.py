@@ -16,7 +16,14 @@ Agents rarely say. The rules, in order:
    an agent carries over) or this request arrives in that session's rhythm (idle, and the gap
    since its last reply is within a few times its usual gap). A cron-like arrival time (the first
    seconds of a wall-clock minute) defeats the rhythm rule: that is a cron job starting.
-4. Otherwise a new session. Its role is `cron` when labelled so (header `X-Replay-Role`, or a
+   Both are index lookups, not a scan of the sessions: replies by their first characters (looked
+   up at every word boundary of the request's texts; a reply glued to the end of a word is not
+   found), sessions by system prompt in order of their last reply, scanned only as far back as
+   the longest rhythm any of them keeps.
+4. Otherwise a new session.
+
+A recorder runs for days: a session idle for `idle_after_s` keeps only what a resumption needs
+(its latest request's prefix hash and its reply's key), and no text of any reply is held at all. Its role is `cron` when labelled so (header `X-Replay-Role`, or a
    label containing `cron`) or first seen at a cron-like time; `review`/`subagent` when labelled so;
    else `interactive`.
 """
@@ -27,7 +34,6 @@ import hashlib
 import re
 import statistics
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +45,12 @@ from replay.trace.model import Message
 LABEL_ROLES = ("cron", "review", "subagent", "background")
 _LABEL_OK = re.compile(r"[^A-Za-z0-9_.:-]+")
 _CC_SESSION = re.compile(r"_session_([0-9a-fA-F-]{8,})")
+_WORD_EDGES = re.compile(r"(?<!\w)|\b")  # where a carried-over reply may start
+_MAX_GAPS = 16
+
+# A completed reply as the compaction rule looks for it: hashes of its first characters and of
+# the whole, and its length (no text).
+ReplyKey = tuple[int, int, int]
 
 
 def _frozen(value: Any) -> Any:
@@ -116,7 +128,6 @@ class Head:
     tag: str = "turn"
     done_ns: int | None = None
     rid: int | None = None  # trace id, once written
-    reply_text: str = ""  # kept on the session's latest completed request only
     status: str = ""
     prompt_tokens: int | None = None
 
@@ -131,13 +142,17 @@ class SessionState:
     explicit: bool
     system_key: int | None
     labels: dict[str, Any] = field(default_factory=dict)
-    heads: deque[Head] = field(default_factory=deque)
+    heads: list[Head] = field(default_factory=list)  # oldest first
     in_flight: int = 0
     requests: int = 0
     errors: int = 0
     last: Head | None = None  # latest arrival
     last_done: Head | None = None  # latest completion
-    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=16))
+    gaps: list[float] = field(default_factory=list)  # the latest `_MAX_GAPS`
+    order: int = 0  # creation order: ties between candidates go to the oldest session
+    reply: ReplyKey | None = None  # of `last_done`'s reply, when long enough to be carried over
+    window_s: float = 0.0  # how long after its last reply a request is still in its rhythm
+    declared: str | None = None  # the name it was written under in the trace (the recorder's)
 
     @property
     def depth(self) -> int:
@@ -191,6 +206,7 @@ class SessionInference:
         cron_window_s: float = 2.0,
         max_heads: int = 16,
         carry_over_chars: int = 40,
+        idle_after_s: float = 1800.0,
     ) -> None:
         self.wall_clock = wall_clock
         self.rhythm_factor = rhythm_factor
@@ -198,9 +214,17 @@ class SessionInference:
         self.cron_window_s = cron_window_s
         self.max_heads = max_heads
         self.carry_over_chars = carry_over_chars
+        self.idle_after_s = idle_after_s
+        self.on_idle: Callable[[SessionState], None] | None = None  # told when a session is trimmed
         self.sessions: dict[str, SessionState] = {}
         self._index: dict[tuple[str, int], Head] = {}  # (scope, chain) -> latest head
         self._scope_count: dict[str, int] = {}
+        # scope -> hash of a reply's first `carry_over_chars` characters -> session -> (length, hash)
+        self._replies: dict[str, dict[int, dict[SessionState, tuple[int, int]]]] = {}
+        # (scope, system key) -> its inferred sessions, in order of their latest reply
+        self._by_system: dict[tuple[str, int], dict[SessionState, None]] = {}
+        self._longest_window: dict[tuple[str, int], float] = {}  # never shrinks
+        self._recent: dict[SessionState, int] = {}  # session -> last activity (ns), oldest first
 
     # --- arrival -----------------------------------------------------------------------
 
@@ -214,6 +238,7 @@ class SessionInference:
         label: Label | None = None,
         role_hint: str | None = None,
     ) -> Assignment:
+        self._release_idle(now_ns)
         chain = prefix_chain(messages)
         skey = _system_key(messages, tools_key(tools))
         # A conversation keeps one API: the same messages sent over another API are another session.
@@ -256,8 +281,11 @@ class SessionInference:
         )
         if delay is not None:
             session.gaps.append(delay)
+            if len(session.gaps) > _MAX_GAPS:
+                del session.gaps[0]
         head = Head(session=session, n=len(messages), chain=chain[-1], arrived_ns=now_ns, tag=tag)
         self._add_head(session, head)
+        self._touch(session, now_ns)
         session.in_flight += 1
         session.requests += 1
         session.last = head
@@ -284,35 +312,84 @@ class SessionInference:
     def _compacted(
         self, messages: list[Message], skey: int | None, scope: str, now_ns: int
     ) -> SessionState | None:
-        texts = _texts(messages)
-        carried = []
-        rhythmic = []
-        for s in self.sessions.values():
-            if s.scope != scope or s.explicit or s.last is None:
-                continue
-            done = s.last_done
-            reply = done.reply_text if done is not None else ""
-            if len(reply) >= self.carry_over_chars and any(reply in t for t in texts):
-                carried.append(s)
-                continue
-            if (
-                skey is not None
-                and s.system_key == skey
-                and s.depth > len(messages)
-                and self._in_rhythm(s, now_ns)
-            ):
-                rhythmic.append(s)
-        pick = carried or ([] if self.cron_like() else rhythmic)
-        if not pick:
+        carried = self._carried(messages, scope)
+        if carried:
+            return max(carried, key=_latest_first)
+        if skey is None or self.cron_like():
             return None
-        return max(pick, key=lambda s: s.last_done.done_ns if s.last_done and s.last_done.done_ns else 0)
+        return self._rhythmic(len(messages), (scope, skey), now_ns)
+
+    def _carried(self, messages: list[Message], scope: str) -> list[SessionState]:
+        """Sessions whose last reply appears whole in one of the request's texts."""
+        replies = self._replies.get(scope)
+        if not replies:
+            return []
+        k = self.carry_over_chars
+        found = []
+        for t in _texts(messages):
+            if len(t) < k:
+                continue
+            for m in _WORD_EDGES.finditer(t, 0, len(t) - k + 1):
+                i = m.start()
+                hits = replies.get(hash(t[i : i + k]))
+                if hits:
+                    found.extend(
+                        s for s, (n, h) in hits.items() if s not in found and hash(t[i : i + n]) == h
+                    )
+        return found
+
+    def _rhythmic(self, n: int, group: tuple[str, int], now_ns: int) -> SessionState | None:
+        """The session of this system prompt, longer than `n` messages, that last replied within
+        its rhythm (sessions are walked latest reply first, only as far as any rhythm reaches)."""
+        sessions = self._by_system.get(group)
+        if not sessions:
+            return None
+        reach = self._longest_window.get(group, 0.0)
+        picked = []
+        for s in reversed(sessions):
+            done = s.last_done
+            if done is None or done.done_ns is None:
+                continue
+            gap = (now_ns - done.done_ns) / 1e9
+            if gap > reach:
+                break
+            if not s.in_flight and s.depth > n and gap <= s.window_s:
+                picked.append(s)
+        return max(picked, key=_latest_first) if picked else None
 
     def _in_rhythm(self, s: SessionState, now_ns: int) -> bool:
         if s.in_flight or s.last_done is None or s.last_done.done_ns is None:
             return False
-        gap = (now_ns - s.last_done.done_ns) / 1e9
-        usual = statistics.median(s.gaps) if s.gaps else 0.0
-        return gap <= max(self.rhythm_floor_s, self.rhythm_factor * usual)
+        return (now_ns - s.last_done.done_ns) / 1e9 <= s.window_s
+
+    def recent(self, n: int) -> list[SessionState]:
+        """The `n` sessions active last (an arrival or a reply), latest first; idle ones are not
+        among them. Safe from another thread: the keys are copied in one step."""
+        return list(self._recent)[-n:][::-1]
+
+    def _touch(self, session: SessionState, now_ns: int) -> None:
+        recent = self._recent
+        recent.pop(session, None)
+        recent[session] = now_ns
+
+    def _release_idle(self, now_ns: int) -> None:
+        """Sessions idle for `idle_after_s` keep only the heads a resumption extends."""
+        horizon = now_ns - int(self.idle_after_s * 1e9)
+        recent = self._recent
+        while recent:
+            session, last = next(iter(recent.items()))
+            if last > horizon:
+                return
+            del recent[session]
+            if session.in_flight:
+                continue
+            keep = [h for h in session.heads if h is session.last or h is session.last_done]
+            for old in session.heads:
+                if old not in keep and self._index.get((session.scope, old.chain)) is old:
+                    del self._index[(session.scope, old.chain)]
+            session.heads = keep
+            if self.on_idle is not None:
+                self.on_idle(session)
 
     def cron_like(self) -> bool:
         """The first seconds of a wall-clock minute: when cron starts jobs."""
@@ -349,6 +426,7 @@ class SessionInference:
         if label is not None:
             labels["label_source"] = label.source
         session = SessionState(
+            order=len(self.sessions),
             id=sid,
             role=role,
             api=api,
@@ -365,7 +443,7 @@ class SessionInference:
         session.heads.append(head)
         self._index[(session.scope, head.chain)] = head
         if len(session.heads) > self.max_heads:
-            old = session.heads.popleft()
+            old = session.heads.pop(0)
             if self._index.get((session.scope, old.chain)) is old:
                 del self._index[(session.scope, old.chain)]
 
@@ -411,8 +489,45 @@ class SessionInference:
         if status != "ok":
             session.errors += 1
         if session.last_done is None or (session.last_done.done_ns or 0) <= now_ns:
-            if session.last_done is not None:
-                session.last_done.reply_text = ""
             content = (reply or {}).get("content")
-            head.reply_text = content if isinstance(content, str) else ""
             session.last_done = head
+            if not session.explicit:
+                self._index_reply(session, content if isinstance(content, str) else "")
+        self._rewindow(session)
+        self._touch(session, now_ns)
+
+    def _index_reply(self, session: SessionState, text: str) -> None:
+        """File the session under its new last reply (for carry-over) and its system prompt's
+        latest replies (for rhythm); only a key of the reply is kept, never its text."""
+        replies = self._replies.setdefault(session.scope, {})
+        if session.reply is not None:
+            anchor = session.reply[0]
+            bucket = replies.get(anchor)
+            if bucket is not None:
+                bucket.pop(session, None)
+                if not bucket:
+                    del replies[anchor]
+            session.reply = None
+        if len(text) >= self.carry_over_chars:
+            anchor = hash(text[: self.carry_over_chars])
+            session.reply = (anchor, len(text), hash(text))
+            replies.setdefault(anchor, {})[session] = (len(text), hash(text))
+        if session.system_key is not None:
+            latest = self._by_system.setdefault((session.scope, session.system_key), {})
+            latest.pop(session, None)
+            latest[session] = None
+
+    def _rewindow(self, session: SessionState) -> None:
+        gaps = session.gaps
+        usual = statistics.median(gaps) if gaps else 0.0
+        session.window_s = max(self.rhythm_floor_s, self.rhythm_factor * usual)
+        if session.system_key is not None and not session.explicit:
+            group = (session.scope, session.system_key)
+            if session.window_s > self._longest_window.get(group, 0.0):
+                self._longest_window[group] = session.window_s
+
+
+def _latest_first(s: SessionState) -> tuple[int, int]:
+    """The most recent last reply wins; on a tie, the oldest session (as a scan in order would)."""
+    done = s.last_done
+    return (done.done_ns or 0 if done is not None else 0, -s.order)

@@ -32,6 +32,7 @@ from replay.runs.recording import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_SIGNAL,
+    KEPT_FIELDS,
     Recording,
     RunOutcome,
     close_all,
@@ -40,8 +41,8 @@ from replay.runs.recording import (
     run_recordings,
     run_trace,
 )
-from replay.runs.serverlog import effective_settings, server_records, setting_warnings
-from replay.runs.servermetrics import server_memory, watch_counters
+from replay.runs.serverlog import DS4_FORMAT_KINDS, effective_settings, server_records, setting_warnings
+from replay.runs.servermetrics import metrics_url, server_memory, watch_counters
 from replay.runs.workers import run_workers
 from replay.trace.model import Request, Trace
 
@@ -222,9 +223,10 @@ def replay(
                     j.options.engine_config(j.served.url),
                     j.out,
                     t,
-                    keep_records=True,
+                    keep_records=reads_records(j.served),
                     plan_header=hooks.plan,
                     annotate=hooks.annotate,
+                    keep_fields=KEPT_FIELDS,
                     start=start,
                 )
                 for j, t in zip(jobs, targets, strict=True)
@@ -237,6 +239,13 @@ def replay(
         _warn_disagreements(metrics, say)
         done.append(Replayed(job.out, outcome, outcome.results, [metrics], lines, [job.served]))
     return done
+
+
+def reads_records(served: Served) -> bool:
+    """Whether anything reads the run's records afterwards: the usage check against the server's
+    counters, or the correlation with its log (the simulator's and ds4's). Otherwise none are kept,
+    and a replay's memory does not grow with its length."""
+    return served.target.kind in DS4_FORMAT_KINDS or metrics_url(served) is not None
 
 
 def finish(done: Replayed, log_path: Path | None) -> None:
@@ -351,6 +360,7 @@ def _segmented(job: ReplayJob, target: dict[str, Any], hooks: Hooks, say: Say) -
             )
             engine.by_id = by_id  # replies of earlier segments are looked up by id
             engine.tracker = tracker
+            engine.release_replies = False  # and the next segment's `_detach` reads them
             if sessions is not None:
                 engine.sessions = sessions
             recording.engine = engine

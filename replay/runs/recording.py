@@ -26,7 +26,8 @@ from rich.console import Console
 from replay import __version__
 from replay.engine.plans import Plan
 from replay.engine.run import Engine, EngineConfig, loop_options
-from replay.metrics.held import TIMED_PLANS, LoadFacts, lag_growth
+from replay.metrics.held import TIMED_PLANS, LagTrend, LoadFacts
+from replay.metrics.hist import new_histogram
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import ResultsWriter
 from replay.runs.barrier import wait_until
@@ -69,6 +70,19 @@ def percentile(values: list[float], pct: float) -> float | None:
     return round(ordered[index], 6)
 
 
+def hist_percentile(hist: Any, pct: float) -> float | None:
+    """A lag histogram's percentile in seconds (3 significant figures, to the microsecond)."""
+    if not hist.get_total_count():
+        return None
+    return round(hist.get_value_at_percentile(pct) / 1e6, 6)
+
+
+_LAG_MAX_US = 10_800_000_000  # the histogram's range (3 h)
+
+# What the readers of a run's kept records use (the usage check and the server-log correlation).
+KEPT_FIELDS = ("kind", "seq", "status", "prompt_tokens", "cached_tokens", "output_tokens")
+
+
 def run_header(
     trace: Trace,
     plan: dict[str, Any],
@@ -103,6 +117,10 @@ class Recording:
     `annotate` adds to each record before its line is written (a probe's step label), `observe`
     sees every line written (cancelled ones too); `engine` may be replaced between segments of a
     run that restarts its server (the sink and the file stay).
+
+    Its memory does not grow with the run: lines go to the file as they come, the schedule lags
+    into a histogram; `keep_records` keeps the fields in `KEPT_FIELDS` of each line (for the
+    readers that need them; `keep_fields=None` keeps whole lines).
     """
 
     def __init__(
@@ -116,6 +134,7 @@ class Recording:
         plan_header: dict[str, Any] | None = None,
         annotate: Callable[[RequestRecord], None] | None = None,
         observe: Callable[[dict[str, Any]], None] | None = None,
+        keep_fields: tuple[str, ...] | None = None,
         start: dict[str, Any] | None = None,
     ) -> None:
         header = run_header(trace, {**plan.describe(), **(plan_header or {})}, config, target, start)
@@ -124,7 +143,9 @@ class Recording:
         self.keep_records = keep_records
         self.annotate = annotate
         self.observe = observe
-        self.lags: list[float] = []
+        self.keep_fields = keep_fields
+        self.lags = new_histogram("latency_us")  # schedule lag, microseconds
+        self.lag_trend = LagTrend(len(trace.requests))  # does the lag grow over the run?
         self.kept: list[dict[str, Any]] = []
         self.counts = {"requests": 0, "errors": 0, "cancelled": 0}
         self.engine = Engine(trace, plan, config, self.sink)
@@ -145,16 +166,18 @@ class Recording:
                 self.counts["errors"] += 1
             line = self.writer.request(rec)
             if line["lag_s"] is not None:
-                self.lags.append(line["lag_s"])
+                self.lags.record_value(min(max(0, round(line["lag_s"] * 1e6)), _LAG_MAX_US))
+                self.lag_trend.add(line["lag_s"])
             if self.keep_records:
-                self.kept.append(line)
+                fields = self.keep_fields
+                self.kept.append(line if fields is None else {k: line[k] for k in fields if k in line})
         if self.observe is not None:
             self.observe(line)
 
     def close(self, outcome: str, duration: float, extra: dict[str, Any] | None = None) -> RunOutcome:
         """Write the `summary` line and say how the run ended."""
         counts = self.counts
-        lag_p50, lag_p99 = percentile(self.lags, 50), percentile(self.lags, 99)
+        lag_p50, lag_p99 = hist_percentile(self.lags, 50), hist_percentile(self.lags, 99)
         load = self.load_facts(duration)
         warnings = load.warnings()
         self.writer.close(
@@ -194,7 +217,7 @@ class Recording:
         if self.cpu_started is not None and duration > 0:
             cpu = (time.process_time() - self.cpu_started) / duration
         held = self.engine.held
-        growth = lag_growth(self.lags) if plan.name in TIMED_PLANS else None
+        growth = self.lag_trend.growth() if plan.name in TIMED_PLANS else None
         return LoadFacts(
             plan=plan.name,
             asked=plan.capacity if plan.name == "overlap" else None,

@@ -89,10 +89,11 @@ class TraceWriter:
         )
 
     def forget(self, sid: str) -> None:
-        """Let go of a finished session's last message list (an importer streaming a large store
-        calls this); a later request of it is encoded without a parent."""
-        if sid in self._sessions:
-            self._sessions[sid] = _SessionState()
+        """Let go of the session's last request (kept to encode the next one against it): its next
+        request, if any, is written whole. What a long-running recorder does for idle sessions."""
+        state = self._sessions.get(sid)
+        if state is not None:
+            state.last_id, state.messages, state.reply = None, [], None
 
     def raw_line(self, obj: dict[str, Any]) -> None:
         """A line of a kind this writer has no method for (the recorder's `unrecorded` lines)."""

@@ -176,6 +176,7 @@ class DiskStore:
         cp.last_used = now
         if cp in self._order:
             self._hit[cp] = None
+            self._prune_heap()
 
     def remove(self, cp: Checkpoint) -> None:
         del self.files[cp]
@@ -187,6 +188,20 @@ class DiskStore:
         if not bucket:
             del self._index[key]
         self.total -= cp.size
+        self._prune_heap()
+
+    def _prune_heap(self) -> None:
+        """Drop the heap entries of files since hit or removed once they outnumber the live ones:
+        they only go when they surface in an eviction pass, and a store that restores (and so
+        consumes) its files without filling up would keep every one, and its tokens, for ever."""
+        heap = self._still
+        if len(heap) <= 2 * (len(self._order) - len(self._hit)) + 1024:
+            return
+        order, hit = self._order, self._hit
+        heap[:] = [
+            e for e in heap if e[3] in order and e[3] not in hit
+        ]  # in place: an eviction pass holds it
+        heapq.heapify(heap)
 
     def _evict_over(
         self, extra: int, now: float, protect: Checkpoint | None, incoming: TokenSeq | None

@@ -137,3 +137,23 @@ def test_aug_evicts_a_superseded_continued_prefix_first():
     older_prefix = list(store.files)[1]  # the unrelated file is the oldest: without the rule it goes first
     got = store._evict_over(store.budget - store.total + 1, 60_000.0, None, split(bases[0], []))  # one file
     assert got == [older_prefix]
+
+
+def test_the_eviction_heap_does_not_keep_files_restored_and_consumed():
+    """A store that restores (hits, then removes) its files without ever filling up holds no
+    heap entry, and so no tokens, for each file it once had: the heap stays near its live files."""
+    cfg = config_for(disk=True, kv_cache_min_tokens=GRID // 2)
+    store = DiskStore(cfg)
+    tokens = [VOCAB[j % len(VOCAB)] for j in range(2 * GRID)]
+    for i in range(5000):
+        seq = TokenSeq((tuple([VOCAB[i % len(VOCAB)], str(i), *tokens]),))
+        out = store.store(seq, "continued", "token-text", float(i))
+        assert out.stored is not None
+        if i % 10:  # most are restored and consumed; every tenth stays on disk
+            store.hit(out.stored, float(i) + 0.5)
+            store.remove(out.stored)
+    live = set(store.files)
+    assert 0 < len(live) <= 500
+    assert len(store._still) <= 2 * len(live) + 1024 + 1
+    # Every file that may still be evicted from the heap is in it.
+    assert {e[3] for e in store._still if e[3] in store._order} == live

@@ -1,0 +1,476 @@
+"""`just soak` / `python -m bench.soak`: the three long-running processes, each soaked for minutes.
+
+- replay: `replay run` (overlap, c=64, live history, 10-turn sessions) against the fast reference
+  server; requests counted from the results file as it grows.
+- record: `replay record` in front of the reference server, 50 streaming clients carrying a pool of
+  conversations (100,000 per hour of soak) that grow, compact (the summary carries the last reply)
+  and resume.
+- sim: `replay sim serve` with a fixed active set of conversations, each restarted after a few
+  turns.
+
+Every 5 s the subject process's RSS (its process tree), open fds and requests done are sampled.
+After a warm-up (a quarter of the run, at most a minute) the report gives MB per 10,000 requests
+(the least-squares slope of RSS over requests), the memory growth and the rate drift (last window
+against the first, both `window_s` long) against the issue's targets. The machine may be shared:
+rates are compared within one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import psutil
+
+from bench.refserver import Pacing
+from bench.server import refserver
+from drivers.process import ChildProcess
+from replay.trace.writer import TraceWriter
+
+SOAKS = ("replay", "record", "sim")
+CODE: Path | None = None  # where the soaked processes import `replay` from (another checkout)
+SAMPLE_S = 5.0
+_LISTENING = r"listening on (http://\S+)"
+
+# The issue's targets (#23). MB per 10,000 requests after warm-up, and rate drift in percent.
+TARGETS: dict[str, dict[str, float]] = {
+    "replay": {"mb_per_10k": 0.2, "drift_pct": 5.0},  # <= 2 MB per 100,000 requests
+    "record": {"growth_pct": 10.0, "drift_pct": 10.0},  # flat rate and memory within 10%
+    "sim": {"mb_per_10k": 0.2, "growth_pct": 10.0},  # a fixed active set: flat memory
+}
+
+
+def log(msg: str) -> None:
+    print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass(slots=True)
+class Sample:
+    t: float  # seconds since the subject started
+    rss_mib: float
+    fds: int
+    requests: int
+
+
+@dataclass
+class Sampler:
+    """Samples a process tree every `every_s` seconds in a thread, with `count()` for requests."""
+
+    pid: int
+    count: Callable[[], int]
+    every_s: float = SAMPLE_S
+    samples: list[Sample] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._t0 = time.monotonic()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[Sample]:
+        self._stop.set()
+        self._thread.join()
+        return self.samples
+
+    def _run(self) -> None:
+        while True:
+            sample = self.take()
+            if sample is not None:
+                self.samples.append(sample)
+            if self._stop.wait(self.every_s):
+                return
+
+    def take(self) -> Sample | None:
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+            rss = fds = 0
+            for p in procs:
+                try:
+                    rss += p.memory_info().rss
+                    fds += p.num_fds()
+                except psutil.Error:
+                    continue
+        except psutil.Error:
+            return None
+        return Sample(round(time.monotonic() - self._t0, 2), round(rss / 2**20, 2), fds, self.count())
+
+
+def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int = 0) -> dict[str, Any]:
+    """MB per 10,000 requests, growth and rate drift after warm-up, against the targets.
+
+    Warm-up is a quarter of the run (at most a minute), or longer, until `warm_requests` are done
+    (the recorder's first pass over its conversations: every new session is working state)."""
+    out: dict[str, Any] = {
+        "minutes": minutes,
+        "samples": [[s.t, s.rss_mib, s.fds, s.requests] for s in samples],
+        "targets": TARGETS[name],
+    }
+    samples = list(samples)
+    while len(samples) > 2 and samples[-1].requests == samples[-2].requests:
+        samples.pop()  # the subject winding down (writing its summary), not running
+    if len(samples) < 4:
+        return {**out, "status": "failed", "reason": f"only {len(samples)} samples"}
+    end = samples[-1].t
+    warm = min(60.0, end / 4)
+    reached = next((s.t for s in samples if s.requests >= warm_requests), None)
+    if reached is None or reached > end - 4 * SAMPLE_S:
+        return {**out, "status": "failed", "reason": f"warm-up ({warm_requests} requests) not over in time"}
+    warm = max(warm, reached)
+    window = max(2 * SAMPLE_S, min(60.0, (end - warm) / 3))
+    after = [s for s in samples if s.t >= warm]
+    first = _rate(after, after[0].t, after[0].t + window)
+    last = _rate(after, end - window, end)
+    x = [s.requests for s in after]
+    y = [s.rss_mib for s in after]
+    slope = _slope(x, y)  # MiB per request
+    done = after[-1].requests - after[0].requests
+    out.update(
+        status="ok",
+        requests=samples[-1].requests,
+        warmup_s=round(warm, 1),
+        window_s=round(window, 1),
+        rss_warm_mib=after[0].rss_mib,
+        rss_end_mib=after[-1].rss_mib,
+        rss_peak_mib=max(s.rss_mib for s in samples),
+        growth_pct=round((after[-1].rss_mib / after[0].rss_mib - 1) * 100, 2) if after[0].rss_mib else None,
+        mb_per_10k=round(slope * 10_000 * 1.048576, 3) if slope is not None and done > 0 else None,
+        fds_warm=after[0].fds,
+        fds_end=after[-1].fds,
+        rate_first=round(first, 1) if first is not None else None,
+        rate_last=round(last, 1) if last is not None else None,
+        drift_pct=round((last / first - 1) * 100, 2) if first and last is not None else None,
+    )
+    out["met"] = all(
+        out.get(key) is not None and abs(out[key]) <= limit for key, limit in TARGETS[name].items()
+    )
+    return out
+
+
+def _rate(samples: list[Sample], t0: float, t1: float) -> float | None:
+    inside = [s for s in samples if t0 - 1e-6 <= s.t <= t1 + 1e-6]
+    if len(inside) < 2 or inside[-1].t <= inside[0].t:
+        return None
+    return (inside[-1].requests - inside[0].requests) / (inside[-1].t - inside[0].t)
+
+
+def _slope(x: list[int], y: list[float]) -> float | None:
+    n = len(x)
+    if n < 2:
+        return None
+    mx, my = sum(x) / n, sum(y) / n
+    var = sum((a - mx) ** 2 for a in x)
+    if not var:
+        return None
+    return sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / var
+
+
+# --- replay -------------------------------------------------------------------------------------
+
+
+def soak_trace(path: Path, requests: int, turns: int = 10, seeds: int = 256) -> Path:
+    """Sessions of `turns` turns, each resending its live history (`$reply` markers): what keeps
+    replies, done stamps and per-request state alive in a replay that forgets nothing.
+
+    User turns draw from `seeds` synthetic texts: with a distinct text per request the soak would
+    measure `synth_text`'s cache filling up to its 64 MiB bound (~470 bytes a request at first), not
+    what the replay itself keeps."""
+    params = {"max_tokens": 16, "stream": True}
+    system = {"role": "system", "content": {"synth": {"tokens": 200, "seed": 7}}}
+    with TraceWriter(path, source="scenario:bench-soak", created="2026-01-01T00:00:00+00:00") as w:
+        for s in range(max(1, requests // turns)):
+            sid = f"soak{s}"
+            w.session(sid)
+            msgs: list[dict[str, Any]] = [system]
+            for turn in range(turns):
+                msgs.append(
+                    {"role": "user", "content": {"synth": {"tokens": 40, "seed": (s * 16 + turn) % seeds}}}
+                )
+                reply_msg = {"role": "assistant", "content": f"done {s}.{turn}"}
+                reply = {"message": reply_msg, "finish": "length", "output_tokens": 16}
+                w.request(sid, float(s), list(msgs), params=params, reply=reply)
+                msgs.append(reply_msg)
+    return path
+
+
+def _lines_counter(path: Path) -> Callable[[], int]:
+    """Lines appended to `path` so far (minus the run header), read incrementally."""
+    state = {"offset": 0, "lines": 0}
+
+    def count() -> int:
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(state["offset"])
+                chunk = handle.read()
+        except FileNotFoundError:
+            return 0
+        cut = chunk.rfind(b"\n") + 1
+        state["offset"] += cut
+        state["lines"] += chunk.count(b"\n", 0, cut)
+        return max(0, state["lines"] - 1)
+
+    return count
+
+
+def soak_replay(work: Path, minutes: float, url: str, rate_guess: float = 900.0) -> dict[str, Any]:
+    requests = int(minutes * 60 * rate_guess) + 10_000
+    t0 = time.monotonic()
+    trace = soak_trace(work / "soak-replay.trace.jsonl", requests)
+    log(f"replay: trace of {requests} requests written in {time.monotonic() - t0:.1f} s")
+    out = work / "soak-replay.results.jsonl"
+    argv = [
+        sys.executable, "-m", "replay", "run", str(trace), "--target", url, "--plan", "overlap",
+        "--concurrency", "64", "--max-duration", str(minutes * 60), "--out", str(out), "--quiet",
+    ]  # fmt: skip
+    with ChildProcess(
+        argv, log_path=work / "soak-replay.log", name="replay-run", stop_timeout=30.0, cwd=CODE
+    ) as child:
+        sampler = Sampler(child.pid, _lines_counter(out)).start()
+        child.wait(minutes * 60 + 300)
+        samples = sampler.stop()
+    res = analyse("replay", samples, minutes)
+    res["trace_requests"] = requests
+    res["exhausted"] = bool(res.get("requests", 0) >= requests - 1)
+    return res
+
+
+# --- record and sim: conversations over HTTP ----------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(slots=True)
+class Conversation:
+    index: int
+    generation: int = 0
+    replies: list[str] = field(default_factory=list)
+    summary: str | None = None
+    busy: bool = False
+
+
+SYSTEM = "You are a coding agent. " * 80  # ~2 KB, shared: the prompt every conversation starts with
+
+
+def conversation_messages(c: Conversation) -> list[dict[str, str]]:
+    """The conversation as an agent resends it: its start (or its compaction summary) and every
+    reply so far with the user turn that followed it."""
+    first = (
+        f"Summary of earlier work:\n{c.summary}\nContinue."
+        if c.summary is not None
+        else f"conversation {c.index}.{c.generation}: fix the failing test"
+    )
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": first}]
+    for i, reply in enumerate(c.replies):
+        msgs.append({"role": "assistant", "content": reply})
+        msgs.append({"role": "user", "content": f"tool result {i} of {c.index}.{c.generation}"})
+    return msgs
+
+
+async def _ask(client: httpx.AsyncClient, url: str, messages: list[dict[str, str]]) -> str:
+    body = {"model": "ref", "messages": messages, "stream": True, "max_tokens": 16}
+    text: list[str] = []
+    async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
+        resp.raise_for_status()
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            obj = orjson.loads(line[6:])
+            for choice in obj.get("choices") or ():
+                piece = (choice.get("delta") or {}).get("content")
+                if piece:
+                    text.append(piece)
+    return "".join(text)
+
+
+@dataclass
+class ChatLoad:
+    """`clients` streaming clients working through `conversations` in turn: each turn resends the
+    history; after `turns` turns a conversation compacts (the recorder) or restarts (the sim)."""
+
+    url: str
+    conversations: int
+    clients: int
+    turns: int
+    compact: bool
+    done: int = 0
+    errors: int = 0
+
+    async def run(self, seconds: float) -> None:
+        pool = [Conversation(i) for i in range(self.conversations)]
+        cursor = 0
+        deadline = time.monotonic() + seconds
+
+        def pick() -> Conversation | None:
+            nonlocal cursor
+            for _ in range(len(pool)):
+                c = pool[cursor]
+                cursor = (cursor + 1) % len(pool)
+                if not c.busy:
+                    return c
+            return None
+
+        async def client_loop(client: httpx.AsyncClient) -> None:
+            while time.monotonic() < deadline:
+                c = pick()
+                if c is None:
+                    await asyncio.sleep(0.01)
+                    continue
+                c.busy = True
+                try:
+                    reply = await _ask(client, self.url, conversation_messages(c))
+                except (httpx.HTTPError, ValueError):
+                    self.errors += 1
+                    await asyncio.sleep(0.05)
+                    continue
+                finally:
+                    c.busy = False
+                self.done += 1
+                c.replies.append(reply)
+                if len(c.replies) >= self.turns:
+                    c.summary = reply if self.compact else None
+                    c.generation += 1
+                    c.replies = []
+
+        limits = httpx.Limits(max_connections=self.clients, max_keepalive_connections=self.clients)
+        async with httpx.AsyncClient(timeout=60.0, limits=limits) as client:
+            await asyncio.gather(*(client_loop(client) for _ in range(self.clients)))
+
+
+def _drive(child: ChildProcess, load: ChatLoad, minutes: float) -> list[Sample]:
+    sampler = Sampler(child.pid, lambda: load.done).start()
+    try:
+        asyncio.run(load.run(minutes * 60))
+    finally:
+        samples = sampler.stop()
+    return samples
+
+
+def soak_record(work: Path, minutes: float, url: str, conversations: int | None = None) -> dict[str, Any]:
+    n = conversations or max(1000, round(100_000 * minutes / 60))
+    argv = [
+        sys.executable, "-m", "replay", "record", "--upstream", url,
+        "--out", str(work / "soak-record.trace.jsonl"), "--listen", f"127.0.0.1:{free_port()}",
+    ]  # fmt: skip
+    with ChildProcess(
+        argv, log_path=work / "soak-record.log", name="replay-record", stop_timeout=30.0, cwd=CODE
+    ) as child:
+        proxy = child.wait_for_line(_LISTENING, timeout=60.0).group(1)
+        load = ChatLoad(proxy, conversations=n, clients=50, turns=8, compact=True)
+        samples = _drive(child, load, minutes)
+    res = analyse("record", samples, minutes, warm_requests=n)
+    res.update(conversations=n, errors=load.errors)
+    return res
+
+
+def soak_sim(work: Path, minutes: float, active: int = 16) -> dict[str, Any]:
+    # Its ds4 log lines go to soak-sim.log, after the listening line.
+    argv = [sys.executable, "-m", "replay", "sim", "serve", "--port", "0", "--time-scale", "200"]
+    with ChildProcess(
+        argv, log_path=work / "soak-sim.log", name="replay-sim", stop_timeout=30.0, cwd=CODE
+    ) as child:
+        base = child.wait_for_line(_LISTENING, timeout=60.0).group(1)
+        load = ChatLoad(base, conversations=active, clients=active, turns=6, compact=False)
+        samples = _drive(child, load, minutes)
+    res = analyse("sim", samples, minutes)
+    res.update(active_sessions=active, errors=load.errors)
+    return res
+
+
+def run(minutes: float, only: list[str], work: Path) -> dict[str, Any]:
+    """Every soak asked for, one after the other; one that fails keeps the others' figures."""
+    results: dict[str, Any] = {}
+    needs_upstream = {"replay", "record"} & set(only)
+    upstream = refserver(Pacing(first_token_ms=1.0, tokens=16), realtime=False)
+    with upstream if needs_upstream else contextlib.nullcontext() as srv:
+        for name in only:
+            log(f"{name}: soaking for {minutes} min")
+            try:
+                if name == "replay":
+                    res = soak_replay(work, minutes, srv.url)
+                elif name == "record":
+                    res = soak_record(work, minutes, srv.url)
+                else:
+                    res = soak_sim(work, minutes)
+            except Exception as exc:  # noqa: BLE001 - a broken soak must not lose the others
+                res = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+            log(f"{name}: {summary_line(name, res)}")
+            results[name] = res
+    return results
+
+
+def summary_line(name: str, res: dict[str, Any]) -> str:
+    if res.get("status") != "ok":
+        return f"failed: {res.get('reason')}"
+    return (
+        f"{res['requests']} requests; RSS {res['rss_warm_mib']} -> {res['rss_end_mib']} MiB after "
+        f"{res['warmup_s']} s warm-up ({res['mb_per_10k']} MB per 10,000 requests, {res['growth_pct']}%); "
+        f"fds {res['fds_warm']} -> {res['fds_end']}; rate {res['rate_first']} -> {res['rate_last']} req/s "
+        f"({res['drift_pct']}%); targets {'met' if res['met'] else 'MISSED'}"
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n")[0])
+    ap.add_argument("--minutes", type=float, default=10.0, help="minutes per soak (default 10)")
+    ap.add_argument("--only", default=",".join(SOAKS), help=f"comma-separated: {', '.join(SOAKS)}")
+    ap.add_argument("--out", type=Path, default=Path("bench/results"), help="results directory")
+    ap.add_argument(
+        "--code", type=Path, default=None, help="soak the `replay` of this checkout (e.g. a before/after)"
+    )
+    ap.add_argument("--label", default="", help="stored with the figures (e.g. 'before')")
+    args = ap.parse_args(argv)
+    args.only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in args.only if s not in SOAKS]
+    if unknown:
+        ap.error(f"unknown soak(s) {', '.join(unknown)}; known: {', '.join(SOAKS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    global CODE
+    args = parse_args(argv)
+    CODE = args.code.resolve() if args.code else None
+    with tempfile.TemporaryDirectory(prefix="replay-soak-") as tmp:
+        results = run(args.minutes, args.only, Path(tmp))
+    for res in results.values():
+        res["label"] = args.label
+        res["code"] = str(CODE) if CODE else "this checkout"
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "soak.json"
+    previous = orjson.loads(path.read_bytes()).get("data", {}) if path.exists() else {}
+    data = {**previous, **results}
+    doc = {
+        "section": "soak",
+        "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "load": round(os.getloadavg()[0], 2),
+        "data": data,
+    }
+    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    for name, res in results.items():
+        print(f"{name}: {summary_line(name, res)}")
+    print(f"written to {path}; `python -m bench --rebuild` puts it in README.md")
+    return 0 if all(r.get("met") for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

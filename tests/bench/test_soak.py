@@ -1,0 +1,62 @@
+"""The soak's arithmetic (growth per request, rate drift, the subject's wind-down) and its rows in
+the benchmark's verdict; the soaks themselves run in `just soak`, never in the tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.report import markdown, soak_checks
+from bench.soak import Sample, analyse, parse_args
+
+
+def samples(minutes: float, rate: float, mib_per_request: float, slow_down: float = 0.0):
+    out, done = [], 0.0
+    for i in range(int(minutes * 60 / 5) + 1):
+        t = i * 5.0
+        out.append(Sample(t, round(100 + done * mib_per_request, 4), 20, int(done)))
+        done += 5 * rate * (1 - slow_down * t / (minutes * 60))
+    return out
+
+
+def test_flat_memory_and_a_steady_rate_meet_the_replay_target():
+    res = analyse("replay", samples(4, 500, 0.0), 4)
+    assert res["status"] == "ok" and res["met"]
+    assert res["mb_per_10k"] == 0 and abs(res["drift_pct"]) < 0.5
+    assert res["warmup_s"] == 60.0 and res["window_s"] == 60.0
+
+
+def test_growth_per_request_is_the_slope_after_warm_up_in_mb_per_10000():
+    res = analyse("replay", samples(4, 500, 0.001), 4)  # 1 KiB-ish per request: 10 MiB per 10,000
+    assert res["mb_per_10k"] == pytest.approx(10 * 1.048576, rel=1e-3)
+    assert not res["met"]
+
+
+def test_a_slowing_rate_is_drift_and_a_stalled_tail_is_not_counted():
+    slowing = analyse("record", samples(4, 100, 0.0, slow_down=0.3), 4)
+    assert slowing["drift_pct"] < -10 and not slowing["met"]
+    steady = samples(2, 100, 0.0)
+    tail = [Sample(steady[-1].t + 5 * k, 100.0, 3, steady[-1].requests) for k in range(1, 4)]
+    res = analyse("record", steady + tail, 2)
+    assert abs(res["drift_pct"]) < 0.5 and res["fds_end"] == 20
+
+
+def test_the_verdict_has_a_row_per_soak_and_says_which_figure_missed():
+    results = {
+        "soak": {
+            "replay": analyse("replay", samples(4, 500, 0.001), 4),
+            "sim": {"status": "failed", "reason": "not ready"},
+        }
+    }
+    rows = {c.name.split(",")[0]: c for c in soak_checks(results)}
+    assert rows["soak: replay run"].met is False and "mb_per_10k" in rows["soak: replay run"].gap
+    assert rows["soak: simulator"].met is None and "not ready" in rows["soak: simulator"].measured
+    assert rows["soak: replay record"].met is None
+    text = markdown(results)
+    assert "## Soak" in text and "| replay | 4 |" in text
+
+
+def test_minutes_and_only_are_parsed():
+    args = parse_args(["--minutes", "1", "--only", "record,sim"])
+    assert (args.minutes, args.only) == (1.0, ["record", "sim"])
+    with pytest.raises(SystemExit):
+        parse_args(["--only", "nope"])
