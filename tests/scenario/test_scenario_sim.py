@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from replay.metrics.results import RunResults, read_results
-from replay.scenario import find_scenario
 from replay.runs.scenario import run_arm, run_arms, run_shared
+from replay.scenario import find_scenario
 
 pytestmark = pytest.mark.e2e
 
