@@ -230,7 +230,7 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
             value = obj.get(key)
             if value is not None and type(value) is not str:
                 raise check.fail(f"trace: field '{key}' must be a string, got {_json_type(value)}")
-        if "start" in obj:
+        if obj.get("start") is not None:
             _check_start(check, obj["start"])
         check.header_seen = True
     elif kind == "session":
@@ -248,9 +248,9 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
                 )
         check.sessions[sid] = Session(
             id=sid,
-            role=obj.get("role", "interactive"),
+            role=obj.get("role") or "interactive",
             api=api,
-            model=obj.get("model", "default"),
+            model=obj.get("model") or "default",
             labels=obj.get("labels") or {},
         )
     elif kind == "blob":
@@ -522,10 +522,10 @@ def _read_trace(path: str | Path) -> Trace:
         if kind == "trace":
             header = TraceHeader(
                 format=obj["format"],
-                created=obj.get("created", ""),
-                source=obj.get("source", ""),
-                notes=obj.get("notes", ""),
-                start=obj.get("start", ""),
+                created=obj.get("created") or "",  # null is absent (FORMAT.md)
+                source=obj.get("source") or "",
+                notes=obj.get("notes") or "",
+                start=obj.get("start") or "",
             )
         elif kind == "request":
             requests.append(_request(obj, by_id, check.line))
@@ -610,7 +610,7 @@ def _request(obj: dict[str, Any], by_id: dict[int, Request], line: int) -> Reque
         reply=obj.get("reply"),
         usage=obj.get("usage"),
         after=obj.get("after"),
-        tag=obj.get("tag", "turn"),
+        tag=obj.get("tag") or "turn",
         line=line,
     )
     by_id[req.id] = req

@@ -32,6 +32,7 @@ from drivers.launch import start_target
 from drivers.logs import llamacpp as L
 from drivers.target import Target
 from replay.engine.plans import make_plan
+from replay.metrics.results import read_results
 from replay.runs import pipeline
 from replay.runs.pipeline import ReplayJob, RunOptions
 from replay.runs.serverlog import effective_settings
@@ -82,7 +83,7 @@ def replay(model: Path, trace: Path, work: Path, *flags: str) -> Run:
     assert metrics["scrapes"] >= 2  # before and after, and every few seconds between
     assert served.log_path is not None
     return Run(
-        records=done.records,
+        records=read_results(work / "results.jsonl").requests,  # the file: the run keeps few fields in memory
         metrics=metrics,
         settings=effective_settings("llamacpp", served.log_path),
         events=L.parse_files([served.log_path]).events,

@@ -234,3 +234,14 @@ def test_lines_read_in_blocks_are_the_file_s_lines(lines: list[bytes], end: bool
 def test_a_trace_may_carry_the_wall_clock_time_of_its_start(tmp_path, start):
     path = write_lines(tmp_path / "t.jsonl", [{**HEADER, "start": start}, SESSION, req(1)])
     assert read_trace(path).header.start == start
+
+
+def test_a_null_optional_field_reads_as_absent(tmp_path):
+    """null is absent (FORMAT.md): the compiled model's str fields never receive a None."""
+    header = {**HEADER, "created": None, "source": None, "notes": None, "start": None}
+    session = {**SESSION, "role": None, "model": None, "labels": None}
+    path = write_lines(tmp_path / "t.jsonl", [header, session, req(1, tag=None)])
+    trace = read_trace(path)
+    assert (trace.header.notes, trace.header.start) == ("", "")
+    assert (trace.sessions["a"].role, trace.sessions["a"].model) == ("interactive", "default")
+    assert trace.requests[0].tag == "turn"
