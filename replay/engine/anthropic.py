@@ -12,9 +12,9 @@ from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
     OnState,
+    ReplyParts,
     exchange,
     load_event,
-    reply_message,
     stream_error,
 )
 from replay.engine.openai import OPENAI_HEADERS, function_tools
@@ -148,18 +148,14 @@ def anthropic_body(call: ApiCall) -> dict[str, Any]:
     return body
 
 
-class AnthropicReader:
+class AnthropicReader(ReplyParts):
     """Messages events and bodies, every field read through `Fields` (a wrong type is
     `BadShape`: the request's `bad_payload`)."""
 
     terminal = "message_stop"
 
     def __init__(self) -> None:
-        self.done = False
-        self.error: str | None = None
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.tools: dict[int, dict[str, str]] = {}
+        super().__init__()
         self.stop_reason: str | None = None
         self.usage: dict[str, Any] = {}
         self.x_sim: dict[str, Any] | None = None
@@ -278,11 +274,10 @@ class AnthropicReader:
         self.x_sim = check_modelled(x_sim) if x_sim is not None else None
 
     def fill(self, res: RequestRecord) -> None:
-        tool_calls = [self.tools[i] for i in sorted(self.tools)]
+        tool_calls = self.tool_calls()
         for tc in tool_calls:
             tc["arguments"] = tc["arguments"] or "{}"
-        if self.content or self.reasoning or tool_calls or self.done:
-            res.message = reply_message(self.content, self.reasoning, tool_calls)
+        self.fill_message(res, tool_calls)
         reason = self.stop_reason
         res.finish = _ANTHROPIC_FINISH.get(reason, reason) if reason else None
         res.raw_usage = self.usage or None

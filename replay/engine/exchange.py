@@ -426,6 +426,26 @@ def stream_error(obj: Any) -> str:
     return _one_line(str(err))
 
 
+class ReplyParts:
+    """What every API's reader gathers as a reply arrives: its text, its reasoning, its tool calls
+    by index, and whether the terminal event (or an error inside the stream) came."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.error: str | None = None
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.tools: dict[int, dict[str, str]] = {}
+
+    def tool_calls(self) -> list[dict[str, str]]:
+        return [self.tools[i] for i in sorted(self.tools)]
+
+    def fill_message(self, res: RequestRecord, tool_calls: list[dict[str, str]]) -> None:
+        """The reply message, once anything of it (or its end) was read."""
+        if self.content or self.reasoning or tool_calls or self.done:
+            res.message = reply_message(self.content, self.reasoning, tool_calls)
+
+
 def reply_message(
     content: list[str], reasoning: list[str], tool_calls: list[dict[str, str]]
 ) -> dict[str, Any]:

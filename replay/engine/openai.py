@@ -11,9 +11,9 @@ from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
     OnState,
+    ReplyParts,
     exchange,
     load_event,
-    reply_message,
     stream_error,
 )
 from replay.engine.sse import SseEvent
@@ -98,18 +98,14 @@ def _plain_content(raw: dict[str, Any]) -> str | None:
     return text if type(text) is str else None
 
 
-class OpenAIReader:
+class OpenAIReader(ReplyParts):
     """Chat-completions chunks and bodies, every field read through `Fields` (a wrong type is
     `BadShape`: the request's `bad_payload`)."""
 
     terminal = "[DONE]"
 
     def __init__(self) -> None:
-        self.done = False
-        self.error: str | None = None
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.tools: dict[int, dict[str, str]] = {}
+        super().__init__()
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
         self.timings: dict[str, Any] | None = None
@@ -224,9 +220,8 @@ class OpenAIReader:
         self.finish = choice.text("finish_reason")
 
     def fill(self, res: RequestRecord) -> None:
-        tool_calls = [self.tools[i] for i in sorted(self.tools)]
-        if self.content or self.reasoning or tool_calls or self.done:
-            res.message = reply_message(self.content, self.reasoning, tool_calls)
+        tool_calls = self.tool_calls()
+        self.fill_message(res, tool_calls)
         res.finish = self.finish
         res.raw_usage = self.usage
         res.timings = self.timings

@@ -22,9 +22,9 @@ from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
     OnState,
+    ReplyParts,
     exchange,
     load_event,
-    reply_message,
     stream_error,
 )
 from replay.engine.openai import OPENAI_HEADERS
@@ -141,18 +141,14 @@ def _index(obj: Fields, default: int) -> int:
     return default if index is None else index
 
 
-class ResponsesReader:
+class ResponsesReader(ReplyParts):
     """Responses events and bodies, every field read through `Fields` (a wrong type is
     `BadShape`: the request's `bad_payload`)."""
 
     terminal = "response.completed"
 
     def __init__(self) -> None:
-        self.done = False
-        self.error: str | None = None
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.tools: dict[int, dict[str, str]] = {}
+        super().__init__()
         self.status: str | None = None
         self.incomplete: str | None = None
         self.usage: dict[str, Any] | None = None
@@ -279,9 +275,8 @@ class ResponsesReader:
                 self._item_done(i, item)
 
     def fill(self, res: RequestRecord) -> None:
-        tool_calls = [self.tools[i] for i in sorted(self.tools)]
-        if self.content or self.reasoning or tool_calls or self.done:
-            res.message = reply_message(self.content, self.reasoning, tool_calls)
+        tool_calls = self.tool_calls()
+        self.fill_message(res, tool_calls)
         if tool_calls:
             res.finish = "tool_calls"
         elif self.status == "incomplete":
