@@ -6,7 +6,7 @@
   conversations (100,000 per hour of soak) that grow, compact (the summary carries the last reply)
   and resume.
 - sim: `replay sim serve` with a fixed active set of conversations, each restarted after a few
-  turns.
+  turns; its warm-up lasts until the tokenizer's bounded text cache reports itself full.
 
 Every 5 s the subject process's RSS (its process tree), open fds and requests done are sampled.
 After a warm-up (a quarter of the run, at most a minute) the report gives MB per 10,000 requests
@@ -356,8 +356,10 @@ class ChatLoad:
             await asyncio.gather(*(client_loop(client) for _ in range(self.clients)))
 
 
-def _drive(child: ChildProcess, load: ChatLoad, minutes: float) -> list[Sample]:
-    sampler = Sampler(child.pid, lambda: load.done).start()
+def _drive(
+    child: ChildProcess, load: ChatLoad, minutes: float, count: Callable[[], int] | None = None
+) -> list[Sample]:
+    sampler = Sampler(child.pid, count or (lambda: load.done)).start()
     try:
         asyncio.run(load.run(minutes * 60))
     finally:
@@ -390,10 +392,31 @@ def soak_sim(work: Path, minutes: float, active: int = 16) -> dict[str, Any]:
     ) as child:
         base = child.wait_for_line(_LISTENING, timeout=60.0).group(1)
         load = ChatLoad(base, conversations=active, clients=active, turns=6, compact=False)
-        samples = _drive(child, load, minutes)
-    res = analyse("sim", samples, minutes)
-    res.update(active_sessions=active, errors=load.errors)
+        full_at = _BoundReached(base, load)
+        samples = _drive(child, load, minutes, full_at.count)
+    # Warm-up lasts until the tokenizer's text cache (bounded in texts and characters, read from the
+    # server's /stats) is full: before that its growth is the bound filling, not a leak.
+    res = analyse("sim", samples, minutes, warm_requests=full_at.requests or 1 << 62)
+    res.update(active_sessions=active, errors=load.errors, cache_full_at=full_at.requests)
     return res
+
+
+@dataclass
+class _BoundReached:
+    """Requests done when the simulator's tokenizer cache first reported itself full."""
+
+    base: str
+    load: ChatLoad
+    requests: int | None = None
+
+    def count(self) -> int:
+        done = self.load.done
+        if self.requests is None:
+            with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+                fill = httpx.get(self.base + "/stats", timeout=5.0).json()["x_sim"]["tokenizer_cache"]
+                if fill["texts"] >= fill["max_texts"] or fill["chars"] >= fill["max_chars"] * 0.99:
+                    self.requests = done
+        return done
 
 
 def run(minutes: float, only: list[str], work: Path) -> dict[str, Any]:

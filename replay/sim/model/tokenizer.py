@@ -60,6 +60,16 @@ def remember(text: str, block: Block) -> None:
         _cached_chars[0] -= len(old)
 
 
+def cache_fill() -> dict[str, int]:
+    """How full the text cache is against its bounds: a soak's warm-up lasts until it is full."""
+    return {
+        "texts": len(_cache),
+        "max_texts": _CACHE_SIZE,
+        "chars": _cached_chars[0],
+        "max_chars": _CACHE_CHARS,
+    }
+
+
 def count_tokens(text: str) -> int:
     return len(tokenize(text))
 

@@ -18,6 +18,7 @@ from replay.sim.model import events as ev
 from replay.sim.model.config import SimConfig
 from replay.sim.model.engine import CacheModel
 from replay.sim.model.job import Job
+from replay.sim.model.tokenizer import cache_fill
 from replay.sim.server import log as simlog
 from replay.sim.server.files import CheckpointFiles
 
@@ -248,5 +249,6 @@ class SimRuntime:
                 "disk_files": len(disk.files) if disk else 0,
                 "disk_bytes": disk.total if disk else 0,
                 "disk_budget_bytes": disk.budget if disk else 0,
+                "tokenizer_cache": cache_fill(),
             },
         }

@@ -298,6 +298,8 @@ def test_bad_requests_get_ds4_errors_and_the_server_keeps_serving(start: Any) ->
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
     stats = httpx.get(f"{server.base}/stats", timeout=10).json()
     assert stats["requests"] == 1 and stats["cache"]["cold"] == 1 and stats["ctx_size"] == 4096
+    fill = stats["x_sim"]["tokenizer_cache"]
+    assert 0 < fill["texts"] <= fill["max_texts"] and 0 < fill["chars"] <= fill["max_chars"]
     assert server.stop() == 0
 
 
