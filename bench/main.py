@@ -169,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.rebuild:
         return rebuild(args.out)
+    soak.exit_on_sigterm()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / ".keep").touch()
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")

@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -469,9 +470,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def exit_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so every `ChildProcess` block stops its child by PID on the way
+    out instead of leaving it running without a parent."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def main(argv: list[str] | None = None) -> int:
     global CODE
     args = parse_args(argv)
+    exit_on_sigterm()
     CODE = args.code.resolve() if args.code else None
     with tempfile.TemporaryDirectory(prefix="replay-soak-") as tmp:
         results = run(args.minutes, args.only, Path(tmp))

@@ -60,3 +60,36 @@ def test_minutes_and_only_are_parsed():
     assert (args.minutes, args.only) == (1.0, ["record", "sim"])
     with pytest.raises(SystemExit):
         parse_args(["--only", "nope"])
+
+
+def test_sigterm_to_the_soak_stops_the_process_it_started() -> None:
+    """A soak stopped by SIGTERM (a CI timeout, a user's `kill PID`) must not orphan its subject."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.soak", "--only", "sim", "--minutes", "5", "--out", os.devnull + "-x"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        children: list[psutil.Process] = []
+        while time.monotonic() < deadline and not children:
+            children = psutil.Process(proc.pid).children()
+            time.sleep(0.2)
+        assert children, "the soak started no subject"
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, f"left running: {[c.pid for c in alive]}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
