@@ -40,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from replay.trace.keys import frozen, message_key, prefix_chain
 from replay.trace.model import Message
 
 LABEL_ROLES = ("cron", "review", "subagent", "background")
@@ -51,41 +52,6 @@ _MAX_GAPS = 16
 # A completed reply as the compaction rule looks for it: hashes of its first characters and of
 # the whole, and its length (no text).
 ReplyKey = tuple[int, int, int]
-
-
-def _frozen(value: Any) -> Any:
-    """A hashable copy of JSON-like data (content lists, tool calls)."""
-    if isinstance(value, list | tuple):
-        return tuple(_frozen(v) for v in value)
-    if isinstance(value, dict):
-        return tuple((k, _frozen(v)) for k, v in value.items())
-    return value
-
-
-def message_key(msg: Message) -> int:
-    """A message as an agent would resend it: reasoning (never resent) is left out.
-
-    Python's own hashing (64 bits, per process) rather than a digest: this runs over the whole
-    conversation on every request, and the keys never leave memory.
-    """
-    calls = msg.get("tool_calls") or ()
-    content = msg.get("content")
-    return hash(
-        (
-            msg.get("role"),
-            "" if content is None else _frozen(content),
-            tuple((c.get("id"), c.get("name"), c.get("arguments")) for c in calls),
-            msg.get("tool_call_id"),
-        )
-    )
-
-
-def prefix_chain(messages: list[Message]) -> list[int]:
-    """chain[i] identifies messages[:i]; equal chains mean equal prefixes."""
-    chain = [0]
-    for i, msg in enumerate(messages):
-        chain.append(hash((chain[-1], i, message_key(msg))))
-    return chain
 
 
 def clean_label(name: str) -> str:
@@ -181,7 +147,7 @@ def _system_key(messages: list[Message], tools: int | None) -> int | None:
 
 
 def tools_key(tools: Any) -> int | None:
-    return hash(_frozen(tools)) if tools else None
+    return hash(frozen(tools)) if tools else None
 
 
 def _texts(messages: list[Message]) -> list[str]:

@@ -156,11 +156,11 @@ def test_the_recorder_lets_the_writer_forget_an_idle_session_and_still_records_i
     rec = Recorder(writer, inf)
     first = rec.begin("openai", body(SYS, u("a")), None, None, 1 * S)
     rec.finish(first, tap("done a", 2 * S))
-    assert writer._sessions["s1"].messages  # kept to encode the next request against
+    assert writer.last("s1") is not None  # its keys, kept to encode the next request against
     later = int(2 * S + 20 * HOUR * S)
     other = rec.begin("openai", body(SYS, u("something else")), None, None, later)
     rec.finish(other, tap("ok", later + S))
-    assert writer._sessions["s1"].messages == [] and writer._sessions["s1"].reply is None
+    assert writer.last("s1") is None
     back = rec.begin("openai", body(SYS, u("a"), a("done a"), u("b")), None, None, later + 2 * S)
     assert back.assignment.session is first.assignment.session and back.assignment.tag == "turn"
     rec.finish(back, tap("done b", later + 3 * S))
