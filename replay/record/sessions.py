@@ -22,8 +22,9 @@ Agents rarely say. The rules, in order:
    the longest rhythm any of them keeps.
 4. Otherwise a new session.
 
-A recorder runs for days: a session idle for `idle_after_s` keeps only what a resumption needs
-(its latest request's prefix hash and its reply's key), and no text of any reply is held at all. Its role is `cron` when labelled so (header `X-Replay-Role`, or a
+A recorder runs for days: a session keeps heads for rewinds only `rewind_s` back (and at most
+`max_heads`), a session idle for `idle_after_s` keeps only what a resumption needs (its latest
+request's prefix hash and its reply's key), and no text of any reply is held at all. Its role is `cron` when labelled so (header `X-Replay-Role`, or a
    label containing `cron`) or first seen at a cron-like time; `review`/`subagent` when labelled so;
    else `interactive`.
 """
@@ -173,6 +174,7 @@ class SessionInference:
         max_heads: int = 16,
         carry_over_chars: int = 40,
         idle_after_s: float = 1800.0,
+        rewind_s: float = 600.0,
     ) -> None:
         self.wall_clock = wall_clock
         self.rhythm_factor = rhythm_factor
@@ -181,6 +183,7 @@ class SessionInference:
         self.max_heads = max_heads
         self.carry_over_chars = carry_over_chars
         self.idle_after_s = idle_after_s
+        self.rewind_s = rewind_s
         self.on_idle: Callable[[SessionState], None] | None = None  # told when a session is trimmed
         self.sessions: dict[str, SessionState] = {}
         self._index: dict[tuple[str, int], Head] = {}  # (scope, chain) -> latest head
@@ -406,10 +409,24 @@ class SessionInference:
         return session
 
     def _add_head(self, session: SessionState, head: Head) -> None:
-        session.heads.append(head)
+        """Index the new request; let go of heads beyond `max_heads`, and of heads older than
+        `rewind_s` that no request in flight or latest reply needs: a conversation that comes back
+        every few minutes must not hold one head per turn it ever took (a rewind further back is
+        still tagged by the compaction rules)."""
+        heads = session.heads
+        heads.append(head)
         self._index[(session.scope, head.chain)] = head
-        if len(session.heads) > self.max_heads:
-            old = session.heads.pop(0)
+        horizon = head.arrived_ns - int(self.rewind_s * 1e9)
+        while len(heads) > 1 and (
+            len(heads) > self.max_heads
+            or (
+                heads[0].arrived_ns < horizon
+                and heads[0].done_ns is not None
+                and heads[0] is not session.last
+                and heads[0] is not session.last_done
+            )
+        ):
+            old = heads.pop(0)
             if self._index.get((session.scope, old.chain)) is old:
                 del self._index[(session.scope, old.chain)]
 
