@@ -32,7 +32,7 @@ from replay.errors import TraceError, UsageError
 from replay.record.tokens import count_tokens
 from replay.trace.materialize import text_of
 from replay.trace.model import Message
-from replay.trace.writer import TraceWriter
+from replay.trace.writer import Basis, TraceWriter
 
 # Inputs at least this large (bytes) get a progress bar on stderr.
 PROGRESS_MIN_BYTES = 64 << 20
@@ -279,7 +279,7 @@ class Emitter:
             usage=step.usage or None,
             after=after,
             tag=tag,
-            base=None if base is None else (base.rid, base.messages, base.reply),
+            base=None if base is None else Basis.of(base.rid, base.messages, base.reply),
             synthetic=step.synthetic or None,
         )
         done = step.done if step.done is not None else step.t

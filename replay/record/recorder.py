@@ -23,7 +23,7 @@ from replay.record.requests import parse_request
 from replay.record.sessions import Assignment, Label, SessionInference, SessionState, user_id_scope
 from replay.record.wire import Parsed, TapResult, WireError
 from replay.trace.model import Message
-from replay.trace.writer import TraceWriter
+from replay.trace.writer import Basis, TraceWriter
 
 _WRITTEN_MAX = 1024
 _RESPONSES_MAX = 256  # Responses API ids kept for `previous_response_id` chains
@@ -78,7 +78,7 @@ class Recorder:
         self.anonymizer = anonymizer
         self.t0_ns = t0_ns  # the first request's arrival unless given: the trace starts there
         self.stats = RecorderStats()
-        self._written: OrderedDict[int, tuple[list[Message], Message | None]] = OrderedDict()
+        self._written: OrderedDict[int, Basis] = OrderedDict()  # recent requests, as keys only
         # Responses API id -> (trace id, the messages the server holds under it: request + reply)
         self._responses: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
         self.inference.on_idle = self._idle
@@ -190,7 +190,7 @@ class Recorder:
     def _write(self, pending: Pending, outcome: Outcome, status: str, error: str | None) -> int:
         parsed, a = pending.parsed, pending.assignment
         anon = self.anonymizer
-        messages = self._shared(parsed.messages if anon is None else anon.messages(parsed.messages), a)
+        messages = parsed.messages if anon is None else anon.messages(parsed.messages)
         params = dict(parsed.params) if anon is None else anon.params(parsed.params)
         tools = params.get("tools")
         if tools:
@@ -216,24 +216,12 @@ class Recorder:
             tag=a.tag,
             base=self._base(a),
         )
-        self._written[rid] = (messages, reply.get("message"))
+        basis = self.writer.last(sid)
+        if basis is not None:
+            self._written[rid] = basis
         if len(self._written) > _WRITTEN_MAX:
             self._written.popitem(last=False)
         return rid
-
-    def _shared(self, messages: list[Message], a: Assignment) -> list[Message]:
-        """`messages` with its prefix made of the base's message objects, so the requests kept for
-        delta encoding share one copy of a conversation instead of holding one each."""
-        base = self._written.get(a.base.rid) if a.base is not None and a.base.rid is not None else None
-        if base is None:
-            return messages
-        prev = base[0]
-        out = list(messages)
-        for i in range(min(len(prev), len(out))):
-            if prev[i] is not out[i] and prev[i] != out[i]:
-                break
-            out[i] = prev[i]
-        return out
 
     def _declare(self, a: Assignment) -> str:
         s = a.session
@@ -245,13 +233,12 @@ class Recorder:
             s.declared = sid
         return sid
 
-    def _base(self, a: Assignment) -> tuple[int, list[Message], Message | None] | None:
+    def _base(self, a: Assignment) -> Basis | None:
         """The request this one extends (with concurrent turns, not always the session's last)."""
         base = a.base
-        if base is None or base.rid is None or base.rid not in self._written:
+        if base is None or base.rid is None:
             return None
-        messages, reply = self._written[base.rid]
-        return base.rid, messages, reply
+        return self._written.get(base.rid)
 
     def _reply(self, pending: Pending, outcome: Outcome, status: str, error: str | None) -> dict[str, Any]:
         tap = outcome.tap

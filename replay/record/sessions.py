@@ -22,8 +22,9 @@ Agents rarely say. The rules, in order:
    the longest rhythm any of them keeps.
 4. Otherwise a new session.
 
-A recorder runs for days: a session idle for `idle_after_s` keeps only what a resumption needs
-(its latest request's prefix hash and its reply's key), and no text of any reply is held at all. Its role is `cron` when labelled so (header `X-Replay-Role`, or a
+A recorder runs for days: a session keeps heads for rewinds only `rewind_s` back (and at most
+`max_heads`), a session idle for `idle_after_s` keeps only what a resumption needs (its latest
+request's prefix hash and its reply's key), and no text of any reply is held at all. Its role is `cron` when labelled so (header `X-Replay-Role`, or a
    label containing `cron`) or first seen at a cron-like time; `review`/`subagent` when labelled so;
    else `interactive`.
 """
@@ -40,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from replay.trace.keys import frozen, message_key, prefix_chain
 from replay.trace.model import Message
 
 LABEL_ROLES = ("cron", "review", "subagent", "background")
@@ -51,41 +53,6 @@ _MAX_GAPS = 16
 # A completed reply as the compaction rule looks for it: hashes of its first characters and of
 # the whole, and its length (no text).
 ReplyKey = tuple[int, int, int]
-
-
-def _frozen(value: Any) -> Any:
-    """A hashable copy of JSON-like data (content lists, tool calls)."""
-    if isinstance(value, list | tuple):
-        return tuple(_frozen(v) for v in value)
-    if isinstance(value, dict):
-        return tuple((k, _frozen(v)) for k, v in value.items())
-    return value
-
-
-def message_key(msg: Message) -> int:
-    """A message as an agent would resend it: reasoning (never resent) is left out.
-
-    Python's own hashing (64 bits, per process) rather than a digest: this runs over the whole
-    conversation on every request, and the keys never leave memory.
-    """
-    calls = msg.get("tool_calls") or ()
-    content = msg.get("content")
-    return hash(
-        (
-            msg.get("role"),
-            "" if content is None else _frozen(content),
-            tuple((c.get("id"), c.get("name"), c.get("arguments")) for c in calls),
-            msg.get("tool_call_id"),
-        )
-    )
-
-
-def prefix_chain(messages: list[Message]) -> list[int]:
-    """chain[i] identifies messages[:i]; equal chains mean equal prefixes."""
-    chain = [0]
-    for i, msg in enumerate(messages):
-        chain.append(hash((chain[-1], i, message_key(msg))))
-    return chain
 
 
 def clean_label(name: str) -> str:
@@ -181,7 +148,7 @@ def _system_key(messages: list[Message], tools: int | None) -> int | None:
 
 
 def tools_key(tools: Any) -> int | None:
-    return hash(_frozen(tools)) if tools else None
+    return hash(frozen(tools)) if tools else None
 
 
 def _texts(messages: list[Message]) -> list[str]:
@@ -207,6 +174,7 @@ class SessionInference:
         max_heads: int = 16,
         carry_over_chars: int = 40,
         idle_after_s: float = 1800.0,
+        rewind_s: float = 600.0,
     ) -> None:
         self.wall_clock = wall_clock
         self.rhythm_factor = rhythm_factor
@@ -215,6 +183,7 @@ class SessionInference:
         self.max_heads = max_heads
         self.carry_over_chars = carry_over_chars
         self.idle_after_s = idle_after_s
+        self.rewind_s = rewind_s
         self.on_idle: Callable[[SessionState], None] | None = None  # told when a session is trimmed
         self.sessions: dict[str, SessionState] = {}
         self._index: dict[tuple[str, int], Head] = {}  # (scope, chain) -> latest head
@@ -440,10 +409,24 @@ class SessionInference:
         return session
 
     def _add_head(self, session: SessionState, head: Head) -> None:
-        session.heads.append(head)
+        """Index the new request; let go of heads beyond `max_heads`, and of heads older than
+        `rewind_s` that no request in flight or latest reply needs: a conversation that comes back
+        every few minutes must not hold one head per turn it ever took (a rewind further back is
+        still tagged by the compaction rules)."""
+        heads = session.heads
+        heads.append(head)
         self._index[(session.scope, head.chain)] = head
-        if len(session.heads) > self.max_heads:
-            old = session.heads.pop(0)
+        horizon = head.arrived_ns - int(self.rewind_s * 1e9)
+        while len(heads) > 1 and (
+            len(heads) > self.max_heads
+            or (
+                heads[0].arrived_ns < horizon
+                and heads[0].done_ns is not None
+                and heads[0] is not session.last
+                and heads[0] is not session.last_done
+            )
+        ):
+            old = heads.pop(0)
             if self._index.get((session.scope, old.chain)) is old:
                 del self._index[(session.scope, old.chain)]
 

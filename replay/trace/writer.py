@@ -4,35 +4,43 @@ Each request is delta-encoded against its session's previous request: the longes
 kept by count, the rest is appended, and an appended message equal to the previous request's reply
 becomes `{"$reply": id}` so replay can splice in the server's own reply. Every line is flushed as it
 is written, so a recorder that crashes loses nothing already written.
+
+What a request is encoded against is a `Basis`: the previous request's message identities
+(`keys.visible_key`, 8 bytes a message) and its reply's, never the messages themselves, so a
+recorder in front of 100,000 conversations holds no text of any of them.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+from array import array
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
+from replay.trace.keys import visible_key
 from replay.trace.model import FORMAT, Message
 
-_VISIBLE = ("role", "content", "tool_calls", "tool_call_id")
+
+class Basis:
+    """A written request as the next one is encoded against it: its id, its messages' keys, and
+    its reply message's key (None: no reply message)."""
+
+    __slots__ = ("keys", "reply", "rid")
+
+    def __init__(self, rid: int, keys: array[int], reply: int | None) -> None:
+        self.rid = rid
+        self.keys = keys
+        self.reply = reply
+
+    @classmethod
+    def of(cls, rid: int, messages: list[Message], reply: Message | None) -> Basis:
+        return cls(rid, _keys(messages), None if reply is None else visible_key(reply))
 
 
-def _same_message(a: Message, b: Message) -> bool:
-    """Equal as a client would resend them (reasoning the client never sends back is ignored)."""
-    if a is b:
-        return True
-    return all(a.get(k) == b.get(k) for k in _VISIBLE)
-
-
-class _SessionState:
-    __slots__ = ("last_id", "messages", "reply")
-
-    def __init__(self) -> None:
-        self.last_id: int | None = None
-        self.messages: list[Message] = []
-        self.reply: Message | None = None
+def _keys(messages: list[Message]) -> array[int]:
+    return array("q", [visible_key(m) for m in messages])
 
 
 class TraceWriter:
@@ -49,7 +57,7 @@ class TraceWriter:
         self.path = str(path)
         self._out: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by close()
         self._next_id = 1
-        self._sessions: dict[str, _SessionState] = {}
+        self._sessions: dict[str, Basis | None] = {}  # session -> its last request
         self._blobs: set[str] = set()
         created = created or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         header = {"kind": "trace", "format": FORMAT, "created": created, "source": source, "notes": notes}
@@ -83,7 +91,7 @@ class TraceWriter:
         model: str = "default",
         labels: dict[str, Any] | None = None,
     ) -> None:
-        self._sessions[sid] = _SessionState()
+        self._sessions[sid] = None
         self._line(
             {"kind": "session", "id": sid, "role": role, "api": api, "model": model, "labels": labels or {}}
         )
@@ -91,9 +99,12 @@ class TraceWriter:
     def forget(self, sid: str) -> None:
         """Let go of the session's last request (kept to encode the next one against it): its next
         request, if any, is written whole. What a long-running recorder does for idle sessions."""
-        state = self._sessions.get(sid)
-        if state is not None:
-            state.last_id, state.messages, state.reply = None, [], None
+        if sid in self._sessions:
+            self._sessions[sid] = None
+
+    def last(self, sid: str) -> Basis | None:
+        """The session's last request as a later one would be encoded against it."""
+        return self._sessions.get(sid)
 
     def raw_line(self, obj: dict[str, Any]) -> None:
         """A line of a kind this writer has no method for (the recorder's `unrecorded` lines)."""
@@ -130,36 +141,34 @@ class TraceWriter:
         after: dict[str, Any] | None = None,
         tag: str = "turn",
         rid: int | None = None,
-        base: tuple[int, list[Message], Message | None] | None = None,
+        base: Basis | None = None,
         synthetic: list[int] | None = None,
     ) -> int:
         """Write one request given its full message list; returns its id.
 
         It is encoded against the session's previous request, or against `base` (an earlier
-        request's id, messages and reply message) when it extends another one, as a concurrent
-        turn does. `synthetic`: indices of messages an importer made up (FORMAT.md).
+        request's `Basis`) when it extends another one, as a concurrent turn does.
+        `synthetic`: indices of messages an importer made up (FORMAT.md).
         """
-        state = self._sessions[session]
+        if session not in self._sessions:
+            raise KeyError(session)
         rid = self._next_id if rid is None else rid
         self._next_id = rid + 1
-        parent_id, prev, prev_reply = (
-            base if base is not None else (state.last_id, state.messages, state.reply)
-        )
+        prev = base if base is not None else self._sessions[session]
+        keys = _keys(messages)
         keep = 0
-        while keep < len(prev) and keep < len(messages) and _same_message(prev[keep], messages[keep]):
-            keep += 1
-        append: list[Message] = list(messages[keep:])
-        if (
-            keep == len(prev)
-            and append
-            and prev_reply is not None
-            and parent_id is not None
-            and _same_message(append[0], prev_reply)
-        ):
-            append[0] = {"$reply": parent_id}
+        append: list[Message] = list(messages)
+        if prev is not None:
+            old = prev.keys
+            limit = min(len(old), len(keys))
+            while keep < limit and old[keep] == keys[keep]:
+                keep += 1
+            append = append[keep:]
+            if keep == len(old) and append and prev.reply is not None and keys[keep] == prev.reply:
+                append[0] = {"$reply": prev.rid}
         obj: dict[str, Any] = {"kind": "request", "id": rid, "session": session, "t": round(t, 6)}
-        if parent_id is not None and keep:
-            obj["parent"] = parent_id
+        if prev is not None and keep:
+            obj["parent"] = prev.rid
             obj["keep"] = keep
         obj["append"] = append
         obj["params"] = params or {}
@@ -170,7 +179,6 @@ class TraceWriter:
         if synthetic:
             obj["synthetic"] = synthetic
         self._line(obj)
-        state.last_id = rid
-        state.messages = list(messages)
-        state.reply = (reply or {}).get("message")
+        message = (reply or {}).get("message")
+        self._sessions[session] = Basis(rid, keys, None if message is None else visible_key(message))
         return rid

@@ -156,11 +156,11 @@ def test_the_recorder_lets_the_writer_forget_an_idle_session_and_still_records_i
     rec = Recorder(writer, inf)
     first = rec.begin("openai", body(SYS, u("a")), None, None, 1 * S)
     rec.finish(first, tap("done a", 2 * S))
-    assert writer._sessions["s1"].messages  # kept to encode the next request against
+    assert writer.last("s1") is not None  # its keys, kept to encode the next request against
     later = int(2 * S + 20 * HOUR * S)
     other = rec.begin("openai", body(SYS, u("something else")), None, None, later)
     rec.finish(other, tap("ok", later + S))
-    assert writer._sessions["s1"].messages == [] and writer._sessions["s1"].reply is None
+    assert writer.last("s1") is None
     back = rec.begin("openai", body(SYS, u("a"), a("done a"), u("b")), None, None, later + 2 * S)
     assert back.assignment.session is first.assignment.session and back.assignment.tag == "turn"
     rec.finish(back, tap("done b", later + 3 * S))
@@ -169,3 +169,24 @@ def test_the_recorder_lets_the_writer_forget_an_idle_session_and_still_records_i
     reqs = read_trace(tmp_path / "t.jsonl").requests
     assert [r.session for r in reqs] == ["s1", "s2", "s1"]
     assert [m.get("content") for m in reqs[2].messages()][-1] == "b"
+
+
+def test_a_conversation_coming_back_every_quarter_hour_holds_a_bounded_number_of_heads():
+    """A soak of 100,000 conversations each coming back every ~15 minutes grew by one head per turn
+    (idle trimming never applied): heads older than `rewind_s` go as new ones arrive."""
+    inf, clock = SessionInference(wall_clock=FixedWall(30.0), rewind_s=600.0), Clock()
+    msgs = [SYS, u("task")]
+    first = None
+    for n in range(12):
+        got = turn(inf, clock, list(msgs), gap=900.0, reply=reply_of(1, n))
+        first = first or got
+        assert got.session is first.session and got.tag == "turn"
+        msgs += [a(reply_of(1, n)), u(f"go on {n}")]
+        assert len(got.session.heads) <= 2
+    assert len([h for h in inf._index.values() if h.session is first.session]) <= 2
+    # Within `rewind_s`, an edit of an earlier turn is still found by its prefix.
+    for n in range(12, 15):
+        turn(inf, clock, list(msgs), gap=10.0, reply=reply_of(1, n))
+        msgs += [a(reply_of(1, n)), u(f"go on {n}")]
+    edit = turn(inf, clock, [*msgs[:-4], u("that, but edited")], gap=10.0)
+    assert edit.session is first.session and edit.tag == "compaction" and edit.base is not None
