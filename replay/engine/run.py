@@ -309,6 +309,7 @@ class Engine:
         def on_state(s: str) -> None:
             progress.sessions[req.session] = s
 
+        held = self.held.open()
         try:
             await api.send(client, call, on_state, rec)
         except anyio.get_cancelled_exc_class():
@@ -319,7 +320,7 @@ class Engine:
         finally:
             self.tracker.on_done()
             progress.in_flight -= 1
-            self.held.add(rec.t_sent, rec.t_end)
+            self.held.add(rec.t_sent, rec.t_end, held)
             progress.held_mean = self.held.mean()
             if rec.t_scheduled is not None and rec.t_sent is not None:
                 progress.lag_ms = (rec.t_sent - rec.t_scheduled) / 1e6
