@@ -206,6 +206,7 @@ def soak_trace(path: Path, requests: int, turns: int = 10, seeds: int = 256) -> 
                 reply = {"message": reply_msg, "finish": "length", "output_tokens": 16}
                 w.request(sid, float(s), list(msgs), params=params, reply=reply)
                 msgs.append(reply_msg)
+            w.forget(sid)  # else the writer holds every session's last messages: ~1 KB a request
     return path
 
 

@@ -120,7 +120,7 @@ class Engine:
         self.sink = sink
         self.by_id = trace.by_id()
         self.sessions = {sid: SessionState(s, mode=config.history) for sid, s in trace.sessions.items()}
-        self.tracker = SwitchTracker()
+        self.tracker = SwitchTracker(cold=set(trace.sessions))
         self.progress = Progress(total=len(trace.requests))
         self.progress.sessions = dict.fromkeys(trace.sessions, "waiting")
         self._done_at: dict[int, int] = {}  # done stamps some later request still waits for
