@@ -31,6 +31,15 @@ def test_growth_per_request_is_the_slope_after_warm_up_in_mb_per_10000():
     assert not res["met"]
 
 
+def test_loading_the_trace_before_the_first_request_is_neither_growth_nor_rate():
+    # 90 s of loading (RSS climbing to 3 GiB, no request done), then 30 steady minutes.
+    loading = [Sample(5.0 * i, 100.0 + 35 * i, 20, 0) for i in range(19)]
+    run = [Sample(s.t + 90.0, s.rss_mib + 3000.0, 20, s.requests) for s in samples(30, 900, 0.0)[1:]]
+    res = analyse("replay", loading + run, 30)
+    assert res["started_s"] == 90.0 and res["warmup_s"] == 150.0 and res["rss_started_mib"] == 730.0
+    assert res["mb_per_10k"] == 0 and abs(res["drift_pct"]) < 0.5 and res["met"]
+
+
 def test_a_slowing_rate_is_drift_and_a_stalled_tail_is_not_counted():
     slowing = analyse("record", samples(4, 100, 0.0, slow_down=0.3), 4)
     assert slowing["drift_pct"] < -10 and not slowing["met"]
