@@ -145,6 +145,13 @@ def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int
     x = [s.requests for s in after]
     y = [s.rss_mib for s in after]
     slope = _slope(x, y)  # MiB per request
+    # Where RSS rose by a quarter MiB or more between two samples: growth per request is a steady
+    # climb; a high-water mark (a new peak of requests waiting, `waiting_max`) is a few steps.
+    steps = [
+        [b.requests, round(b.rss_mib - a.rss_mib, 2)]
+        for a, b in zip(after, after[1:], strict=False)
+        if b.rss_mib - a.rss_mib >= 0.25
+    ]
     done = after[-1].requests - after[0].requests
     out.update(
         status="ok",
@@ -158,6 +165,8 @@ def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int
         rss_peak_mib=max(s.rss_mib for s in samples),
         growth_pct=round((after[-1].rss_mib / after[0].rss_mib - 1) * 100, 2) if after[0].rss_mib else None,
         mb_per_10k=round(slope * 10_000 * 1.048576, 3) if slope is not None and done > 0 else None,
+        rss_steps=steps,
+        rss_between_steps_mib=round((after[-1].rss_mib - after[0].rss_mib) - sum(d for _, d in steps), 2),
         fds_warm=after[0].fds,
         fds_end=after[-1].fds,
         rate_first=round(first, 1) if first is not None else None,
@@ -217,6 +226,18 @@ def soak_trace(path: Path, requests: int, turns: int = 10, seeds: int = 256) -> 
     return path
 
 
+def _summary(results: Path) -> dict[str, Any]:
+    """The results file's `summary` line (its last), or {} if the run wrote none."""
+    try:
+        with open(results, "rb") as handle:
+            handle.seek(max(0, results.stat().st_size - (1 << 20)))
+            last = handle.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+        line = orjson.loads(last)
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return line if isinstance(line, dict) and line.get("kind") == "summary" else {}
+
+
 def _lines_counter(path: Path) -> Callable[[], int]:
     """Lines appended to `path` so far (minus the run header), read incrementally."""
     state = {"offset": 0, "lines": 0}
@@ -253,6 +274,7 @@ def soak_replay(work: Path, minutes: float, url: str, rate_guess: float = 900.0)
         child.wait(minutes * 60 + 300)
         samples = sampler.stop()
     res = analyse("replay", samples, minutes)
+    res["waiting_max"] = _summary(out).get("waiting_max")  # see `rss_steps`
     res["trace_requests"] = requests
     res["exhausted"] = bool(res.get("requests", 0) >= requests - 1)
     return res
@@ -432,9 +454,16 @@ def summary_line(name: str, res: dict[str, Any]) -> str:
     return (
         f"{res['requests']} requests; RSS {res['rss_warm_mib']} -> {res['rss_end_mib']} MiB after "
         f"{res['warmup_s']} s warm-up ({res['mb_per_10k']} MB per 10,000 requests, {res['growth_pct']}%); "
-        f"fds {res['fds_warm']} -> {res['fds_end']}; rate {res['rate_first']} -> {res['rate_last']} req/s "
+        f"{len(res['rss_steps'])} steps of >= 0.25 MiB ({_steps(res['rss_steps'])}), "
+        f"{res['rss_between_steps_mib']} MiB between them"
+        + (f", waiting peak {res['waiting_max']}" if res.get("waiting_max") is not None else "")
+        + f"; fds {res['fds_warm']} -> {res['fds_end']}; rate {res['rate_first']} -> {res['rate_last']} req/s "
         f"({res['drift_pct']}%); targets {'met' if res['met'] else 'MISSED'}"
     )
+
+
+def _steps(steps: list[list[Any]]) -> str:
+    return ", ".join(f"+{mib} at {n}" for n, mib in steps[:8]) + (" ..." if len(steps) > 8 else "")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

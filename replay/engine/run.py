@@ -105,6 +105,8 @@ class Progress:
     held_mean: float | None = None  # mean requests at the server so far, from the stamps
     lag_ms: float | None = None  # the last request's schedule lag
     last_switch: str = ""
+    waiting: int = 0  # requests dispatched and not finished (at most `lookahead`)
+    waiting_max: int = 0  # the most at once: what the run's memory for them rose to
     sessions: dict[str, str] = field(default_factory=dict)
 
 
@@ -215,6 +217,9 @@ class Engine:
     async def _one(
         self, client: httpx.AsyncClient, req: Request, prev: Request | None, window: anyio.Semaphore
     ) -> None:
+        progress = self.progress
+        progress.waiting += 1
+        progress.waiting_max = max(progress.waiting_max, progress.waiting)
         try:
             deps_done = 0
             for dep in self.plan.waits_for(req, prev):
@@ -231,6 +236,7 @@ class Engine:
                 async with self._limiter:
                     await self._send(client, req, self._call(req, self.sessions[req.session]), due)
         finally:
+            progress.waiting -= 1
             self._mark_done(req.id)
             window.release()
 

@@ -184,6 +184,7 @@ class LoadFacts:
     client_cpu: float | None  # fraction of one core the client process used over the run
     lag_start_s: float | None = None
     lag_end_s: float | None = None
+    waiting_max: int | None = None  # the most requests dispatched and not finished at once
 
     def fields(self) -> dict[str, Any]:
         """The summary line's optional fields."""
@@ -194,6 +195,8 @@ class LoadFacts:
             "loop_delay_ms": None if self.loop_delay_ms is None else round(self.loop_delay_ms, 3),
             "client_cpu": None if self.client_cpu is None else round(self.client_cpu, 3),
         }
+        if self.waiting_max is not None:
+            out["waiting_max"] = self.waiting_max
         if self.lag_start_s is not None and self.lag_end_s is not None:
             out["lag_start_p50_s"] = round(self.lag_start_s, 6)
             out["lag_end_p50_s"] = round(self.lag_end_s, 6)
