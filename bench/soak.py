@@ -71,7 +71,7 @@ class Sampler:
     """Samples a process tree every `every_s` seconds in a thread, with `count()` for requests."""
 
     pid: int
-    count: Callable[[], int]
+    count: Callable[[], int | None]  # requests done; None: the run is over, take no more samples
     every_s: float = SAMPLE_S
     samples: list[Sample] = field(default_factory=list)
 
@@ -98,6 +98,9 @@ class Sampler:
                 return
 
     def take(self) -> Sample | None:
+        requests = self.count()
+        if requests is None:
+            return None
         try:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
@@ -110,7 +113,7 @@ class Sampler:
                     continue
         except psutil.Error:
             return None
-        return Sample(round(time.monotonic() - self._t0, 2), round(rss / 2**20, 2), fds, self.count())
+        return Sample(round(time.monotonic() - self._t0, 2), round(rss / 2**20, 2), fds, requests)
 
 
 def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int = 0) -> dict[str, Any]:
@@ -227,22 +230,29 @@ def soak_trace(path: Path, requests: int, turns: int = 10, seeds: int = 256) -> 
 
 
 def _summary(results: Path) -> dict[str, Any]:
-    """The results file's `summary` line (its last), or {} if the run wrote none."""
+    """The results file's `summary` line (lines such as `metrics` may follow it), or {}."""
     try:
         with open(results, "rb") as handle:
             handle.seek(max(0, results.stat().st_size - (1 << 20)))
-            last = handle.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
-        line = orjson.loads(last)
-    except (OSError, orjson.JSONDecodeError):
+            tail = handle.read().splitlines()
+    except OSError:
         return {}
-    return line if isinstance(line, dict) and line.get("kind") == "summary" else {}
+    for raw in reversed(tail):
+        if raw.startswith(b'{"kind":"summary"'):
+            with contextlib.suppress(orjson.JSONDecodeError):
+                return dict(orjson.loads(raw))
+    return {}
 
 
-def _lines_counter(path: Path) -> Callable[[], int]:
-    """Lines appended to `path` so far (minus the run header), read incrementally."""
-    state = {"offset": 0, "lines": 0}
+def _lines_counter(path: Path) -> Callable[[], int | None]:
+    """Lines appended to `path` so far (minus the run header), read incrementally; None once the
+    `summary` line is there: the run is over, and what the process does next (reading the results
+    back for its report) is not the run's memory."""
+    state = {"offset": 0, "lines": 0, "ended": False}
 
-    def count() -> int:
+    def count() -> int | None:
+        if state["ended"]:
+            return None
         try:
             with open(path, "rb") as handle:
                 handle.seek(state["offset"])
@@ -250,6 +260,9 @@ def _lines_counter(path: Path) -> Callable[[], int]:
         except FileNotFoundError:
             return 0
         cut = chunk.rfind(b"\n") + 1
+        if b'\n{"kind":"summary"' in b"\n" + chunk[:cut]:
+            state["ended"] = True
+            return None
         state["offset"] += cut
         state["lines"] += chunk.count(b"\n", 0, cut)
         return max(0, state["lines"] - 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.report import markdown, soak_checks
-from bench.soak import Sample, analyse, parse_args
+from bench.soak import Sample, _lines_counter, _summary, analyse, parse_args
 
 
 def samples(minutes: float, rate: float, mib_per_request: float, slow_down: float = 0.0):
@@ -69,3 +69,16 @@ def test_minutes_and_only_are_parsed():
     assert (args.minutes, args.only) == (1.0, ["record", "sim"])
     with pytest.raises(SystemExit):
         parse_args(["--only", "nope"])
+
+
+def test_requests_are_counted_until_the_summary_line_and_its_fields_read_past_later_lines(tmp_path):
+    # After its summary a replay reads its results back for the report: not the run's memory.
+    out = tmp_path / "r.jsonl"
+    count = _lines_counter(out)
+    assert count() == 0  # no file yet
+    out.write_bytes(b'{"kind":"run"}\n{"kind":"request"}\n{"kind":"requ')
+    assert count() == 1
+    with open(out, "ab") as handle:
+        handle.write(b'est"}\n{"kind":"summary","waiting_max":7}\n{"kind":"metrics"}\n')
+    assert count() is None and count() is None
+    assert _summary(out)["waiting_max"] == 7 and _summary(tmp_path / "none.jsonl") == {}

@@ -169,3 +169,6 @@ def test_what_a_recording_holds_does_not_grow_with_the_requests_done(scripted_se
     assert outcome.requests == 4 * n and outcome.errors == 0
     # 8 bytes a request (16 were the held-load stamps, ~30 a set of every session seen) would show.
     assert weighed[3 * n] - weighed[n] < 1024, weighed
+    # What the waiting requests' memory rose to is in the summary: at most the lookahead.
+    summary = orjson.loads((tmp_path / "out.jsonl").read_bytes().splitlines()[-1])
+    assert 1 <= summary["waiting_max"] <= 2 and recording.engine.progress.waiting == 0
