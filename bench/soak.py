@@ -284,7 +284,7 @@ def soak_replay(work: Path, minutes: float, url: str, rate_guess: float = 900.0)
         argv, log_path=work / "soak-replay.log", name="replay-run", stop_timeout=30.0, cwd=CODE
     ) as child:
         sampler = Sampler(child.pid, _lines_counter(out)).start()
-        child.wait(minutes * 60 + 300)
+        child.wait(minutes * 60 + 600)  # + loading a 30-minute trace (~1.5 min), writing, reading back
         samples = sampler.stop()
     res = analyse("replay", samples, minutes)
     res["waiting_max"] = _summary(out).get("waiting_max")  # see `rss_steps`
