@@ -34,7 +34,18 @@ class HeldLoad:
     without a token wait for `max()`.
     """
 
-    __slots__ = ("_best", "_ends", "_first", "_gone", "_held", "_last", "_open", "_sends", "_total_ns", "count")
+    __slots__ = (
+        "_best",
+        "_ends",
+        "_first",
+        "_gone",
+        "_held",
+        "_last",
+        "_open",
+        "_sends",
+        "_total_ns",
+        "count",
+    )
 
     def __init__(self) -> None:
         self._sends: list[int] = []  # heaps of stamps not yet swept

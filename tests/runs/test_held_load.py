@@ -63,7 +63,9 @@ def test_max_held_swept_as_requests_finish_keeps_only_stamps_around_those_in_fli
             # Kept: the open tokens, and of the finished spans that end after the oldest open one
             # started, their two stamps, token, and mark as closed.
             oldest = min((reqs[j][0] for j in tokens), default=None)
-            overlapping = sum(1 for _, s2, e2, a2 in reqs if a2 <= now and oldest is not None and e2 >= oldest)
+            overlapping = sum(
+                1 for _, s2, e2, a2 in reqs if a2 <= now and oldest is not None and e2 >= oldest
+            )
             assert held.pending <= in_flight + 4 * overlapping
     brute = max(sum(1 for _, s2, e2, _ in reqs if s2 <= s < e2) for _, s, _, _ in reqs)
     assert held.max() == brute
