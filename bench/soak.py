@@ -9,10 +9,11 @@
   turns; its warm-up lasts until the tokenizer's bounded text cache reports itself full.
 
 Every 5 s the subject process's RSS (its process tree), open fds and requests done are sampled.
-After a warm-up (a quarter of the run, at most a minute) the report gives MB per 10,000 requests
-(the least-squares slope of RSS over requests), the memory growth and the rate drift (last window
-against the first, both `window_s` long) against the issue's targets. The machine may be shared:
-rates are compared within one run only.
+After a warm-up (a quarter of the run, at most a minute, from its first request: loading the trace
+is not part of it) the report gives MB per 10,000 requests (the least-squares slope of RSS over
+requests), the memory growth and the rate drift (last window against the first, both `window_s`
+long) against the issue's targets. The machine may be shared: rates are compared within one run
+only.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class Sampler:
     """Samples a process tree every `every_s` seconds in a thread, with `count()` for requests."""
 
     pid: int
-    count: Callable[[], int]
+    count: Callable[[], int | None]  # requests done; None: the run is over, take no more samples
     every_s: float = SAMPLE_S
     samples: list[Sample] = field(default_factory=list)
 
@@ -98,6 +99,9 @@ class Sampler:
                 return
 
     def take(self) -> Sample | None:
+        requests = self.count()
+        if requests is None:
+            return None
         try:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
@@ -110,7 +114,7 @@ class Sampler:
                     continue
         except psutil.Error:
             return None
-        return Sample(round(time.monotonic() - self._t0, 2), round(rss / 2**20, 2), fds, self.count())
+        return Sample(round(time.monotonic() - self._t0, 2), round(rss / 2**20, 2), fds, requests)
 
 
 def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int = 0) -> dict[str, Any]:
@@ -129,9 +133,13 @@ def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int
     if len(samples) < 4:
         return {**out, "status": "failed", "reason": f"only {len(samples)} samples"}
     end = samples[-1].t
-    warm = min(60.0, end / 4)
+    # The run starts after the last sample with no request done: before it the subject loads (a
+    # 30-minute replay reads its 1.6M-request trace for a minute or more), which is neither
+    # growth per request nor a rate.
+    started = max((s.t for s in samples if s.requests == 0), default=samples[0].t)
+    warm = started + min(60.0, (end - started) / 4)
     reached = next((s.t for s in samples if s.requests >= warm_requests), None)
-    if reached is None or reached > end - 4 * SAMPLE_S:
+    if reached is None or reached > end - 4 * SAMPLE_S or warm > end - 4 * SAMPLE_S:
         return {**out, "status": "failed", "reason": f"warm-up ({warm_requests} requests) not over in time"}
     warm = max(warm, reached)
     window = max(2 * SAMPLE_S, min(60.0, (end - warm) / 3))
@@ -141,10 +149,19 @@ def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int
     x = [s.requests for s in after]
     y = [s.rss_mib for s in after]
     slope = _slope(x, y)  # MiB per request
+    # Where RSS rose by a quarter MiB or more between two samples: growth per request is a steady
+    # climb; a high-water mark (a new peak of requests waiting, `waiting_max`) is a few steps.
+    steps = [
+        [b.requests, round(b.rss_mib - a.rss_mib, 2)]
+        for a, b in zip(after, after[1:], strict=False)
+        if b.rss_mib - a.rss_mib >= 0.25
+    ]
     done = after[-1].requests - after[0].requests
     out.update(
         status="ok",
         requests=samples[-1].requests,
+        started_s=round(started, 1),
+        rss_started_mib=next(s.rss_mib for s in samples if s.t >= started),
         warmup_s=round(warm, 1),
         window_s=round(window, 1),
         rss_warm_mib=after[0].rss_mib,
@@ -152,6 +169,8 @@ def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int
         rss_peak_mib=max(s.rss_mib for s in samples),
         growth_pct=round((after[-1].rss_mib / after[0].rss_mib - 1) * 100, 2) if after[0].rss_mib else None,
         mb_per_10k=round(slope * 10_000 * 1.048576, 3) if slope is not None and done > 0 else None,
+        rss_steps=steps,
+        rss_between_steps_mib=round((after[-1].rss_mib - after[0].rss_mib) - sum(d for _, d in steps), 2),
         fds_warm=after[0].fds,
         fds_end=after[-1].fds,
         rate_first=round(first, 1) if first is not None else None,
@@ -207,14 +226,34 @@ def soak_trace(path: Path, requests: int, turns: int = 10, seeds: int = 256) -> 
                 reply = {"message": reply_msg, "finish": "length", "output_tokens": 16}
                 w.request(sid, float(s), list(msgs), params=params, reply=reply)
                 msgs.append(reply_msg)
+            w.forget(sid)  # else the writer holds every session's last messages: ~1 KB a request
     return path
 
 
-def _lines_counter(path: Path) -> Callable[[], int]:
-    """Lines appended to `path` so far (minus the run header), read incrementally."""
-    state = {"offset": 0, "lines": 0}
+def _summary(results: Path) -> dict[str, Any]:
+    """The results file's `summary` line (lines such as `metrics` may follow it), or {}."""
+    try:
+        with open(results, "rb") as handle:
+            handle.seek(max(0, results.stat().st_size - (1 << 20)))
+            tail = handle.read().splitlines()
+    except OSError:
+        return {}
+    for raw in reversed(tail):
+        if raw.startswith(b'{"kind":"summary"'):
+            with contextlib.suppress(orjson.JSONDecodeError):
+                return dict(orjson.loads(raw))
+    return {}
 
-    def count() -> int:
+
+def _lines_counter(path: Path) -> Callable[[], int | None]:
+    """Lines appended to `path` so far (minus the run header), read incrementally; None once the
+    `summary` line is there: the run is over, and what the process does next (reading the results
+    back for its report) is not the run's memory."""
+    state = {"offset": 0, "lines": 0, "ended": False}
+
+    def count() -> int | None:
+        if state["ended"]:
+            return None
         try:
             with open(path, "rb") as handle:
                 handle.seek(state["offset"])
@@ -222,6 +261,9 @@ def _lines_counter(path: Path) -> Callable[[], int]:
         except FileNotFoundError:
             return 0
         cut = chunk.rfind(b"\n") + 1
+        if b'\n{"kind":"summary"' in b"\n" + chunk[:cut]:
+            state["ended"] = True
+            return None
         state["offset"] += cut
         state["lines"] += chunk.count(b"\n", 0, cut)
         return max(0, state["lines"] - 1)
@@ -243,9 +285,10 @@ def soak_replay(work: Path, minutes: float, url: str, rate_guess: float = 900.0)
         argv, log_path=work / "soak-replay.log", name="replay-run", stop_timeout=30.0, cwd=CODE
     ) as child:
         sampler = Sampler(child.pid, _lines_counter(out)).start()
-        child.wait(minutes * 60 + 300)
+        child.wait(minutes * 60 + 600)  # + loading a 30-minute trace (~1.5 min), writing, reading back
         samples = sampler.stop()
     res = analyse("replay", samples, minutes)
+    res["waiting_max"] = _summary(out).get("waiting_max")  # see `rss_steps`
     res["trace_requests"] = requests
     res["exhausted"] = bool(res.get("requests", 0) >= requests - 1)
     return res
@@ -448,9 +491,16 @@ def summary_line(name: str, res: dict[str, Any]) -> str:
     return (
         f"{res['requests']} requests; RSS {res['rss_warm_mib']} -> {res['rss_end_mib']} MiB after "
         f"{res['warmup_s']} s warm-up ({res['mb_per_10k']} MB per 10,000 requests, {res['growth_pct']}%); "
-        f"fds {res['fds_warm']} -> {res['fds_end']}; rate {res['rate_first']} -> {res['rate_last']} req/s "
+        f"{len(res['rss_steps'])} steps of >= 0.25 MiB ({_steps(res['rss_steps'])}), "
+        f"{res['rss_between_steps_mib']} MiB between them"
+        + (f", waiting peak {res['waiting_max']}" if res.get("waiting_max") is not None else "")
+        + f"; fds {res['fds_warm']} -> {res['fds_end']}; rate {res['rate_first']} -> {res['rate_last']} req/s "
         f"({res['drift_pct']}%); targets {'met' if res['met'] else 'MISSED'}"
     )
+
+
+def _steps(steps: list[list[Any]]) -> str:
+    return ", ".join(f"+{mib} at {n}" for n, mib in steps[:8]) + (" ..." if len(steps) > 8 else "")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

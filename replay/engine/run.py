@@ -105,6 +105,8 @@ class Progress:
     held_mean: float | None = None  # mean requests at the server so far, from the stamps
     lag_ms: float | None = None  # the last request's schedule lag
     last_switch: str = ""
+    waiting: int = 0  # requests dispatched and not finished (at most `lookahead`)
+    waiting_max: int = 0  # the most at once: what the run's memory for them rose to
     sessions: dict[str, str] = field(default_factory=dict)
 
 
@@ -120,7 +122,7 @@ class Engine:
         self.sink = sink
         self.by_id = trace.by_id()
         self.sessions = {sid: SessionState(s, mode=config.history) for sid, s in trace.sessions.items()}
-        self.tracker = SwitchTracker()
+        self.tracker = SwitchTracker(cold=set(trace.sessions))
         self.progress = Progress(total=len(trace.requests))
         self.progress.sessions = dict.fromkeys(trace.sessions, "waiting")
         self._done_at: dict[int, int] = {}  # done stamps some later request still waits for
@@ -215,6 +217,9 @@ class Engine:
     async def _one(
         self, client: httpx.AsyncClient, req: Request, prev: Request | None, window: anyio.Semaphore
     ) -> None:
+        progress = self.progress
+        progress.waiting += 1
+        progress.waiting_max = max(progress.waiting_max, progress.waiting)
         try:
             deps_done = 0
             for dep in self.plan.waits_for(req, prev):
@@ -231,6 +236,7 @@ class Engine:
                 async with self._limiter:
                     await self._send(client, req, self._call(req, self.sessions[req.session]), due)
         finally:
+            progress.waiting -= 1
             self._mark_done(req.id)
             window.release()
 
@@ -309,6 +315,7 @@ class Engine:
         def on_state(s: str) -> None:
             progress.sessions[req.session] = s
 
+        held = self.held.open()
         try:
             await api.send(client, call, on_state, rec)
         except anyio.get_cancelled_exc_class():
@@ -319,7 +326,7 @@ class Engine:
         finally:
             self.tracker.on_done()
             progress.in_flight -= 1
-            self.held.add(rec.t_sent, rec.t_end)
+            self.held.add(rec.t_sent, rec.t_end, held)
             progress.held_mean = self.held.mean()
             if rec.t_scheduled is not None and rec.t_sent is not None:
                 progress.lag_ms = (rec.t_sent - rec.t_scheduled) / 1e6

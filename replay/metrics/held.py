@@ -4,13 +4,14 @@ A CPU-bound client quietly holds fewer requests at the server than `--concurrenc
 requests it counts as in flight are really waiting in its own event loop. So the held load is
 taken from the stamps, not from a counter: a request is at the server from `t_sent` to `t_end`
 (the last byte's arrival, stamped by the kernel). Mean in flight is the sum of those spans over
-the load window; the maximum is a sweep over the same spans at the end of the run (16 bytes per
-request kept until then).
+the load window; the maximum is a sweep over the same spans in time order, as far as no request
+still in flight can change it (so it keeps only the stamps of the spans around those in flight).
 """
 
 from __future__ import annotations
 
-from array import array
+import heapq
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,31 +25,91 @@ TIMED_PLANS = ("timed", "closed-loop")  # plans whose requests are due at a time
 
 
 class HeldLoad:
-    """Spans of requests at the server, added as each finishes (in any order)."""
+    """Spans of requests at the server, added as each finishes (in any order).
 
-    __slots__ = ("_ended", "_first", "_last", "_sent", "_total_ns")
+    The most held at once is a sweep over the spans' sends and ends in time order. Its memory stays
+    with the requests in flight: a request is `open()`ed before it is sent (so its send stamp is no
+    earlier) and its span `add`ed with that token; every stamp older than the oldest request still
+    open is final (nothing sent later can start before it) and is swept at once. Spans added
+    without a token wait for `max()`.
+    """
+
+    __slots__ = (
+        "_best",
+        "_ends",
+        "_first",
+        "_gone",
+        "_held",
+        "_last",
+        "_open",
+        "_sends",
+        "_total_ns",
+        "count",
+    )
 
     def __init__(self) -> None:
-        self._sent = array("q")
-        self._ended = array("q")
+        self._sends: list[int] = []  # heaps of stamps not yet swept
+        self._ends: list[int] = []
+        self._open: list[int] = []  # heap of the open requests' tokens (some already gone)
+        self._gone: dict[int, int] = {}  # tokens closed but still in `_open`
+        self._held = 0  # the sweep so far: requests held after the last swept stamp
+        self._best = 0
         self._total_ns = 0
         self._first: int | None = None
         self._last: int | None = None
+        self.count = 0
 
-    def add(self, t_sent: int | None, t_end: int | None) -> None:
-        if t_sent is None or t_end is None or t_end < t_sent:
+    def open(self, now: int | None = None) -> int:
+        """A request about to be sent (`now`: the monotonic clock, read here if not given); pass
+        the token to `add` when it is finished."""
+        token = time.perf_counter_ns() if now is None else now
+        heapq.heappush(self._open, token)
+        return token
+
+    def add(self, t_sent: int | None, t_end: int | None, token: int | None = None) -> None:
+        if t_sent is not None and t_end is not None and t_end >= t_sent:
+            heapq.heappush(self._sends, t_sent)
+            heapq.heappush(self._ends, t_end)
+            self.count += 1
+            self._total_ns += t_end - t_sent
+            if self._first is None or t_sent < self._first:
+                self._first = t_sent
+            if self._last is None or t_end > self._last:
+                self._last = t_end
+        if token is None:
             return
-        self._sent.append(t_sent)
-        self._ended.append(t_end)
-        self._total_ns += t_end - t_sent
-        if self._first is None or t_sent < self._first:
-            self._first = t_sent
-        if self._last is None or t_end > self._last:
-            self._last = t_end
+        self._gone[token] = self._gone.get(token, 0) + 1
+        opened, gone = self._open, self._gone
+        while opened and opened[0] in gone:
+            token = heapq.heappop(opened)
+            if gone[token] > 1:
+                gone[token] -= 1
+            else:
+                del gone[token]
+        # Nothing open: every later request is opened (and sent) after every stamp taken so far.
+        self._sweep(opened[0] if opened else None)
+
+    def _sweep(self, before: int | None) -> None:
+        """Sweep the stamps earlier than `before` (all of them for None); an end before a send
+        at the same instant (a reply ending as another request is sent frees its place)."""
+        sends, ends = self._sends, self._ends
+        held, best = self._held, self._best
+        while sends and (before is None or sends[0] < before):
+            t = heapq.heappop(sends)
+            while ends and ends[0] <= t:
+                heapq.heappop(ends)
+                held -= 1
+            held += 1
+            best = max(best, held)
+        while ends and (before is None or ends[0] < before) and (not sends or ends[0] <= sends[0]):
+            heapq.heappop(ends)
+            held -= 1
+        self._held, self._best = held, best
 
     @property
-    def count(self) -> int:
-        return len(self._sent)
+    def pending(self) -> int:
+        """Stamps kept for the sweep (what memory this holds): bounded by the spans in flight."""
+        return len(self._sends) + len(self._ends) + len(self._open) + len(self._gone)
 
     def mean(self) -> float | None:
         """Mean requests at the server over the window from the first send to the last reply."""
@@ -58,10 +119,12 @@ class HeldLoad:
 
     def max(self) -> int:
         """Most requests at the server at one moment (a reply ending as another is sent counts once)."""
-        sent, ended = sorted(self._sent), sorted(self._ended)  # both nearly sorted already: cheap
-        held = best = j = 0
-        for t in sent:
-            while j < len(ended) and ended[j] <= t:
+        sends, ends, held, best = list(self._sends), list(self._ends), self._held, self._best
+        sends.sort()
+        ends.sort()
+        j = 0
+        for t in sends:
+            while j < len(ends) and ends[j] <= t:
                 j += 1
                 held -= 1
             held += 1
@@ -132,6 +195,7 @@ class LoadFacts:
     client_cpu: float | None  # fraction of one core the client process used over the run
     lag_start_s: float | None = None
     lag_end_s: float | None = None
+    waiting_max: int | None = None  # the most requests dispatched and not finished at once
 
     def fields(self) -> dict[str, Any]:
         """The summary line's optional fields."""
@@ -142,6 +206,8 @@ class LoadFacts:
             "loop_delay_ms": None if self.loop_delay_ms is None else round(self.loop_delay_ms, 3),
             "client_cpu": None if self.client_cpu is None else round(self.client_cpu, 3),
         }
+        if self.waiting_max is not None:
+            out["waiting_max"] = self.waiting_max
         if self.lag_start_s is not None and self.lag_end_s is not None:
             out["lag_start_p50_s"] = round(self.lag_start_s, 6)
             out["lag_end_p50_s"] = round(self.lag_end_s, 6)

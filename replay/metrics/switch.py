@@ -29,11 +29,17 @@ class SwitchTracker:
     last_session: str | None = None
     seen: set[str | None] = field(default_factory=set)
     in_flight: int = 0
+    # The sessions not sent yet, when they are known up front (a replay's trace): this set
+    # shrinks as they start, where `seen` would grow by one entry per session for the whole run.
+    cold: set[str | None] | None = None
 
     def on_send(self, session: str | None, compaction: bool) -> Switch:
         flags: list[str] = []
         from_session = None
-        if session not in self.seen:
+        if self.cold is not None and session in self.cold:
+            flags.append(COLD)
+            self.cold.discard(session)
+        elif self.cold is None and session not in self.seen:
             flags.append(COLD)
             self.seen.add(session)
         elif self.last_session == session:

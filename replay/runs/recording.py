@@ -228,6 +228,7 @@ class Recording:
             client_cpu=cpu,
             lag_start_s=growth[0] if growth else None,
             lag_end_s=growth[1] if growth else None,
+            waiting_max=self.engine.progress.waiting_max,
         )
 
 

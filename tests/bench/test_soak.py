@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.report import markdown, soak_checks
-from bench.soak import Sample, analyse, parse_args
+from bench.soak import Sample, _lines_counter, _summary, analyse, parse_args
 
 
 def samples(minutes: float, rate: float, mib_per_request: float, slow_down: float = 0.0):
@@ -29,6 +29,15 @@ def test_growth_per_request_is_the_slope_after_warm_up_in_mb_per_10000():
     res = analyse("replay", samples(4, 500, 0.001), 4)  # 1 KiB-ish per request: 10 MiB per 10,000
     assert res["mb_per_10k"] == pytest.approx(10 * 1.048576, rel=1e-3)
     assert not res["met"]
+
+
+def test_loading_the_trace_before_the_first_request_is_neither_growth_nor_rate():
+    # 90 s of loading (RSS climbing to 3 GiB, no request done), then 30 steady minutes.
+    loading = [Sample(5.0 * i, 100.0 + 35 * i, 20, 0) for i in range(19)]
+    run = [Sample(s.t + 90.0, s.rss_mib + 3000.0, 20, s.requests) for s in samples(30, 900, 0.0)[1:]]
+    res = analyse("replay", loading + run, 30)
+    assert res["started_s"] == 90.0 and res["warmup_s"] == 150.0 and res["rss_started_mib"] == 730.0
+    assert res["mb_per_10k"] == 0 and abs(res["drift_pct"]) < 0.5 and res["met"]
 
 
 def test_a_slowing_rate_is_drift_and_a_stalled_tail_is_not_counted():
@@ -93,3 +102,16 @@ def test_sigterm_to_the_soak_stops_the_process_it_started() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_requests_are_counted_until_the_summary_line_and_its_fields_read_past_later_lines(tmp_path):
+    # After its summary a replay reads its results back for the report: not the run's memory.
+    out = tmp_path / "r.jsonl"
+    count = _lines_counter(out)
+    assert count() == 0  # no file yet
+    out.write_bytes(b'{"kind":"run"}\n{"kind":"request"}\n{"kind":"requ')
+    assert count() == 1
+    with open(out, "ab") as handle:
+        handle.write(b'est"}\n{"kind":"summary","waiting_max":7}\n{"kind":"metrics"}\n')
+    assert count() is None and count() is None
+    assert _summary(out)["waiting_max"] == 7 and _summary(tmp_path / "none.jsonl") == {}

@@ -4,6 +4,9 @@ last waiter, no list per request (the soak benchmark measures the rates; these a
 from __future__ import annotations
 
 import dataclasses
+import gc
+import sys
+import types
 
 import anyio
 import orjson
@@ -108,3 +111,64 @@ def test_a_recording_keeps_no_line_unless_asked_and_then_only_the_fields_read(sc
     assert a.lag_p50_s is not None and plain.lags.get_total_count() == 6  # lags live in a histogram
     summary = orjson.loads((tmp_path / "a.jsonl").read_bytes().splitlines()[-1])
     assert summary["lag_p99_s"] == a.lag_p99_s
+
+
+def _held_bytes(root: object, skip: set[int]) -> int:
+    """Bytes of the objects reachable from `root` that `skip` (the trace's, the modules' globals)
+    does not hold; code, classes and modules left out (they would reach every module's globals)."""
+    seen, stack, total = set(skip), [root], 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, _SHARED):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        stack.extend(gc.get_referents(obj))
+    return total
+
+
+_SHARED = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.CodeType, type)
+
+
+def _reachable(root: object) -> set[int]:
+    seen, stack = set(), [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) not in seen and not isinstance(obj, _SHARED):
+            seen.add(id(obj))
+            stack.extend(gc.get_referents(obj))
+    return seen
+
+
+def test_what_a_recording_holds_does_not_grow_with_the_requests_done(scripted_server, tmp_path):
+    # Everything the run holds beyond the trace (engine, sink, writer, histograms, held load),
+    # weighed after N and after 3N finished requests of one 4N-request trace: the indexes built
+    # from the trace at the start are the same size at both points, so per-request state shows.
+    scripted_server.default = Script(usage=USAGE, token_text="live")
+    n = 150
+    trace = read_trace(live_trace(tmp_path / "t.jsonl", sessions=4 * n // 5, turns=5))
+    skip = _reachable(trace) | {id(vars(m)) for m in list(sys.modules.values())}
+    weighed: dict[int, int] = {}
+    recording: Recording
+
+    def observe(line: dict) -> None:
+        done = recording.counts["requests"]
+        if done in (n, 3 * n):
+            weighed[done] = _held_bytes(recording, skip)
+
+    recording = Recording(
+        trace,
+        make_plan("alternate"),  # one request at a time: the same few in flight at both points
+        EngineConfig(base_url=scripted_server.url, lookahead=2),
+        tmp_path / "out.jsonl",
+        {"kind": "x"},
+        False,
+        observe=observe,
+    )
+    (outcome,) = run_recordings([recording], None)
+    assert outcome.requests == 4 * n and outcome.errors == 0
+    # 8 bytes a request (16 were the held-load stamps, ~30 a set of every session seen) would show.
+    assert weighed[3 * n] - weighed[n] < 1024, weighed
+    # What the waiting requests' memory rose to is in the summary: at most the lookahead.
+    summary = orjson.loads((tmp_path / "out.jsonl").read_bytes().splitlines()[-1])
+    assert 1 <= summary["waiting_max"] <= 2 and recording.engine.progress.waiting == 0

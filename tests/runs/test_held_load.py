@@ -38,6 +38,40 @@ def test_max_held_is_the_most_spans_covering_one_send(items):
     assert held.max() == brute
 
 
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 1000), st.integers(0, 30), st.integers(0, 200), st.integers(0, 50)),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_max_held_swept_as_requests_finish_keeps_only_stamps_around_those_in_flight(items):
+    # A request is opened at `token`, sent `d` later, at the server for `span`, and added `late`
+    # after its end (a busy loop): the engine's order of events.
+    reqs = [(t, t + d, t + d + span, t + d + span + late) for t, d, span, late in items]
+    events = sorted(
+        [(t, 0, i) for i, (t, _, _, _) in enumerate(reqs)] + [(a, 1, i) for i, (*_, a) in enumerate(reqs)]
+    )
+    held, tokens = HeldLoad(), {}
+    for now, kind, i in events:
+        if kind == 0:
+            tokens[i] = held.open(now)
+        else:
+            _, s, e, _ = reqs[i]
+            held.add(s, e, tokens.pop(i))
+            in_flight = len(tokens)
+            # Kept: the open tokens, and of the finished spans that end after the oldest open one
+            # started, their two stamps, token, and mark as closed.
+            oldest = min((reqs[j][0] for j in tokens), default=None)
+            overlapping = sum(
+                1 for _, s2, e2, a2 in reqs if a2 <= now and oldest is not None and e2 >= oldest
+            )
+            assert held.pending <= in_flight + 4 * overlapping
+    brute = max(sum(1 for _, s2, e2, _ in reqs if s2 <= s < e2) for _, s, _, _ in reqs)
+    assert held.max() == brute
+    assert held.pending == 0  # nothing in flight: everything swept
+
+
 @given(spans)
 def test_mean_held_is_the_spans_total_over_the_load_window(items):
     held = HeldLoad()
