@@ -51,10 +51,9 @@ class _Checker:
         self.last_id: int | None = None
         self.header_seen = False
         self.tool_lists: dict[int, Any] = {}  # tool lists checked already (kept alive: ids stay theirs)
-        # With `share` (a whole trace being loaded), the plain messages and texts read so far, so a
-        # repeated one is held once (see `shared`); without it nothing outlives its line.
-        self.texts: dict[str, str] = {}
-        self.plain: dict[tuple[str, str], dict[str, Any]] = {}
+        # With `share` (a whole trace being loaded), the plain messages read so far, so a repeated
+        # one is held once (see `shared`); without it nothing outlives its line.
+        self.plain: dict[str, dict[str, dict[str, Any]]] = {}  # by role, then text
 
     def fail(self, problem: str) -> TraceError:
         return TraceError(self.path, self.line, problem)
@@ -74,18 +73,15 @@ class _Checker:
         """`msg` (a checked `{"role", "content"}` of text), or the equal one read before.
 
         Sessions resend the same texts (a system prompt in every session, a compaction's restated
-        history, a subagent's brief): a loaded trace holds each text and each such message once.
-        Message dicts are never changed once read (a blob's already are shared), so sharing is safe.
+        history, a subagent's brief): a loaded trace holds each such message once. Message dicts
+        are never changed once read (a blob's already are shared), so sharing is safe.
         """
         if not self.share:
             return msg
-        text = self.texts.setdefault(content, content)
-        key = (role, text)
-        same = self.plain.get(key)
-        if same is None:
-            same = msg if text is content else {**msg, "content": text}
-            self.plain[key] = same
-        return same
+        by_text = self.plain.get(role)
+        if by_text is None:
+            by_text = self.plain[role] = {}
+        return by_text.setdefault(content, msg)
 
     def blob(self, ref: Any) -> Any:
         """Resolve `{"$blob": id}` to the blob's value (the same object every time), else return as is."""
