@@ -2,7 +2,9 @@
 
 `iter_records` never holds more than one line of the file plus the small index it needs to check
 references (request ids and message counts, blob ids, session ids), so a 1 GB trace validates in
-constant memory. `read_trace` builds the linked `Request` objects the engine replays.
+constant memory. `read_trace` builds the linked `Request` objects the engine replays in the same
+pass, holding each repeated plain message once (sessions resend system prompts and restated
+history), so a loaded trace's memory follows its distinct text, not its size.
 """
 
 from __future__ import annotations
