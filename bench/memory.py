@@ -103,6 +103,8 @@ def read_throughput(work: Path, size_bytes: int) -> dict[str, Any]:
         "load_mb_per_cpu_s": round(mb / max(timing["load_cpu_s"], 1e-9), 1),
         "load_peak_rss_mib": timing["peak_rss_mib"],
         "requests": timing["requests"],
+        "messages": timing["messages"],
+        "distinct_messages": timing["distinct_messages"],
         "target_mb_s": READ_TARGET_MBPS,
     }
 
@@ -122,6 +124,10 @@ def _read_main(path: str) -> None:
     trace = read_trace(path)
     t2, c2 = time.perf_counter(), cpu()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # How much of the text repeats: the loader holds a repeated message once, so its memory
+    # follows the distinct messages, not the file's size (after the timing: not counted in it).
+    messages = [m for r in trace.requests for m in r.append if "content" in m]
+    messages += [r.reply["message"] for r in trace.requests if r.reply and r.reply.get("message")]
     doc = {
         "validate_s": round(t1 - t0, 3),
         "validate_cpu_s": round(c1 - c0, 3),
@@ -130,6 +136,8 @@ def _read_main(path: str) -> None:
         "requests": len(trace.requests),
         "lines": counts["lines"],
         "peak_rss_mib": round(peak, 1),
+        "messages": len(messages),
+        "distinct_messages": len({id(m) for m in messages}),
     }
     print(json.dumps(doc))
 

@@ -128,6 +128,15 @@ def checks(results: dict[str, Any]) -> list[Check]:
     for key, label in (("validate_mb_s", "trace validate"), ("load_mb_s", "trace load (validate + build)")):
         check = _at_least(label + size_note, ">= 200 MB/s", read.get(key), READ_TARGET_MBPS, " MB/s")
         out.append(check)
+    out.append(
+        _at_most(
+            "trace load peak RSS" + size_note,
+            "<= 1 GiB",
+            read.get("load_peak_rss_mib"),
+            RSS_TARGET_MIB,
+            " MiB",
+        )
+    )
     sim = results.get("sim") or {}
     out.append(
         _at_most(
@@ -408,6 +417,12 @@ def _trace(results: dict[str, Any]) -> list[str]:
                 f"validate {read['validate_mb_s']} MB/s ({read['validate_s']} s; {_f(read.get('validate_mb_per_cpu_s'))} MB per CPU-second), "
                 f"load {read['load_mb_s']} MB/s ({read['load_s']} s; {_f(read.get('load_mb_per_cpu_s'))} MB per CPU-second; peak RSS {_f(read['load_peak_rss_mib'], ' MiB', 0)}).",
             ]
+            if read.get("distinct_messages") is not None:
+                lines[-1] += (
+                    f" Its {read['messages']:,} text messages draw on a pool of texts, as a system prompt recurs"
+                    f" across sessions; loaded, the repeats are one object ({read['distinct_messages']:,} distinct),"
+                    " so memory follows the distinct text: a trace of all-distinct text holds about its own size."
+                )
     return lines
 
 

@@ -138,7 +138,12 @@ def _results(p99_500: float, ours_rate: float, peer_rate: float, sessions: int =
             "wall_s": 30.0,
             "cpu_s": 20.0,
         },
-        "trace": {"bytes": 1_000_000_000, "validate_mb_s": 250.0, "load_mb_s": 150.0},
+        "trace": {
+            "bytes": 1_000_000_000,
+            "validate_mb_s": 250.0,
+            "load_mb_s": 150.0,
+            "load_peak_rss_mib": 1100.0,
+        },
     }
 
 
@@ -152,6 +157,10 @@ def test_checks_say_met_missed_and_by_how_much():
     assert by_name["RSS, 1,000 sessions x 130K tokens"].met is True
     assert by_name["trace validate"].met is True
     assert by_name["trace load (validate + build)"].met is False
+    assert (
+        by_name["trace load peak RSS"].met is False
+        and "1100.00 MiB" in by_name["trace load peak RSS"].measured
+    )
     assert by_name["slow-morning end to end on the simulator"].met is None
 
     ok = {c.name: c for c in checks(_results(p99_500=0.8, ours_rate=1300.0, peer_rate=800.0, sessions=100))}

@@ -245,3 +245,40 @@ def test_a_null_optional_field_reads_as_absent(tmp_path):
     assert (trace.header.notes, trace.header.start) == ("", "")
     assert (trace.sessions["a"].role, trace.sessions["a"].model) == ("interactive", "default")
     assert trace.requests[0].tag == "turn"
+
+
+def test_a_loaded_trace_holds_each_repeated_message_once(tmp_path):
+    """Sessions resend the same texts (a system prompt, a reply restated after a compaction):
+    loaded, equal plain messages are one object; messages that differ in role or text are not."""
+    path = tmp_path / "t.jsonl"
+    prompt = "you are a careful agent " * 50
+    with TraceWriter(path, source="test") as w:
+        for s in ("a", "b"):
+            w.session(s)
+            reply = {"message": {"role": "assistant", "content": "done"}}
+            w.request(
+                s, 0.0, [{"role": "system", "content": prompt}, {"role": "user", "content": "go"}], {}, reply
+            )
+        w.session("c")
+        w.request(
+            "c",
+            0.0,
+            [{"role": "user", "content": prompt}],
+            {},
+            {"message": {"role": "assistant", "content": "done"}},
+        )
+    a, b, c = read_trace(path).requests
+    assert a.append[0] is b.append[0] and a.append[1] is b.append[1]
+    assert a.reply["message"] is b.reply["message"] is c.reply["message"]
+    assert c.append[0] is not a.append[0] and c.append[0] == {"role": "user", "content": prompt}
+    assert b.messages() == [{"role": "system", "content": prompt}, {"role": "user", "content": "go"}]
+
+
+def test_blank_lines_are_skipped_and_still_counted(tmp_path):
+    path = write_lines(tmp_path / "t.jsonl", [HEADER, b"", b" \t\r", SESSION, b"\x0c", req(1), b"{bad"])
+    with pytest.raises(TraceError) as err:
+        read_trace(path)
+    assert err.value.line == 7 and "bad JSON" in str(err.value)
+    with pytest.raises(TraceError) as err:
+        validate(path)
+    assert err.value.line == 7
