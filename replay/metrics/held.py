@@ -14,10 +14,13 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
+from hdrh.histogram import HdrHistogram
+
 from replay.metrics.hist import new_histogram
 
 CLIENT_BOUND_CPU = 0.9  # of one core: above it the client, not the trace, sets the pace
 HELD_SHORTFALL = 0.9  # held below this share of what was asked is reported
+CLIENT_QUEUE_MS = 10.0  # first tokens waiting this long in the client (p99): it cannot keep up
 LOOP_LATE_MS = 5.0  # the event loop waking its timers this late on average cannot keep up
 LAG_GROWTH_S = 0.010  # schedule lag growing by more than this from the run's start to its end
 TIMED_PLANS = ("timed", "closed-loop")  # plans whose requests are due at a time (so lag means late)
@@ -92,6 +95,28 @@ class LoopDelay:
         return None if not self.count else self.total_ns / self.count / 1e6
 
 
+class ClientQueue:
+    """How long first tokens waited in the client: from the kernel's arrival stamp (what TTFT
+    ends at) to the client reading the event. TTFT stays honest when the client is saturated;
+    this says it was, and by how much everything after the stamp ran late."""
+
+    __slots__ = ("hist",)
+
+    MAX_US = 60_000_000
+
+    def __init__(self) -> None:
+        self.hist = HdrHistogram(1, self.MAX_US, 3)
+
+    def add(self, stamped: int | None, read: int | None) -> None:
+        if stamped is None or read is None:
+            return
+        self.hist.record_value(min(max(1, (read - stamped + 500) // 1000), self.MAX_US))
+
+    def percentile_ms(self, pct: float) -> float | None:
+        hist = self.hist
+        return hist.get_value_at_percentile(pct) / 1e3 if hist.get_total_count() else None
+
+
 class LagTrend:
     """Median schedule lag of the first and of the last quarter of a run's requests, in bounded
     memory: two HDR histograms (3 significant figures), fed in the order the requests finish."""
@@ -132,6 +157,8 @@ class LoadFacts:
     client_cpu: float | None  # fraction of one core the client process used over the run
     lag_start_s: float | None = None
     lag_end_s: float | None = None
+    client_queue_p50_ms: float | None = None  # first tokens' wait in the client (see ClientQueue)
+    client_queue_p99_ms: float | None = None
 
     def fields(self) -> dict[str, Any]:
         """The summary line's optional fields."""
@@ -142,6 +169,9 @@ class LoadFacts:
             "loop_delay_ms": None if self.loop_delay_ms is None else round(self.loop_delay_ms, 3),
             "client_cpu": None if self.client_cpu is None else round(self.client_cpu, 3),
         }
+        if self.client_queue_p99_ms is not None:
+            out["client_queue_p50_ms"] = self.client_queue_p50_ms
+            out["client_queue_p99_ms"] = self.client_queue_p99_ms
         if self.lag_start_s is not None and self.lag_end_s is not None:
             out["lag_start_p50_s"] = round(self.lag_start_s, 6)
             out["lag_end_p50_s"] = round(self.lag_end_s, 6)
@@ -168,6 +198,13 @@ class LoadFacts:
                     f"trace-bound: {held} with the client at {cpu:.0%} of a core: too few requests "
                     "are ready at once (they wait for replies they carry, or there are too few sessions)"
                 )
+        queue = self.client_queue_p99_ms
+        if queue is not None and queue >= CLIENT_QUEUE_MS:
+            out.append(
+                f"client-bound: first tokens waited {queue:.1f} ms (p99) in the client before it "
+                f"read them, with the client at {cpu:.0%} of a core (TTFT is the kernel's stamp and "
+                "stays exact; everything after it runs late): add --workers"
+            )
         if self.plan in TIMED_PLANS and self.lag_start_s is not None and self.lag_end_s is not None:
             growth = self.lag_end_s - self.lag_start_s
             if growth > LAG_GROWTH_S:

@@ -228,6 +228,8 @@ class Recording:
             client_cpu=cpu,
             lag_start_s=growth[0] if growth else None,
             lag_end_s=growth[1] if growth else None,
+            client_queue_p50_ms=self.engine.client_queue.percentile_ms(50),
+            client_queue_p99_ms=self.engine.client_queue.percentile_ms(99),
         )
 
 
