@@ -74,6 +74,10 @@ class Connections:
             target = self.targets[key] = Target(state)
         return target
 
+    def keeps(self, host: str, port: int) -> bool:
+        """Whether a request to the target asks for keep-alive (else it says `Connection: close`)."""
+        return self._target((host, port)).state != _FRESH
+
     def state(self, host: str, port: int) -> str:
         """`unknown`, `reuse` or `fresh`: what the run does with this target's connections now."""
         return self._target((host, port)).state

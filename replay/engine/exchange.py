@@ -237,8 +237,8 @@ async def _talk_http1(
     where: str,
 ) -> None:
     host, port, authority, target = http1.split_url(url)
-    head = http1.request_head("POST", target, authority, headers, len(payload))
     pool = call.connections or FRESH
+    head = http1.request_head("POST", target, authority, headers, len(payload), pool.keeps(host, port))
     res.t_start = time.perf_counter_ns()
     try:
         conn = await pool.send(host, port, head + payload, call.connect_timeout_s)

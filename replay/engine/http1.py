@@ -74,19 +74,26 @@ def split_url(url: str) -> tuple[str, int, str, str]:
     return host, port, authority, target
 
 
-def request_head(method: str, target: str, authority: str, headers: dict[str, str], length: int) -> bytes:
-    """The request line and headers; Host, User-Agent and Content-Length are ours unless given."""
+def request_head(
+    method: str, target: str, authority: str, headers: dict[str, str], length: int, keep: bool = False
+) -> bytes:
+    """The request line and headers; Host, User-Agent and Content-Length are ours unless given.
+
+    Connection is always ours: `Connection: close` unless the connection is to be `keep`t.
+    """
     lines = [f"{method} {target} HTTP/1.1", f"Host: {authority}"]
     given = {k.lower() for k in headers}
     if "user-agent" not in given:
         lines.append(f"User-Agent: {_USER_AGENT}")
     for key, value in headers.items():
         low = key.lower()
-        if low in ("host", "content-length", "transfer-encoding"):
+        if low in ("host", "content-length", "transfer-encoding", "connection"):
             continue
         if "\r" in value or "\n" in value or "\r" in key or "\n" in key or ":" in key:
             raise LocalProtocolError(f"header {key!r} cannot be sent as given")
         lines.append(f"{key}: {value}")
+    if not keep:
+        lines.append("Connection: close")
     lines.append(f"Content-Length: {length}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8")
 

@@ -54,6 +54,7 @@ class Server:
     connections: int = 0
     requests: list[tuple[int, str]] = field(default_factory=list)  # (connection number, X-Request-ID)
     recv_ns: dict[str, int] = field(default_factory=dict)
+    asked_close: list[bool] = field(default_factory=list)  # the request said `Connection: close`
 
     @property
     def url(self) -> str:
@@ -81,7 +82,9 @@ class Server:
                 served += 1
                 if how.drop_request == served:
                     return
-                conn = b"close" if how.say_close else b"keep-alive"
+                self.asked_close.append(headers.get("connection", "").lower() == "close")
+                closing = how.say_close or self.asked_close[-1]
+                conn = b"close" if closing else b"keep-alive"
                 if how.chunked:
                     body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(_EVENTS), _EVENTS)
                     framing = b"transfer-encoding: chunked"
@@ -93,7 +96,7 @@ class Server:
                     % (framing, conn, body)
                 )
                 await writer.drain()
-                if how.say_close or how.close_after:
+                if closing or how.close_after:
                     return
         finally:
             writer.close()
@@ -171,6 +174,7 @@ async def test_auto_goes_fresh_for_a_server_closing_after_each_response(serve: o
     assert pool.state("127.0.0.1", server.port) == "fresh"
     assert all(r.reused is False for r in records)
     assert server.connections == len(server.requests) == 7
+    assert server.asked_close[0] is False and server.asked_close[-1] is True  # told, once known
 
 
 async def test_auto_goes_fresh_when_the_server_says_close(serve: object) -> None:
@@ -190,6 +194,7 @@ async def test_forced_fresh_never_keeps_one(serve: object) -> None:
     ok(records)
     assert server.connections == 4 and not any(r.reused for r in records)
     assert all(r.connect_s is not None and r.connect_s > 0 for r in records)
+    assert server.asked_close == [True] * 4  # the server need not keep them either
 
 
 async def test_forced_reuse_keeps_one_from_the_first_response(serve: object) -> None:
@@ -200,6 +205,7 @@ async def test_forced_reuse_keeps_one_from_the_first_response(serve: object) -> 
     assert server.connections == 1
     assert [r.reused for r in records] == [False, True, True, True]
     assert pool.reused == 3 and pool.opened == 1
+    assert server.asked_close == [False] * 4
 
 
 async def test_a_connection_dropped_while_idle_is_replaced_not_failed(serve: object) -> None:
