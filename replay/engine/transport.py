@@ -41,17 +41,18 @@ _PAUSE_AT = 4 << 20  # stop reading when this many bytes wait for the reader
 
 
 # The send side: SO_TIMESTAMPING asks the kernel to stamp the moment the last byte of each
-# send() call is handed to the device (SND) and, before that, to its queueing discipline (SCHED).
-# The stamps come back on the socket's error queue, each with the byte offset it is for (OPT_ID
-# counts a TCP socket's bytes from 0), so the one for a request's last byte can be told apart.
+# send() call is handed to the device (SND; loopback and most drivers stamp it). The stamps come
+# back on the socket's error queue, each with the byte offset it is for (OPT_ID counts a TCP
+# socket's bytes from 0), so the one for a request's last byte can be told apart. The queueing
+# discipline's stamp (SCHED) is not asked for: it would cost a second read per request.
 _SO_TIMESTAMPING = 37 if sys.platform.startswith("linux") else None  # == SCM_TIMESTAMPING
-# TX_SOFTWARE | SOFTWARE | OPT_ID | TX_SCHED | OPT_TSONLY
-_TX_FLAGS = (1 << 1) | (1 << 4) | (1 << 7) | (1 << 8) | (1 << 11)
+# TX_SOFTWARE | SOFTWARE | OPT_ID | OPT_TSONLY
+_TX_FLAGS = (1 << 1) | (1 << 4) | (1 << 7) | (1 << 11)
 _MSG_ERRQUEUE = getattr(socket, "MSG_ERRQUEUE", 0x2000)
 _RECVERR = ((getattr(socket, "SOL_IP", 0), 11), (getattr(socket, "SOL_IPV6", 41), 25))  # IP(V6)_RECVERR
 _EXTENDED_ERR = struct.Struct("=IBBBBII")  # sock_extended_err: errno origin type code pad info data
 _ORIGIN_TIMESTAMPING = 4
-_TSTAMP_SND, _TSTAMP_SCHED = 0, 1
+_TSTAMP_SND = 0  # the stamp taken as the bytes go to the device
 
 
 def enable_send_stamps(sock: socket.socket) -> bool:
@@ -65,8 +66,9 @@ def enable_send_stamps(sock: socket.socket) -> bool:
     return True
 
 
-def send_stamps(sock: socket.socket) -> list[tuple[int, int, int]]:
-    """Drain the error queue: (kind, byte id, wall-clock ns) of each send stamp waiting there."""
+def send_stamps(sock: socket.socket, until: int = -1) -> list[tuple[int, int, int]]:
+    """Drain the error queue: (kind, byte id, wall-clock ns) of each send stamp waiting there,
+    stopping early at the SND stamp of byte `until`."""
     out: list[tuple[int, int, int]] = []
     while True:
         try:
@@ -86,6 +88,8 @@ def send_stamps(sock: socket.socket) -> list[tuple[int, int, int]]:
                     kind, ident = info, data
         if wall and kind >= 0:
             out.append((kind, ident, wall))
+            if kind == _TSTAMP_SND and ident == until:
+                return out
 
 
 def enable_kernel_stamps(sock: socket.socket) -> bool:
@@ -174,7 +178,9 @@ class StampedSocket:
         self._tx = enable_send_stamps(sock)
         self._tx_bytes = 0  # bytes sent so far: the kernel numbers send stamps by them
         self._tx_want = -1  # the byte id whose stamp the last send waits for
-        self._tx_kind = _TSTAMP_SND  # the best stamp it got (SND once it left; -1: none yet)
+        self._tx_kind = (
+            _TSTAMP_SND  # SND once the last send's stamp came (or stopped being awaited); -1 before
+        )
         self.sent_ns = 0  # when the last send's last byte left: the kernel's stamp, else send()'s return
         self._chunks: deque[tuple[int, bytes]] = deque()
         self._buffered = 0
@@ -294,11 +300,9 @@ class StampedSocket:
 
     def _take_send_stamps(self) -> None:
         """Move `sent_ns` to the kernel's stamp of the last send's last byte, once it is there
-        (usually at once; later when the kernel held the bytes back): SND over SCHED."""
-        for kind, ident, wall in send_stamps(self._sock):
-            if ident != self._tx_want or kind not in (_TSTAMP_SND, _TSTAMP_SCHED):
-                continue
-            if kind == _TSTAMP_SCHED and self._tx_kind == _TSTAMP_SND:
+        (usually at once; later when the kernel held the bytes back)."""
+        for kind, ident, wall in send_stamps(self._sock, self._tx_want):
+            if ident != self._tx_want or kind != _TSTAMP_SND:
                 continue
             now = time.perf_counter_ns()
             stamp = wall - wall_minus_monotonic()
