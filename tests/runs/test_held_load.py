@@ -96,6 +96,15 @@ def test_a_client_that_is_held_up_but_not_busy_is_still_client_bound():
     )
 
 
+def test_first_tokens_waiting_in_the_client_are_named_even_when_the_load_was_held():
+    facts = _facts(held_mean=64.0, client_cpu=0.97, client_queue_p50_ms=4.0, client_queue_p99_ms=25.0)
+    (line,) = facts.warnings()
+    assert line.startswith("client-bound: first tokens waited 25.0 ms (p99) in the client")
+    assert line.endswith("add --workers")
+    assert facts.fields()["client_queue_p99_ms"] == 25.0
+    assert _facts(held_mean=64.0, client_queue_p50_ms=0.1, client_queue_p99_ms=2.0).warnings() == []
+
+
 def test_too_few_ready_requests_is_the_traces_doing():
     (line,) = _facts(client_cpu=0.2).warnings()
     assert line.startswith("trace-bound: asked 64 in flight, held 16")
@@ -182,6 +191,7 @@ def test_a_slow_results_sink_shows_as_a_client_that_held_less_than_asked(scripte
     assert line["in_flight_mean"] < 0.9 * 8
     assert 1 <= line["in_flight_max"] <= 8
     assert line["loop_delay_ms"] >= 5.0
+    assert line["client_queue_p99_ms"] >= 5.0  # first tokens waited while the sink held the loop
     assert line["client_cpu"] >= 0.0
     assert line["warnings"] == outcome.warnings
     assert outcome.warnings[0].startswith("client-bound: asked 8 in flight, held ")
@@ -221,6 +231,7 @@ def test_workers_share_the_total_concurrency_and_the_merged_file_says_so(scripte
     assert merged.summary_line["in_flight_asked"] == 4
     assert merged.summary_line["in_flight_max"] <= 4
     assert len(merged.summary_line["client_cpu"]) == 2
+    assert 0 <= merged.summary_line["client_queue_p50_ms"] <= merged.summary_line["client_queue_p99_ms"]
 
 
 def test_loop_choice_defaults_to_asyncio_and_refuses_what_it_cannot_run(monkeypatch):
