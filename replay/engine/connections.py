@@ -134,6 +134,10 @@ class Connections:
         idle.append(conn)
         if len(idle) > self.idle_max:
             idle.popleft().close()
+        # The oldest are used last: close them once the server has, or they idled too long.
+        oldest = now - int(IDLE_MAX_S * 1e9)
+        while idle and (idle[0].t_gone is not None or idle[0].idle_since < oldest):
+            idle.popleft().close()
 
     def _take(self, target: Target) -> http1.Connection | None:
         """The most recently used idle connection that is still open, or None."""

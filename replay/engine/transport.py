@@ -1,7 +1,9 @@
-"""The HTTP transport under the API clients: fresh connections, and stamps where bytes arrive.
+"""The HTTP transport under the API clients: stamps where bytes arrive and where a request leaves.
 
 Network chunks carry the time they arrived (the kernel's receive stamp on Linux), never the time
-the parser got to them, so neither parsing nor a busy event loop shows up as TTFT.
+the parser got to them, so neither parsing nor a busy event loop shows up as TTFT. A send carries
+the time its last byte left (the kernel's transmit stamp on Linux, read from the socket's error
+queue; elsewhere the moment send() took the last byte), so TTFT runs between two kernel stamps.
 `make_client()` opens a fresh connection per request and never pools or retries, because
 llama-server closes the connection after each stream while saying keep-alive, and ds4 closes
 after every response; reusing one would fail or silently re-send a request whose body went out.

@@ -20,7 +20,7 @@ from replay.metrics.hist import new_histogram
 
 CLIENT_BOUND_CPU = 0.9  # of one core: above it the client, not the trace, sets the pace
 HELD_SHORTFALL = 0.9  # held below this share of what was asked is reported
-CLIENT_QUEUE_MS = 10.0  # first tokens waiting this long in the client (p99): it cannot keep up
+CLIENT_QUEUE_MS = 5.0  # first tokens waiting this long in the client (median): it cannot keep up
 LOOP_LATE_MS = 5.0  # the event loop waking its timers this late on average cannot keep up
 LAG_GROWTH_S = 0.010  # schedule lag growing by more than this from the run's start to its end
 TIMED_PLANS = ("timed", "closed-loop")  # plans whose requests are due at a time (so lag means late)
@@ -198,13 +198,20 @@ class LoadFacts:
                     f"trace-bound: {held} with the client at {cpu:.0%} of a core: too few requests "
                     "are ready at once (they wait for replies they carry, or there are too few sessions)"
                 )
-        queue = self.client_queue_p99_ms
-        if queue is not None and queue >= CLIENT_QUEUE_MS:
-            out.append(
-                f"client-bound: first tokens waited {queue:.1f} ms (p99) in the client before it "
-                f"read them, with the client at {cpu:.0%} of a core (TTFT is the kernel's stamp and "
-                "stays exact; everything after it runs late): add --workers"
+        median, queue = self.client_queue_p50_ms, self.client_queue_p99_ms
+        if median is not None and median >= CLIENT_QUEUE_MS and not out:  # else the cause is named
+            waited = (
+                f"first tokens waited {median:.1f} ms (median; p99 {queue or 0:.1f} ms) in the client "
+                "before it read them"
             )
+            exact = "TTFT is the kernel's stamp and stays exact; what follows it runs late"
+            if cpu >= CLIENT_BOUND_CPU:
+                out.append(f"client-bound: {waited}, {core} ({exact}): add --workers")
+            else:
+                out.append(
+                    f"client-bound: {waited} with the client at {cpu:.0%} of a core ({exact}; "
+                    "a slow results sink, or a busy host)"
+                )
         if self.plan in TIMED_PLANS and self.lag_start_s is not None and self.lag_end_s is not None:
             growth = self.lag_end_s - self.lag_start_s
             if growth > LAG_GROWTH_S:
