@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.server import RunningServer
-from bench.stats import ErrorStats, ttft_errors
+from bench.stats import ErrorStats, percentile, ttft_errors
 from bench.workload import stream_trace
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
@@ -42,6 +42,8 @@ class Point:
     in_flight_mean: float = 0.0  # mean streams open, from the records (sum of latencies / wall)
     server_cpu: float = 0.0  # fraction of one core the server used
     host_load: float = 0.0  # 1-minute load average after the point (other work on the host)
+    reused: float = 0.0  # share of requests sent on a kept connection
+    client_queue_p99_ms: float | None = None  # first tokens' wait in the client after their stamp
     error: ErrorStats = field(default_factory=ErrorStats)
 
     def to_json(self) -> dict[str, Any]:
@@ -106,6 +108,10 @@ def drive(
     cpu = sum(p.cpu_s for p in outcome.parts)
     point.cpu_ms_per_request = round(cpu / len(records) * 1e3, 3)
     point.server_cpu = round(server_cpu / max(elapsed, 1e-9), 3)
+    point.reused = round(sum(1 for r in records if r.get("reused")) / len(records), 3)
+    q99 = percentile(sorted(r["client_queue_s"] for r in records if r.get("client_queue_s") is not None), 99)
+    if q99 is not None:
+        point.client_queue_p99_ms = round(q99 * 1e3, 3)
     point.error = ttft_errors({f"{label}-{r['id']}": r["ttft_s"] * 1e3 for r in records}, truth)
     return point
 

@@ -272,15 +272,21 @@ def _accuracy(results: dict[str, Any]) -> list[str]:
         return []
     lines = ["", "## TTFT accuracy (client TTFT minus server truth, matched by X-Request-ID)", ""]
     lines += [
-        "| streams in flight | first-token delay | requests | mean in flight | rate | error p50 / p99 | max | server truth p50 / p99 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| streams in flight | first-token delay | requests | mean in flight | rate | error p50 / p99 | max | server truth p50 / p99 | client queue p99 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for p in pts:
         e = p["ttft_error"]
         truth = f"{_f(e.get('truth_p50_ms'), '', 1)} / {_f(e.get('truth_p99_ms'), ' ms', 1)}"
+        queue = _f(p.get("client_queue_p99_ms"), " ms", 1)
         lines.append(
-            f"| {p['concurrency']} | {p['first_token_ms']:g} ms | {p['requests']} | {p['in_flight_mean']} | {p['rate']} req/s | {_err(e)} | {_f(e.get('max_ms'), ' ms', 2)} | {truth} |"
+            f"| {p['concurrency']} | {p['first_token_ms']:g} ms | {p['requests']} | {p['in_flight_mean']} | {p['rate']} req/s | {_err(e)} | {_f(e.get('max_ms'), ' ms', 2)} | {truth} | {queue} |"
         )
+    lines += [
+        "",
+        "Client queue: how long the first token waited in the client after the kernel stamped its arrival "
+        "(TTFT ends at the stamp and is unaffected; a large figure means the client was saturated).",
+    ]
     return lines
 
 

@@ -106,6 +106,12 @@ def run(
             help="Event loop: auto (asyncio), asyncio or uvloop (the fast extra; loses resets before data)."
         ),
     ] = "auto",
+    connections: Annotated[
+        str,
+        typer.Option(
+            help="Keep connections open: auto (per target, as its server does), reuse, or fresh (one per request)."
+        ),
+    ] = "auto",
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
 ) -> None:
     """Replay a trace against a server and write per-request results."""
@@ -135,6 +141,7 @@ def run(
         shard=shard,
         start_at=start_at,
         loop=loop,
+        connections=connections,
         quiet=quiet,
     )
     raise typer.Exit(replay_run(args, console))

@@ -43,6 +43,7 @@ class RunArgs:
     sim_args: str = ""
     workers: int = 1
     loop: str = "auto"
+    connections: str = "auto"
     shard: str | None = None
     start_at: str | None = None  # ISO 8601 instant: every shard's schedule begins then
     quiet: bool = False  # no progress display and no report
@@ -72,6 +73,7 @@ def run(args: RunArgs, console: Console) -> int:
         args.max_duration,
         start_at=parse_instant(args.start_at) if args.start_at is not None else None,
         loop=args.loop,
+        connections=args.connections,
     )
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")

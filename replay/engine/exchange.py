@@ -21,6 +21,7 @@ import httpx
 import orjson
 
 from replay.engine import http1
+from replay.engine.connections import FRESH, Connections
 from replay.engine.decode import BadPayload, BadShape, Fields, load_object
 from replay.engine.sse import SseEvent, SseParser
 from replay.engine.transport import rx_clock
@@ -80,6 +81,7 @@ class ApiCall:
     previous_messages: int = 0
     # Anthropic prompt caching: (message index, cache_control value), the mark on that message's last block.
     cache_marks: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    connections: Connections | None = None  # the run's kept connections; None: a fresh one
 
     @property
     def name(self) -> str:
@@ -191,6 +193,8 @@ async def exchange(
     except (httpx.TransportError, http1.TransportError) as exc:
         phase = "before response headers" if res.t_headers is None else f"after {res.n_events} events"
         res.status, res.error = "stream_broken", f"{where}: connection failed {phase}: {_transport_text(exc)}"
+        if res.reused:
+            res.error += " (on a kept connection; not re-sent: the server may have begun it)"
     except BadShape as exc:
         res.status, res.error = "bad_payload", f"{where}: wrong reply shape: {exc}"
         res.evidence = _evidence(exc.evidence)
@@ -233,20 +237,28 @@ async def _talk_http1(
     where: str,
 ) -> None:
     host, port, authority, target = http1.split_url(url)
-    head = http1.request_head("POST", target, authority, headers, len(payload))
+    pool = call.connections or FRESH
+    head = http1.request_head("POST", target, authority, headers, len(payload), pool.keeps(host, port))
     res.t_start = time.perf_counter_ns()
-    conn = await http1.connect(host, port, call.connect_timeout_s)
     try:
+        conn = await pool.send(host, port, head + payload, call.connect_timeout_s)
+    except http1.WriteError:
         res.t_sent = res.t_connected = time.perf_counter_ns()
-        await conn.send(head + payload)
+        raise
+    try:
+        # A kept connection took no time to open; TTFT counts from the request's last byte leaving.
+        res.reused = conn.reused
+        res.t_connected = res.t_start if conn.reused else conn.opened_ns
+        res.t_sent = conn.sent_ns
         await conn.response()
+        res.t_sent = conn.sent_ns  # the kernel's stamp, if it came only after the send returned
         res.t_headers = conn.t_head
         content_type = conn.headers.get("content-type", "")
         await _respond(
             conn.status or 0, content_type, conn, call.stream, res, reader, parser, on_state, where
         )
     finally:
-        conn.close()
+        pool.done(conn)
 
 
 async def _talk(
@@ -376,6 +388,7 @@ async def _read_stream(
                 res.n_token_events += 1
                 if res.t_first_token is None:
                     res.t_first_token = now
+                    res.t_first_token_read = time.perf_counter_ns()
                     if on_state:
                         on_state("decoding")
                 res.t_last_token = now

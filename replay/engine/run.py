@@ -20,10 +20,12 @@ import anyio
 import httpx
 
 from replay.engine.apis import APIS, ApiCall, make_client
+from replay.engine.connections import MODES as CONNECTION_MODES
+from replay.engine.connections import Connections
 from replay.engine.plans import Plan
 from replay.engine.session import HISTORY_MODES, LIVE, SessionState
 from replay.errors import UsageError
-from replay.metrics.held import HeldLoad, LoopDelay
+from replay.metrics.held import ClientQueue, HeldLoad, LoopDelay
 from replay.metrics.record import RequestRecord
 from replay.metrics.switch import SwitchTracker
 from replay.trace.model import Request, Trace
@@ -44,6 +46,7 @@ class EngineConfig:
     run_id: str = "run"
     lookahead: int = 4096
     loop: str = "auto"  # the event loop: uvloop when installed (auto), or asyncio's own
+    connections: str = "auto"  # keep connections open per target: auto | reuse | fresh
 
 
 THINK_MODES = ("off", "on", "auto")
@@ -78,8 +81,11 @@ def check_options(
     timeout: float | None = None,
     max_duration: float | None = None,
     loop: str = "auto",
+    connections: str = "auto",
 ) -> None:
     """Refuse run options the engine does not know, before anything starts."""
+    if connections not in CONNECTION_MODES:
+        raise UsageError(f"--connections must be one of {', '.join(CONNECTION_MODES)}")
     if timeout is not None and not 0 < timeout < float("inf"):
         raise UsageError(f"--timeout must be a number of seconds greater than 0, not {timeout:g}")
     if max_duration is not None and not 0 < max_duration < float("inf"):
@@ -137,6 +143,8 @@ class Engine:
         self._limiter = anyio.CapacityLimiter(plan.capacity) if plan.capacity else None
         self.held = HeldLoad()  # the load the server actually saw, from each request's stamps
         self.loop_delay = LoopDelay()  # how far behind its timers the event loop runs
+        self.client_queue = ClientQueue()  # how long first tokens waited in the client
+        self.connections = Connections(config.connections)
         self._response_ids: dict[int, str] = {}  # request id -> the Responses API id its reply got
         self._chained: set[int] = set()  # requests some request names as `previous_response`
 
@@ -157,15 +165,18 @@ class Engine:
             self._readers = reply_readers(self.trace.requests)
             for r in self.trace.requests:
                 self._left[r.session] = self._left.get(r.session, 0) + 1
-        async with make_client() as client, anyio.create_task_group() as watch:
-            watch.start_soon(self._watch_loop)
-            async with anyio.create_task_group() as tg:
-                prev: Request | None = None
-                for req in order:
-                    await window.acquire()
-                    tg.start_soon(self._one, client, req, prev, window)
-                    prev = req
-            watch.cancel_scope.cancel()
+        try:
+            async with make_client() as client, anyio.create_task_group() as watch:
+                watch.start_soon(self._watch_loop)
+                async with anyio.create_task_group() as tg:
+                    prev: Request | None = None
+                    for req in order:
+                        await window.acquire()
+                        tg.start_soon(self._one, client, req, prev, window)
+                        prev = req
+                watch.cancel_scope.cancel()
+        finally:
+            self.connections.close()
 
     async def _watch_loop(self) -> None:
         delay, period = self.loop_delay, LoopDelay.PERIOD_S
@@ -275,6 +286,7 @@ class Engine:
             previous_response_id=previous_id,
             previous_messages=previous_n,
             cache_marks=cache_marks(params),
+            connections=self.connections,
         )
 
     def _previous(self, req: Request, state: SessionState) -> tuple[str | None, int]:
@@ -327,6 +339,7 @@ class Engine:
             self.tracker.on_done()
             progress.in_flight -= 1
             self.held.add(rec.t_sent, rec.t_end, held)
+            self.client_queue.add(rec.t_first_token, rec.t_first_token_read)
             progress.held_mean = self.held.mean()
             if rec.t_scheduled is not None and rec.t_sent is not None:
                 progress.lag_ms = (rec.t_sent - rec.t_scheduled) / 1e6

@@ -1,7 +1,9 @@
-"""The HTTP transport under the API clients: fresh connections, and stamps where bytes arrive.
+"""The HTTP transport under the API clients: stamps where bytes arrive and where a request leaves.
 
 Network chunks carry the time they arrived (the kernel's receive stamp on Linux), never the time
-the parser got to them, so neither parsing nor a busy event loop shows up as TTFT.
+the parser got to them, so neither parsing nor a busy event loop shows up as TTFT. A send carries
+the time its last byte left (the kernel's transmit stamp on Linux, read from the socket's error
+queue; elsewhere the moment send() took the last byte), so TTFT runs between two kernel stamps.
 `make_client()` opens a fresh connection per request and never pools or retries, because
 llama-server closes the connection after each stream while saying keep-alive, and ds4 closes
 after every response; reusing one would fail or silently re-send a request whose body went out.
@@ -38,6 +40,58 @@ _SO_TIMESTAMPNS = 35 if sys.platform.startswith("linux") else None  # == SCM_TIM
 _TIMESPEC = struct.Struct("@ll")
 _RECV_BYTES = 256 * 1024
 _PAUSE_AT = 4 << 20  # stop reading when this many bytes wait for the reader
+
+
+# The send side: SO_TIMESTAMPING asks the kernel to stamp the moment the last byte of each
+# send() call is handed to the device (SND; loopback and most drivers stamp it). The stamps come
+# back on the socket's error queue, each with the byte offset it is for (OPT_ID counts a TCP
+# socket's bytes from 0), so the one for a request's last byte can be told apart. The queueing
+# discipline's stamp (SCHED) is not asked for: it would cost a second read per request.
+_SO_TIMESTAMPING = 37 if sys.platform.startswith("linux") else None  # == SCM_TIMESTAMPING
+# TX_SOFTWARE | SOFTWARE | OPT_ID | OPT_TSONLY
+_TX_FLAGS = (1 << 1) | (1 << 4) | (1 << 7) | (1 << 11)
+_MSG_ERRQUEUE = getattr(socket, "MSG_ERRQUEUE", 0x2000)
+_RECVERR = ((getattr(socket, "SOL_IP", 0), 11), (getattr(socket, "SOL_IPV6", 41), 25))  # IP(V6)_RECVERR
+_EXTENDED_ERR = struct.Struct("=IBBBBII")  # sock_extended_err: errno origin type code pad info data
+_ORIGIN_TIMESTAMPING = 4
+_TSTAMP_SND = 0  # the stamp taken as the bytes go to the device
+
+
+def enable_send_stamps(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp when each send's last byte leaves; False where it cannot."""
+    if _SO_TIMESTAMPING is None:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPING, _TX_FLAGS)
+    except OSError:
+        return False
+    return True
+
+
+def send_stamps(sock: socket.socket, until: int = -1) -> list[tuple[int, int, int]]:
+    """Drain the error queue: (kind, byte id, wall-clock ns) of each send stamp waiting there,
+    stopping early at the SND stamp of byte `until`."""
+    out: list[tuple[int, int, int]] = []
+    while True:
+        try:
+            _data, anc, _flags, _addr = sock.recvmsg(1, 512, _MSG_ERRQUEUE | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return out
+        except OSError:
+            return out
+        wall, kind, ident = 0, -1, -1
+        for level, what, raw in anc:
+            if level == socket.SOL_SOCKET and what == _SO_TIMESTAMPING and len(raw) >= _TIMESPEC.size:
+                sec, nsec = _TIMESPEC.unpack_from(raw)  # the first of three: the software stamp
+                wall = sec * 1_000_000_000 + nsec
+            elif (level, what) in _RECVERR and len(raw) >= _EXTENDED_ERR.size:
+                _errno, origin, _t, _c, _p, info, data = _EXTENDED_ERR.unpack_from(raw)
+                if origin == _ORIGIN_TIMESTAMPING:
+                    kind, ident = info, data
+        if wall and kind >= 0:
+            out.append((kind, ident, wall))
+            if kind == _TSTAMP_SND and ident == until:
+                return out
 
 
 def enable_kernel_stamps(sock: socket.socket) -> bool:
@@ -84,6 +138,10 @@ def kernel_stamp(anc: list[tuple[int, int, bytes]], now: int) -> int:
     return now
 
 
+class NothingSent(OSError):
+    """The socket refused the first byte of a send: none of it went out."""
+
+
 class StampedSocket:
     """A connected socket read eagerly in the event loop's reader callback, every read stamped.
 
@@ -107,6 +165,11 @@ class StampedSocket:
         "_waiter",
         "_reading",
         "_closed",
+        "_tx",
+        "_tx_bytes",
+        "_tx_want",
+        "_tx_kind",
+        "sent_ns",
     )
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
@@ -114,6 +177,13 @@ class StampedSocket:
         self._fd = sock.fileno()
         self._loop = loop
         self._kernel = enable_kernel_stamps(sock)
+        self._tx = enable_send_stamps(sock)
+        self._tx_bytes = 0  # bytes sent so far: the kernel numbers send stamps by them
+        self._tx_want = -1  # the byte id whose stamp the last send waits for
+        self._tx_kind = (
+            _TSTAMP_SND  # SND once the last send's stamp came (or stopped being awaited); -1 before
+        )
+        self.sent_ns = 0  # when the last send's last byte left: the kernel's stamp, else send()'s return
         self._chunks: deque[tuple[int, bytes]] = deque()
         self._buffered = 0
         self._ended = False  # nothing more will be queued: EOF, or the framing says the end came
@@ -126,12 +196,16 @@ class StampedSocket:
     # --- the loop's side ------------------------------------------------------------
 
     def _on_readable(self) -> None:
+        if self._tx_kind != _TSTAMP_SND:  # a send stamp is still due: it may be what woke us
+            self._take_send_stamps()
         try:
             if self._kernel:
                 data, anc, _flags, _addr = self._sock.recvmsg(_RECV_BYTES, 64)
             else:
                 data, anc = self._sock.recv(_RECV_BYTES), None
         except (BlockingIOError, InterruptedError):
+            if self._tx:  # woken for the error queue (a send stamp): drain it, or this repeats
+                self._take_send_stamps()
             return
         except OSError as exc:
             self._fail(self._read_error(str(exc) or type(exc).__name__))
@@ -211,8 +285,31 @@ class StampedSocket:
             sent = self._sock.send(data)
         except (BlockingIOError, InterruptedError):
             sent = 0
+        except OSError as exc:
+            raise NothingSent(exc.errno, exc.strerror) from None
         if sent < len(data):
             await self._loop.sock_sendall(self._sock, memoryview(data)[sent:])
+        self.sent_ns = time.perf_counter_ns()  # every byte is the kernel's now
+        if self._tx:
+            self._tx_bytes += len(data)
+            self._tx_want = (self._tx_bytes - 1) & 0xFFFFFFFF
+            self._tx_kind = -1
+            self._take_send_stamps()
+
+    def _settle_send_stamp(self) -> None:
+        """Stop looking for the last send's stamp before each read (a late one is still drained)."""
+        self._tx_kind = _TSTAMP_SND
+
+    def _take_send_stamps(self) -> None:
+        """Move `sent_ns` to the kernel's stamp of the last send's last byte, once it is there
+        (usually at once; later when the kernel held the bytes back)."""
+        for kind, ident, wall in send_stamps(self._sock, self._tx_want):
+            if ident != self._tx_want or kind != _TSTAMP_SND:
+                continue
+            now = time.perf_counter_ns()
+            stamp = wall - wall_minus_monotonic()
+            if now - 60_000_000_000 < stamp <= now:  # else the wall clock stepped
+                self.sent_ns, self._tx_kind = stamp, kind
 
     def close(self) -> None:
         if not self._closed:

@@ -15,10 +15,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from hdrh.histogram import HdrHistogram
+
 from replay.metrics.hist import new_histogram
 
 CLIENT_BOUND_CPU = 0.9  # of one core: above it the client, not the trace, sets the pace
 HELD_SHORTFALL = 0.9  # held below this share of what was asked is reported
+CLIENT_QUEUE_MS = 5.0  # first tokens waiting this long in the client (median): it cannot keep up
 LOOP_LATE_MS = 5.0  # the event loop waking its timers this late on average cannot keep up
 LAG_GROWTH_S = 0.010  # schedule lag growing by more than this from the run's start to its end
 TIMED_PLANS = ("timed", "closed-loop")  # plans whose requests are due at a time (so lag means late)
@@ -155,6 +158,28 @@ class LoopDelay:
         return None if not self.count else self.total_ns / self.count / 1e6
 
 
+class ClientQueue:
+    """How long first tokens waited in the client: from the kernel's arrival stamp (what TTFT
+    ends at) to the client reading the event. TTFT stays honest when the client is saturated;
+    this says it was, and by how much everything after the stamp ran late."""
+
+    __slots__ = ("hist",)
+
+    MAX_US = 60_000_000
+
+    def __init__(self) -> None:
+        self.hist = HdrHistogram(1, self.MAX_US, 3)
+
+    def add(self, stamped: int | None, read: int | None) -> None:
+        if stamped is None or read is None:
+            return
+        self.hist.record_value(min(max(1, (read - stamped + 500) // 1000), self.MAX_US))
+
+    def percentile_ms(self, pct: float) -> float | None:
+        hist = self.hist
+        return hist.get_value_at_percentile(pct) / 1e3 if hist.get_total_count() else None
+
+
 class LagTrend:
     """Median schedule lag of the first and of the last quarter of a run's requests, in bounded
     memory: two HDR histograms (3 significant figures), fed in the order the requests finish."""
@@ -196,6 +221,8 @@ class LoadFacts:
     lag_start_s: float | None = None
     lag_end_s: float | None = None
     waiting_max: int | None = None  # the most requests dispatched and not finished at once
+    client_queue_p50_ms: float | None = None  # first tokens' wait in the client (see ClientQueue)
+    client_queue_p99_ms: float | None = None
 
     def fields(self) -> dict[str, Any]:
         """The summary line's optional fields."""
@@ -208,6 +235,9 @@ class LoadFacts:
         }
         if self.waiting_max is not None:
             out["waiting_max"] = self.waiting_max
+        if self.client_queue_p99_ms is not None:
+            out["client_queue_p50_ms"] = self.client_queue_p50_ms
+            out["client_queue_p99_ms"] = self.client_queue_p99_ms
         if self.lag_start_s is not None and self.lag_end_s is not None:
             out["lag_start_p50_s"] = round(self.lag_start_s, 6)
             out["lag_end_p50_s"] = round(self.lag_end_s, 6)
@@ -233,6 +263,20 @@ class LoadFacts:
                 out.append(
                     f"trace-bound: {held} with the client at {cpu:.0%} of a core: too few requests "
                     "are ready at once (they wait for replies they carry, or there are too few sessions)"
+                )
+        median, queue = self.client_queue_p50_ms, self.client_queue_p99_ms
+        if median is not None and median >= CLIENT_QUEUE_MS and not out:  # else the cause is named
+            waited = (
+                f"first tokens waited {median:.1f} ms (median; p99 {queue or 0:.1f} ms) in the client "
+                "before it read them"
+            )
+            exact = "TTFT is the kernel's stamp and stays exact; what follows it runs late"
+            if cpu >= CLIENT_BOUND_CPU:
+                out.append(f"client-bound: {waited}, {core} ({exact}): add --workers")
+            else:
+                out.append(
+                    f"client-bound: {waited} with the client at {cpu:.0%} of a core ({exact}; "
+                    "a slow results sink, or a busy host)"
                 )
         if self.plan in TIMED_PLANS and self.lag_start_s is not None and self.lag_end_s is not None:
             growth = self.lag_end_s - self.lag_start_s

@@ -78,11 +78,14 @@ class RequestRecord:
     t_origin: int = 0
     t_scheduled: int | None = None  # when the plan wanted it sent
     t_start: int | None = None  # the call began: before connecting
-    t_connected: int | None = None  # TCP connection open
-    t_sent: int | None = None  # request headers start going out: TTFT's zero
+    t_connected: int | None = None  # TCP connection open (== t_start on a kept connection)
+    # TTFT's zero: when the request's last byte left (the kernel's send stamp on Linux, else when
+    # send() took it) on plain http; when its headers started going out on https.
+    t_sent: int | None = None
     t_headers: int | None = None  # response headers received
     t_first_byte: int | None = None  # first body chunk (may be a keep-alive or role chunk)
     t_first_token: int | None = None  # first content / reasoning / tool-call event
+    t_first_token_read: int | None = None  # when the client got round to that event (not a stamp)
     t_last_token: int | None = None
     t_end: int | None = None  # terminal event / last body byte arrived; else when we gave up
     # Outcome.
@@ -96,6 +99,7 @@ class RequestRecord:
     timings: dict[str, Any] | None = None  # llama.cpp `timings`
     x_sim: dict[str, Any] | None = None  # the simulator's modelled times (results: `modelled`)
     response_id: str | None = None  # Responses API: what a later `previous_response_id` names
+    reused: bool | None = None  # sent on a connection kept from an earlier request (None: not known)
     n_events: int = 0  # SSE events dispatched
     n_token_events: int = 0  # of which carried a token
     n_comments: int = 0  # keep-alive comment lines
@@ -114,6 +118,13 @@ class RequestRecord:
     @property
     def connect_s(self) -> float | None:
         return _seconds(span_ns(self.t_start, self.t_connected))
+
+    @property
+    def client_queue_s(self) -> float | None:
+        """How long the first token waited in the client between its kernel arrival stamp and
+        the client reading it: near zero unless the client is saturated (then TTFT is still the
+        stamp's, but everything the client does after it runs late)."""
+        return _seconds(span_ns(self.t_first_token, self.t_first_token_read))
 
     @property
     def ttft_s(self) -> float | None:

@@ -64,6 +64,8 @@ def request_line(rec: RequestRecord) -> dict[str, Any]:
         "connect_s": _seconds(span_ns(rec.t_start, rec.t_connected)),
         "headers_s": _seconds(span_ns(rec.t_sent, rec.t_headers)),
         "first_byte_s": _seconds(span_ns(rec.t_sent, rec.t_first_byte)),
+        "reused": rec.reused,
+        "client_queue_s": _seconds(span_ns(rec.t_first_token, rec.t_first_token_read)),
     }
     if rec.x_sim is not None:
         line["modelled"] = rec.x_sim

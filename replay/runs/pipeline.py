@@ -90,9 +90,12 @@ class RunOptions:
     max_duration: float | None = None
     start_at: float | None = None  # epoch seconds: the schedule begins then (a sharded run's barrier)
     loop: str = "auto"
+    connections: str = "auto"
 
     def __post_init__(self) -> None:
-        check_options(self.history, self.think, self.api, self.timeout, self.max_duration, self.loop)
+        check_options(
+            self.history, self.think, self.api, self.timeout, self.max_duration, self.loop, self.connections
+        )
 
     def engine_config(self, base_url: str) -> EngineConfig:
         return EngineConfig(
@@ -104,6 +107,7 @@ class RunOptions:
             timeout_s=self.timeout,
             run_id=uuid.uuid4().hex[:8],
             loop=self.loop,
+            connections=self.connections,
         )
 
 

@@ -229,6 +229,8 @@ class Recording:
             lag_start_s=growth[0] if growth else None,
             lag_end_s=growth[1] if growth else None,
             waiting_max=self.engine.progress.waiting_max,
+            client_queue_p50_ms=self.engine.client_queue.percentile_ms(50),
+            client_queue_p99_ms=self.engine.client_queue.percentile_ms(99),
         )
 
 

@@ -293,6 +293,7 @@ def merge_results(
     outcomes: list[str] = []
     duration = 0.0
     lags: list[float] = []
+    queues: list[float] = []  # first tokens' wait in the clients, seconds
     held = {"in_flight_asked": 0, "in_flight_mean": 0.0, "in_flight_max": 0}
     cpus: list[float | None] = []
     warnings: list[str] = []
@@ -313,6 +314,8 @@ def merge_results(
                 handle.write(orjson.dumps(rec) + b"\n")
                 if rec.get("status") != "cancelled" and rec.get("lag_s") is not None:
                     lags.append(rec["lag_s"])
+                if rec.get("client_queue_s") is not None:
+                    queues.append(rec["client_queue_s"])
             summary.merge(res.summary)
             line = res.summary_line or {}
             for key in totals:
@@ -334,6 +337,9 @@ def merge_results(
             in_flight_max=held["in_flight_max"],
             client_cpu=cpus,
         )
+        q50, q99 = percentile(queues, 50), percentile(queues, 99)
+        if q50 is not None and q99 is not None:
+            tail.update(client_queue_p50_ms=round(q50 * 1e3, 3), client_queue_p99_ms=round(q99 * 1e3, 3))
         if warnings:
             tail["warnings"] = warnings
         handle.write(orjson.dumps(tail) + b"\n")

@@ -111,5 +111,8 @@ def test_request_head_and_url() -> None:
     assert head.startswith(b"POST /v1 HTTP/1.1\r\nHost: h:1\r\n") and head.endswith(b"\r\n\r\n")
     assert b"X-Request-ID: r1\r\n" in head and head.count(b"Content-Length") == 1
     assert b"Content-Length: 5\r\n" in head
+    assert b"Connection: close\r\n" in head
+    kept = http1.request_head("POST", "/v1", "h", {"connection": "close", "X-A": "1"}, 0, keep=True)
+    assert b"onnection" not in kept and b"X-A: 1\r\n" in kept
     with pytest.raises(http1.LocalProtocolError):
         http1.request_head("POST", "/", "h", {"X-Bad": "a\r\nb"}, 0)

@@ -51,7 +51,7 @@ SUMMARY_ALL = {
     },
 }
 # Fields added to request lines since; anything else new would be a silent format change.
-ADDED = {"connect_s", "headers_s", "first_byte_s"}
+ADDED = {"connect_s", "headers_s", "first_byte_s", "reused", "client_queue_s"}
 ORIGIN = 1_000_000_000_000  # the run started at this monotonic time
 
 

@@ -130,6 +130,23 @@ def test_a_client_that_is_held_up_but_not_busy_is_still_client_bound():
     )
 
 
+def test_first_tokens_waiting_in_the_client_are_named_even_when_the_load_was_held():
+    facts = _facts(held_mean=64.0, client_cpu=0.97, client_queue_p50_ms=6.0, client_queue_p99_ms=25.0)
+    (line,) = facts.warnings()
+    assert line.startswith("client-bound: first tokens waited 6.0 ms (median; p99 25.0 ms) in the client")
+    assert line.endswith(
+        "one core at 97% (TTFT is the kernel's stamp and stays exact; what follows it runs late): add --workers"
+    )
+    assert facts.fields()["client_queue_p99_ms"] == 25.0
+    # A few late wake-ups (a busy host) are in the figures, not a warning.
+    assert _facts(held_mean=64.0, client_queue_p50_ms=0.1, client_queue_p99_ms=30.0).warnings() == []
+    (idle,) = _facts(held_mean=64.0, client_cpu=0.3, client_queue_p50_ms=9.0).warnings()
+    assert idle.endswith("a slow results sink, or a busy host)")
+    # A shortfall already names the client: one warning, not two.
+    (short,) = _facts(client_queue_p50_ms=9.0, client_queue_p99_ms=25.0).warnings()
+    assert short.startswith("client-bound: asked 64 in flight, held 16")
+
+
 def test_too_few_ready_requests_is_the_traces_doing():
     (line,) = _facts(client_cpu=0.2).warnings()
     assert line.startswith("trace-bound: asked 64 in flight, held 16")
@@ -216,6 +233,7 @@ def test_a_slow_results_sink_shows_as_a_client_that_held_less_than_asked(scripte
     assert line["in_flight_mean"] < 0.9 * 8
     assert 1 <= line["in_flight_max"] <= 8
     assert line["loop_delay_ms"] >= 5.0
+    assert line["client_queue_p99_ms"] >= 5.0  # first tokens waited while the sink held the loop
     assert line["client_cpu"] >= 0.0
     assert line["warnings"] == outcome.warnings
     assert outcome.warnings[0].startswith("client-bound: asked 8 in flight, held ")
@@ -255,6 +273,7 @@ def test_workers_share_the_total_concurrency_and_the_merged_file_says_so(scripte
     assert merged.summary_line["in_flight_asked"] == 4
     assert merged.summary_line["in_flight_max"] <= 4
     assert len(merged.summary_line["client_cpu"]) == 2
+    assert 0 <= merged.summary_line["client_queue_p50_ms"] <= merged.summary_line["client_queue_p99_ms"]
 
 
 def test_loop_choice_defaults_to_asyncio_and_refuses_what_it_cannot_run(monkeypatch):
