@@ -419,8 +419,9 @@ class _Builder:
         start = self.now
         end = start
         firsts: dict[str, _Planned] = {}
-        leaders = [sid for sid in step.sessions if sid not in step.follows]
-        for sid in leaders + [sid for sid in step.sessions if sid in step.follows]:
+        led = {**step.follows, **step.alongside}
+        leaders = [sid for sid in step.sessions if sid not in led]
+        for sid in leaders + [sid for sid in step.sessions if sid in led]:
             state = self.states[sid]
             for r in range(counts[sid]):
                 first = start + step.start[sid]
@@ -429,6 +430,10 @@ class _Builder:
                 if r == 0 and sid in step.follows and step.follows[sid] in firsts:
                     after = firsts[step.follows[sid]]
                     t = max(t, after.ends + step.gap_s[sid])
+                elif r == 0 and sid in step.alongside and step.alongside[sid] in firsts:
+                    after = firsts[step.alongside[sid]].after
+                    if after is not None:
+                        t = max(first, after.ends + self._delay(step, sid, r))
                 firsts.setdefault(sid, self._one_turn(step, sid, state, t, counts, r, after))
             end = max(end, state.ready_at)
         self.now = end

@@ -89,6 +89,7 @@ class Step:
     gap_s: dict[str, float] = field(default_factory=dict)
     pause_s: dict[str, float] = field(default_factory=dict)
     follows: dict[str, str] = field(default_factory=dict)
+    alongside: dict[str, str] = field(default_factory=dict)
     at: float | None = None
     keep_messages: int = 0
     keep_tokens: int = 0
@@ -596,14 +597,16 @@ def _per_session(t: _Table, key: str, sessions: tuple[str, ...], kind: type, def
     return out
 
 
-def _follows(t: _Table, names: tuple[str, ...]) -> dict[str, str]:
-    """`follows = {review = "main"}`: review's first request waits for main's first of the step."""
-    value = t.get("follows", dict, {}, "a table {session = session}")
+def _follows(t: _Table, names: tuple[str, ...], key: str = "follows") -> dict[str, str]:
+    """`follows = {review = "main"}`: review's first request waits for main's first of the step.
+    `alongside = {review = "main"}`: review's first waits for what main's first waits for (the
+    same reply), then its own `pause_s`: the two are sent together, two in flight."""
+    value = t.get(key, dict, {}, "a table {session = session}")
     for sid, leader in value.items():
         if sid not in names or leader not in names or sid == leader:
-            raise t.fail("follows", f"{sid} = {leader!r}: both must be other sessions of this step")
+            raise t.fail(key, f"{sid} = {leader!r}: both must be other sessions of this step")
         if leader in value:
-            raise t.fail("follows", f"{leader!r} follows another session itself")
+            raise t.fail(key, f"{leader!r} {key} another session itself")
     return dict(value)
 
 
@@ -637,6 +640,7 @@ def _step(where: _Where, i: int, data: Any, sessions: dict[str, SessionSpec], pa
         gap_s=_per_session(t, "gap_s", names, float, 0.0),
         pause_s=_per_session(t, "pause_s", names, float, 0.0),
         follows=_follows(t, names),
+        alongside=_follows(t, names, "alongside"),
         at=None if at is None else float(at),
         keep_messages=t.int("keep_messages", 0),
         keep_tokens=t.int("keep_tokens", 0),

@@ -111,8 +111,13 @@ def test_slow_morning_figures() -> None:
     review = by["review"]
     assert content_tokens(review[0].messages) == pytest.approx(62_000, abs=1_000)
     assert review[0].messages[0] == main[0].messages[0]  # the shared 14,336-token system prompt
-    assert review[0].after is main[main.index(compaction) + 1]  # spawned by main's first turn after 07:55
+    # 07:55: two in flight from the start: the review's first call and main's wait for the same
+    # reply (the compaction's); the review's is sent first, so no call continues main's live state.
+    first_main = main[main.index(compaction) + 1]
+    assert review[0].after is first_main.after is compaction
+    assert review[0].delay_s < first_main.delay_s
     assert len(main[main.index(compaction) + 1 :]) + len(review) == 13
+    assert len(review) == len(main[main.index(compaction) + 1 :]) + 1  # alternating, review first and last
 
 
 def test_three_overnight_c_answers_in_text() -> None:

@@ -47,14 +47,17 @@ PRESETS: dict[str, Preset] = {
     # Seed figures section 1: 34.5 KiB per token, 486-522 tok/s prefill, 38-44 tok/s decode on a
     # 64 GB Mac; users run it with 2048/1024-token prefill chunks. In that field build tool-call
     # replies continued while plain-text replies missed their checkpoint (ds4 issue 1053 report).
-    # Every file also holds a part that does not grow with its tokens (ds4 4.1: header, text
-    # length, next-token logits, 151,936 x 4 bytes for this vocabulary). Small as it is, it is
-    # what ranks never-restored files in ds4's score, tokens / file size: without it every such
-    # file scores the same and the tie-break (least recently used first) would decide instead.
+    # A file costs what the report measured, 34.5 KiB per token and nothing per file ("the final
+    # copy of a 77K-token conversation is 2.6 GB"; seven chain files 0.7-2.6 GB, 11.6 GB in all).
+    # So every never-restored file has the same score, tokens / file size (ds4 4.4), and ds4's
+    # tie-break, older last use first, picks the victim: the file that has waited longest, which
+    # in a rotation of conversations is the one the next switch asks for ("the evictor kept
+    # deleting the newest file, the one the next switch was about to ask for"). A per-file part
+    # (DeepSeek's 22.9 MiB, ds4 4.3) would rank the shortest never-restored file lowest instead.
     "qwen38-q2": Preset(
         model_id="qwen3.8-flash-next",
         bytes_per_token=int(34.5 * KiB),
-        fixed_bytes=151936 * 4,
+        fixed_bytes=0,
         prefill_tps=510.0,
         decode_tps=40.0,
         ctx=262144,

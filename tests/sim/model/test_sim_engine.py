@@ -374,12 +374,25 @@ def test_base_eviction_keeps_restored_files_and_drops_the_oldest_never_restored(
     assert idx["Stored"] < idx["Evicted"]  # May build: evict after the store
 
 
-def test_with_a_fixed_part_per_file_the_shortest_never_restored_file_goes_first() -> None:
-    # ds4's score is tokens / file size: the part of a file that does not grow with its tokens
-    # makes a short file less dense, so among never-restored files the shortest is evicted first,
-    # however recent (seed figures 1: the evictor deleted the newest file).
+def test_the_field_model_evicts_the_never_restored_file_that_waited_longest_however_long() -> None:
+    # Seed figures 1: 34.5 KiB per token and nothing per file, so every never-restored file
+    # scores the same and ds4's tie-break (older last use first) evicts the one that has waited
+    # longest, even when it is the longest file: "the one the next switch was about to ask for".
     cfg = QWEN.with_(kv_disk_space_mb=1_000)
-    assert cfg.fixed_bytes > 0
+    assert cfg.fixed_bytes == 0
+    old_long = _file("a", 12_000, cfg, t=-100.0)
+    new_short = _file("b", 6_000, cfg, t=-1.0)
+    model = CacheModel(cfg, [old_long, new_short], progress=False)
+    model.submit(user_job(1, 10_200, 5, cfg), 0.0)
+    evicted = [e.checkpoint for e in of(model.run_until_idle(), ev.Evicted)]
+    assert evicted and evicted[0] is old_long and new_short not in evicted
+
+
+def test_with_a_fixed_part_per_file_the_shortest_never_restored_file_goes_first() -> None:
+    # ds4's score is tokens / file size: a part of a file that does not grow with its tokens
+    # (DeepSeek's 22.9 MiB, ds4 4.3) makes a short file less dense, so among never-restored
+    # files the shortest is evicted first, however recent (ds4 issue 444).
+    cfg = QWEN.with_(kv_disk_space_mb=1_000, fixed_bytes=int(22.9 * 1024 * 1024))
     old_long = _file("a", 12_000, cfg, t=-100.0)
     new_short = _file("b", 6_000, cfg, t=-1.0)
     model = CacheModel(cfg, [old_long, new_short], progress=False)
