@@ -55,7 +55,21 @@ SWEEP: tuple[str, ...] = (
     "replay.sizing.lanes",
     "replay.sizing.parallel",
 )
-MODULES: tuple[str, ...] = MODEL + TRACE + SWEEP
+# The engine's per-request hot path: SSE splitting, checked JSON decoding, the exchange, the three
+# reply readers, usage rules and the record they fill (issue #20: client CPU per request). The
+# HTTP/1.1 framing (`engine.http1`, `engine.transport`) stays source: its classes build on
+# asyncio's and httpcore's.
+ENGINE: tuple[str, ...] = (
+    "replay.metrics.record",
+    "replay.engine.sse",
+    "replay.engine.decode",
+    "replay.engine.usage",
+    "replay.engine.exchange",
+    "replay.engine.openai",
+    "replay.engine.anthropic",
+    "replay.engine.responses",
+)
+MODULES: tuple[str, ...] = MODEL + TRACE + SWEEP + ENGINE
 
 HASHES = "_compiled.json"  # beside this file, written by setup.py's build
 ROOT = Path(__file__).resolve().parent.parent

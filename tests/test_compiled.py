@@ -34,8 +34,9 @@ def test_the_modules_run_as_the_check_decided() -> None:
 
 def test_the_list_is_the_cache_model_and_what_the_sweep_reads_it_with() -> None:
     """Every module of `replay.sim.model`; from `replay.trace` the modules a sweep reads a trace
-    with; and the sweep's own per-request path. A compiled module imports replay's other modules
-    only from this list, or a few that are off the per-request path."""
+    with; the sweep's own per-request path; and the engine's. A compiled module imports replay's
+    other modules only from this list, or a few that are off the per-request path (or, for the
+    engine, its HTTP/1.1 framing, which builds on asyncio's and httpcore's classes)."""
     root = Path(replay.__file__).resolve().parent
     model = {
         f"replay.sim.model.{p.stem}" for p in (root / "sim" / "model").glob("*.py") if p.stem != "__init__"
@@ -43,12 +44,15 @@ def test_the_list_is_the_cache_model_and_what_the_sweep_reads_it_with() -> None:
     assert set(_compiled.MODEL) == model
     assert all(name.startswith("replay.trace.") for name in _compiled.TRACE)
     assert all(name.startswith("replay.sizing.") for name in _compiled.SWEEP)
-    assert _compiled.MODULES == _compiled.MODEL + _compiled.TRACE + _compiled.SWEEP
+    assert all(name.startswith(("replay.engine.", "replay.metrics.")) for name in _compiled.ENGINE)
+    assert _compiled.MODULES == _compiled.MODEL + _compiled.TRACE + _compiled.SWEEP + _compiled.ENGINE
     allowed = set(_compiled.MODULES) | {
         "replay.errors",
         "replay.trace",
         "replay.metrics.switch",
         "replay.sizing.rows",
+        "replay.engine.http1",
+        "replay.engine.transport",
     }
     for name in _compiled.MODULES:
         tree = ast.parse((root.parent / (name.replace(".", "/") + ".py")).read_text())

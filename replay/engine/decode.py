@@ -27,7 +27,10 @@ class BadPayload(Exception):
     `evidence` holds the bytes at fault (an event's data, a whole body), set by whoever has them.
     """
 
-    evidence: bytes | None = None
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        # Set here, not as a class default: a compiled exception has no class-level defaults.
+        self.evidence: bytes | None = None
 
 
 class BadShape(BadPayload):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 
 from replay.engine.apis import APIS, ApiCall, make_client
@@ -140,7 +141,9 @@ class Engine:
         self._counting = False
         self._seq = 0
         self._t0 = 0
-        self._limiter = anyio.CapacityLimiter(plan.capacity) if plan.capacity else None
+        # A plain semaphore taken without a checkpoint when a place is free (`_one`): a
+        # CapacityLimiter yields twice per request and tracks its borrowers.
+        self._limiter = anyio.Semaphore(plan.capacity) if plan.capacity else None
         self.held = HeldLoad()  # the load the server actually saw, from each request's stamps
         self.loop_delay = LoopDelay()  # how far behind its timers the event loop runs
         self.client_queue = ClientQueue()  # how long first tokens waited in the client
@@ -171,7 +174,12 @@ class Engine:
                 async with anyio.create_task_group() as tg:
                     prev: Request | None = None
                     for req in order:
-                        await window.acquire()
+                        try:
+                            window.acquire_nowait()
+                        except anyio.WouldBlock:
+                            await window.acquire()
+                        else:
+                            await anyio.lowlevel.checkpoint()  # started requests run between starts
                         tg.start_soon(self._one, client, req, prev, window)
                         prev = req
                 watch.cancel_scope.cancel()
@@ -241,11 +249,18 @@ class Engine:
                 await anyio.sleep(wait_ns / 1e9)
             # Messages are materialised only now, when the request may go: thousands of waiting
             # requests must not each hold a 130K-token history. The time it takes counts as lag.
-            if self._limiter is None:
+            limiter = self._limiter
+            if limiter is None:
                 await self._send(client, req, self._call(req, self.sessions[req.session]), due)
-            else:
-                async with self._limiter:
-                    await self._send(client, req, self._call(req, self.sessions[req.session]), due)
+                return
+            try:
+                limiter.acquire_nowait()  # a free place: no trip through the event loop
+            except anyio.WouldBlock:
+                await limiter.acquire()  # FIFO: a release hands its place to the oldest waiter
+            try:
+                await self._send(client, req, self._call(req, self.sessions[req.session]), due)
+            finally:
+                limiter.release()
         finally:
             progress.waiting -= 1
             self._mark_done(req.id)

@@ -85,7 +85,8 @@ COUNT_PATHS: tuple[Path, ...] = tuple(
 def _number(obj: Mapping[str, Any], path: Path) -> int | None:
     cur: Any = obj
     for key in path:
-        if not isinstance(cur, Mapping):
+        # A dict (what orjson makes) is checked by type: an ABC isinstance costs ten times more.
+        if type(cur) is not dict and not isinstance(cur, Mapping):
             return None
         cur = cur.get(key)
     if isinstance(cur, bool):
