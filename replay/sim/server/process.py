@@ -23,6 +23,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from replay.errors import UsageError
 from replay.serving.guard import uvicorn_options
 from replay.sim.model.config import SimConfig
+from replay.sim.server import heap
 from replay.sim.server import log as simlog
 from replay.sim.server.agentic import AgentOptions
 from replay.sim.server.app import create_app
@@ -60,6 +61,7 @@ def _clock_line(scale: float) -> str:
 
 def run(cfg: SimConfig, opts: ServeOptions) -> int:
     """Serve until signalled."""
+    heap.fix_mmap_threshold()  # before the caches fill: see replay.sim.server.heap
     if opts.log:
         with open(opts.log, "a", encoding="utf-8") as stream:
             return asyncio.run(_main(cfg, opts, stream))
