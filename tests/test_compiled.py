@@ -36,7 +36,8 @@ def test_the_list_is_the_cache_model_and_what_the_sweep_reads_it_with() -> None:
     """Every module of `replay.sim.model`; from `replay.trace` the modules a sweep reads a trace
     with; the sweep's own per-request path; and the engine's. A compiled module imports replay's
     other modules only from this list, or a few that are off the per-request path (or, for the
-    engine, its HTTP/1.1 framing, which builds on asyncio's and httpcore's classes)."""
+    engine, its HTTP/1.1 framing and kept connections, which build on asyncio's and httpcore's
+    classes)."""
     root = Path(replay.__file__).resolve().parent
     model = {
         f"replay.sim.model.{p.stem}" for p in (root / "sim" / "model").glob("*.py") if p.stem != "__init__"
@@ -53,6 +54,7 @@ def test_the_list_is_the_cache_model_and_what_the_sweep_reads_it_with() -> None:
         "replay.sizing.rows",
         "replay.engine.http1",
         "replay.engine.transport",
+        "replay.engine.connections",
     }
     for name in _compiled.MODULES:
         tree = ast.parse((root.parent / (name.replace(".", "/") + ".py")).read_text())
