@@ -479,6 +479,8 @@ def run(minutes: float, only: list[str], work: Path) -> dict[str, Any]:
                 else:
                     res = soak_sim(work, minutes)
             except Exception as exc:  # noqa: BLE001 - a broken soak must not lose the others
+                if _TERMINATED.is_set():  # the unwinding replaced our SystemExit on its way out
+                    raise SystemExit(143) from exc
                 res = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
             log(f"{name}: {summary_line(name, res)}")
             results[name] = res
@@ -520,10 +522,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+_TERMINATED = threading.Event()
+
+
 def exit_on_sigterm() -> None:
     """SIGTERM unwinds like Ctrl-C, so every `ChildProcess` block stops its child by PID on the way
     out instead of leaving it running without a parent."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    def stop(*_: object) -> None:
+        _TERMINATED.set()
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def main(argv: list[str] | None = None) -> int:
