@@ -4,7 +4,9 @@
 references (request ids and message counts, blob ids, session ids), so a 1 GB trace validates in
 constant memory. `read_trace` builds the linked `Request` objects the engine replays in the same
 pass, holding each repeated plain message once (sessions resend system prompts and restated
-history), so a loaded trace's memory follows its distinct text, not its size.
+history), so a loaded trace's memory follows its distinct text, not its size. Equal synthetic
+messages, equal `params` and the short words every line repeats (role, session, finish) are held
+once too: a loaded trace's objects are read-only, never changed after loading.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from replay.trace.model import APIS, FORMAT, Request, Session, Trace, TraceHeade
 
 KINDS = ("trace", "session", "blob", "request", "unrecorded", "rejected")
 _MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
+_ROLE = {role: role for role in _MESSAGE_ROLES}  # the one string each role is held as
 COUNT_LIMIT = 1 << 53  # counts and ids: exact in every JSON reader
 MAX_SECONDS = 1e7  # times in a trace (115 days): more is a typo, and overflows nanosecond clocks
 SYNTH_MAX_TOKENS = 10_000_000  # synthetic text is built in memory when sent: beyond any context
@@ -56,6 +59,10 @@ class _Checker:
         # With `share` (a whole trace being loaded), the plain messages read so far, so a repeated
         # one is held once (see `shared`); without it nothing outlives its line.
         self.plain: dict[str, dict[str, dict[str, Any]]] = {}  # by role, then text
+        self.synth: dict[tuple[str, int, int], dict[str, Any]] = {}  # by role, tokens, seed
+        self.params: dict[tuple[Any, ...], dict[str, Any]] = {}  # by their values (see `shared_params`)
+        self.words: dict[str, str] = {}  # short repeated values (`reply.finish`), one object each
+        self.blob_ids: set[int] = set()  # ids of the blobs' values: one object for every use
 
     def fail(self, problem: str) -> TraceError:
         return TraceError(self.path, self.line, problem)
@@ -83,7 +90,58 @@ class _Checker:
         by_text = self.plain.get(role)
         if by_text is None:
             by_text = self.plain[role] = {}
-        return by_text.setdefault(content, msg)
+        found = by_text.get(content)
+        if found is None:
+            msg["role"] = _ROLE[role]  # one string for every message's role, not one a line
+            by_text[content] = found = msg
+        return found
+
+    def shared_synth(self, role: str, msg: dict[str, Any]) -> dict[str, Any] | None:
+        """`msg` if it is `{"role", "content": {"synth": {"tokens", "seed"}}}` with a valid spec,
+        or the equal one read before; None for any other message (checked the long way).
+
+        Generated traces (scenarios, the soak) resend the same synthetic texts by seed: three
+        dicts a message that a loaded trace holds once."""
+        content = msg["content"]
+        if len(content) != 1:
+            return None
+        spec = content.get("synth")
+        if type(spec) is not dict or len(spec) != 2:
+            return None
+        tokens, seed = spec.get("tokens"), spec.get("seed")
+        if type(tokens) is not int or type(seed) is not int or not 0 <= tokens <= SYNTH_MAX_TOKENS:
+            return None
+        if not self.share:
+            return msg
+        key = (role, tokens, seed)
+        found = self.synth.get(key)
+        if found is None:
+            msg["role"] = _ROLE[role]
+            self.synth[key] = found = msg
+        return found
+
+    def shared_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`params` (checked), or the equal one read before: agents send the same settings on
+        every request. Only values compared cheaply are keyed: scalars (by type and value, so 1,
+        1.0 and true stay apart) and blob values (by identity); any other value keeps its own."""
+        if not self.share:
+            return params
+        key: list[Any] = []
+        for name, value in params.items():
+            kind = type(value)
+            if kind is str or kind is int or kind is float or kind is bool or value is None:
+                key.append((name, kind, value))
+            elif id(value) in self.blob_ids:
+                key.append((name, id(value)))
+            else:
+                return params
+        return self.params.setdefault(tuple(key), params)
+
+    def word(self, value: str) -> str:
+        """One object for a short value many lines repeat (a finish reason)."""
+        if not self.share or len(value) > 32:
+            return value
+        return self.words.setdefault(value, value)
 
     def blob(self, ref: Any) -> Any:
         """Resolve `{"$blob": id}` to the blob's value (the same object every time), else return as is."""
@@ -116,10 +174,16 @@ class _Checker:
         raise self.fail(f"{where}: content must be text, a synth object, a blob or a list of those")
 
     def message(self, msg: Any, index: int) -> dict[str, Any]:
-        if type(msg) is dict and type(msg.get("content")) is str:
+        if type(msg) is dict and len(msg) == 2:
+            content = msg.get("content")
             role = msg.get("role")
-            if (role == "user" or role == "system" or role == "assistant") and len(msg) == 2:
-                return self.shared(role, msg["content"], msg)  # plain text: nothing to check
+            if role == "user" or role == "system" or role == "assistant":
+                if type(content) is str:
+                    return self.shared(role, content, msg)  # plain text: nothing to check
+                if type(content) is dict:
+                    found = self.shared_synth(role, msg)
+                    if found is not None:
+                        return found
         msg = self.blob(msg)
         where = f"append[{index}]"
         if not isinstance(msg, dict):
@@ -295,6 +359,7 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         if bid in check.blobs:
             raise check.fail(f"blob {bid!r} defined twice")
         check.blobs[bid] = obj["value"]
+        check.blob_ids.add(id(obj["value"]))
     elif kind == "unrecorded":
         check.need(obj, "method", str)
         check.need(obj, "path", str)
@@ -385,8 +450,10 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
     if check.last_id is not None and rid <= check.last_id:
         raise check.fail(f"request id {rid} is not greater than the previous id {check.last_id}")
     session = check.need(obj, "session", str)
-    if session not in check.sessions:
+    known = check.sessions.get(session)
+    if known is None:
         raise check.fail(f"request {rid} names session {session!r}, not defined before this line")
+    obj["session"] = known.id  # the session's own string, not one a line
     if "t" not in obj:
         raise check.fail("request is missing field 't'")
     if obj["t"] is None:
@@ -421,7 +488,7 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
         params = {k: check.blob(v) for k, v in params.items()}
     if params:
         _check_params(check, params, rid)
-    obj["params"] = params
+    obj["params"] = check.shared_params(params)
     previous = params.get("previous_response")
     if previous is not None and (type(previous) is not int or previous not in check.n_messages):
         raise check.fail(
@@ -453,8 +520,10 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
             raise check.fail(f"request {rid}: after.request {_short(ref)} is not defined before this line")
         _seconds(check, after, "delay_s", rid, "after")
     tag = obj.get("tag")
-    if tag is not None and type(tag) is not str:
-        raise check.fail(f"request {rid}: field 'tag' must be a string, got {_json_type(tag)}")
+    if tag is not None:
+        if type(tag) is not str:
+            raise check.fail(f"request {rid}: field 'tag' must be a string, got {_json_type(tag)}")
+        obj["tag"] = check.word(tag)
     check.n_messages[rid] = keep + len(append)
     check.last_id = rid
 
@@ -507,7 +576,9 @@ def _check_reply(check: _Checker, reply: dict[str, Any], rid: int) -> None:
             if not isinstance(message, dict):
                 raise check.fail(f"request {rid}: reply: 'message' must be an assistant message object")
             reply["message"] = check.checked_message(message, f"request {rid}: reply.message", "assistant")
-    _optional(check, reply, "finish", str, rid, "reply")
+    finish = _optional(check, reply, "finish", str, rid, "reply")
+    if finish is not None:
+        reply["finish"] = check.word(finish)
     _count(check, reply, "output_tokens", rid, "reply")
     if len(reply) <= 3:
         return  # message, finish, output_tokens: nothing a recorder adds

@@ -282,3 +282,98 @@ def test_blank_lines_are_skipped_and_still_counted(tmp_path):
     with pytest.raises(TraceError) as err:
         validate(path)
     assert err.value.line == 7
+
+
+def test_equal_synthetic_messages_params_and_words_are_held_once(tmp_path):
+    """Generated traces resend synthetic texts by seed and every agent repeats its settings: loaded,
+    equal ones are one object; ones that differ only in type (1, 1.0, true) or role are not."""
+    synth = {"synth": {"tokens": 40, "seed": 3}}
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    path = write_lines(
+        tmp_path / "t.jsonl",
+        [
+            HEADER,
+            SESSION,
+            {"kind": "blob", "id": "tools", "value": tools},
+            req(1, append=[{"role": "user", "content": synth}], params={"max_tokens": 1, "stream": True}),
+            req(2, append=[{"role": "user", "content": synth}], params={"max_tokens": 1, "stream": True}),
+            req(3, append=[{"role": "system", "content": synth}], params={"max_tokens": 1.0, "stream": True}),
+            req(4, params={"top_k": True, "tools": {"$blob": "tools"}}, tag="subagent"),
+            req(5, params={"top_k": True, "tools": {"$blob": "tools"}}, tag="subagent"),
+            req(6, params={"tools": tools}, reply={"finish": "length"}),
+            req(7, params={"tools": tools}, reply={"finish": "length"}),
+            req(8, append=[{"role": "user", "content": {"synth": {"tokens": 40, "seed": 4}}}]),
+            req(9, params={"top_k": 1, "tools": {"$blob": "tools"}}),
+        ],
+    )
+    r = read_trace(path).requests
+    assert r[0].append[0] is r[1].append[0] and r[0].params is r[1].params
+    assert r[2].append[0] is not r[0].append[0] and r[2].append[0]["role"] == "system"
+    assert r[7].append[0] is not r[0].append[0] and r[7].append[0]["content"]["synth"]["seed"] == 4
+    assert r[2].params is not r[0].params and type(r[2].params["max_tokens"]) is float
+    assert r[3].params is r[4].params and r[3].params["top_k"] is True
+    assert r[8].params is not r[3].params and type(r[8].params["top_k"]) is int
+    assert r[3].tag is r[4].tag == "subagent" and r[0].session is r[7].session == "a"
+    # A tools list written inline on each line is compared by nothing cheap: each keeps its own.
+    assert r[5].params is not r[6].params and r[5].params == r[6].params == {"tools": tools}
+    assert r[5].reply["finish"] is r[6].reply["finish"] == "length"
+    # Read line by line (nothing kept), the same values come out.
+    kept = [obj for _, obj in iter_records_of(path) if obj["kind"] == "request"]
+    for loaded, line in zip(r, kept, strict=True):
+        assert orjson.dumps(loaded.params) == orjson.dumps(line["params"])
+        assert list(loaded.append) == line["append"]
+
+
+def iter_records_of(path):
+    from replay.trace.reader import iter_records
+
+    return iter_records(path)
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({"tokens": -1, "seed": 0}, "synth needs integer 'tokens'"),
+        ({"tokens": True, "seed": 0}, "synth needs integer 'tokens'"),
+        ({"tokens": 3, "seed": "x"}, "synth needs integer 'tokens'"),
+    ],
+)
+def test_a_bad_synthetic_spec_is_still_refused_when_sharing(tmp_path, spec, problem):
+    path = write_lines(
+        tmp_path / "t.jsonl", [HEADER, SESSION, req(1, append=[{"role": "user", "content": {"synth": spec}}])]
+    )
+    with pytest.raises(TraceError, match=problem) as err:
+        read_trace(path)
+    assert err.value.line == 3
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=0, max_value=3),
+    st.sampled_from([0.0, 1.0, 2.5]),
+    st.sampled_from(["a", "b"]),
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.dictionaries(st.sampled_from(["top_k", "x_flag", "x_seed"]), _scalars, max_size=3),
+            st.sampled_from(["user", "system", "assistant"]),
+            st.integers(min_value=0, max_value=2),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_sharing_never_changes_what_a_loaded_trace_holds(tmp_path_factory, rows):
+    """Whatever repeats, each loaded request holds exactly what its line says (types included)."""
+    lines: list[dict] = [HEADER, SESSION]
+    for i, (params, role, seed) in enumerate(rows, 1):
+        msg = {"role": role, "content": {"synth": {"tokens": 5, "seed": seed}}}
+        lines.append(req(i, append=[msg], params=params))
+    path = write_lines(tmp_path_factory.mktemp("share") / "t.jsonl", lines)
+    for loaded, line in zip(read_trace(path).requests, lines[2:], strict=True):
+        assert orjson.dumps(loaded.params) == orjson.dumps(line["params"])
+        assert orjson.dumps(list(loaded.append)) == orjson.dumps(line["append"])
