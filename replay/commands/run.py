@@ -12,7 +12,7 @@ from rich.console import Console
 from replay.commands.report import ReportArgs, report
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
-from replay.metrics.results import read_results
+from replay.metrics.results import read_summary_line
 from replay.runs.barrier import parse_instant
 from replay.runs.pipeline import ReplayJob, RunOptions, finish, replay
 from replay.runs.targets import dry_run as dry_run_target
@@ -134,7 +134,7 @@ _ENDINGS = {
 def run_ending(out: Path, total: int) -> str:
     """How a run ended, in one line from its results file's summary: what finished, what was cut
     off in flight, what was never sent, and where the results are."""
-    line = read_results(out).summary_line or {}
+    line = read_summary_line(out) or {}
     outcome = str(line.get("outcome", "unknown"))
     finished, failed = int(line.get("requests") or 0), int(line.get("errors") or 0)
     cancelled = int(line.get("cancelled") or 0)

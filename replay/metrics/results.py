@@ -220,6 +220,38 @@ def read_results(path: str | Path) -> RunResults:
     return out
 
 
+_SUMMARY_START = b'{"kind":"summary"'  # how `ResultsWriter.close` starts the line (orjson, no spaces)
+
+
+def read_summary_line(path: str | Path, block: int = 1 << 20) -> dict[str, Any] | None:
+    """The last `summary` line of a results file, read from its end (None: the file has none).
+
+    How a run ended is in that one line: reading back a multi-million-line file for it costs
+    gigabytes of memory just after the run."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise TraceError(str(path), 0, f"cannot open: {exc.strerror}") from None
+    with handle:
+        pos = handle.seek(0, 2)
+        carry = b""  # the start of a line the last block cut (read before it)
+        while pos > 0:
+            step = min(block, pos)
+            pos -= step
+            handle.seek(pos)
+            lines = (handle.read(step) + carry).split(b"\n")
+            carry = lines.pop(0) if pos else b""
+            for raw in reversed(lines):
+                if raw.startswith(_SUMMARY_START):
+                    try:
+                        obj = orjson.loads(raw)
+                    except orjson.JSONDecodeError:
+                        continue  # cut short by a kill mid-write
+                    if type(obj) is dict:
+                        return obj
+    return None
+
+
 def merged_summary(results: Iterable[RunResults]) -> Summary:
     total = Summary()
     for res in results:

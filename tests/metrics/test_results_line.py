@@ -154,3 +154,29 @@ def test_request_lines_keep_every_field_and_value(tmp_path: Path) -> None:
     classes = orjson.loads(summary)["classes"]
     assert list(classes) == ["all", "switch", "concurrent", "cold"]
     assert classes["all"] == SUMMARY_ALL
+
+
+def test_the_summary_line_is_read_from_the_end_whatever_follows_it_and_wherever_blocks_cut(tmp_path: Path):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from replay.metrics.results import append_records, read_results, read_summary_line
+
+    path = tmp_path / "r.jsonl"
+    writer = ResultsWriter(path, {"target": {}})
+    for seq in range(40):
+        writer.write({"kind": "request", "seq": seq, "status": "ok", "note": "x" * (seq % 7)})
+    writer.close({"outcome": "max-duration", "requests": 40})
+    append_records(path, [{"line": i} for i in range(5)])  # server lines come after the summary
+    whole = read_results(path).summary_line
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.integers(min_value=1, max_value=400))
+    def same_for_any_block(block: int) -> None:
+        assert read_summary_line(path, block=block) == whole
+
+    same_for_any_block()
+    assert whole is not None and whole["outcome"] == "max-duration"
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b'{"kind":"run"}\n{"kind":"request"}\n{"kind":"summ')  # killed before its summary
+    assert read_summary_line(cut) is None and read_summary_line(cut, block=3) is None
