@@ -69,9 +69,15 @@ def realtime_prefix() -> tuple[list[str], str]:
 
 @contextmanager
 def refserver(
-    pacing: Pacing | None = None, realtime: bool = True, log_dir: Path | None = None
+    pacing: Pacing | None = None,
+    realtime: bool = True,
+    log_dir: Path | None = None,
+    truth_cap: int | None = None,
 ) -> Iterator[RunningServer]:
-    """The reference server on a free 127.0.0.1 port, stopped by its PID on the way out."""
+    """The reference server on a free 127.0.0.1 port, stopped by its PID on the way out.
+
+    `truth_cap`: most requests kept for `/truth` (the server's default when None); 0 for a load
+    that never reads them (a soak), so the server keeps nothing per request."""
     pacing = pacing or Pacing()
     prefix, note = realtime_prefix() if realtime else ([], "server at normal priority (asked)")
     argv = [
@@ -89,6 +95,7 @@ def refserver(
         str(pacing.tokens),
         "--model",
         pacing.model,
+        *(["--truth-cap", str(truth_cap)] if truth_cap is not None else []),
     ]
     with tempfile.TemporaryDirectory(prefix="replay-refserver-") as tmp:
         log = (log_dir or Path(tmp)) / "refserver.log"

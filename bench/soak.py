@@ -65,6 +65,8 @@ class Sample:
     rss_mib: float
     fds: int
     requests: int
+    cpu_s: float = 0.0  # CPU seconds (user + system) the subject's process tree has used
+    server_cpu_s: float = 0.0  # and the upstream server's, when there is one (it shares the core)
 
 
 @dataclass
@@ -74,6 +76,7 @@ class Sampler:
     pid: int
     count: Callable[[], int | None]  # requests done; None: the run is over, take no more samples
     every_s: float = SAMPLE_S
+    server_pid: int | None = None  # the upstream server: its CPU is sampled too
     samples: list[Sample] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -106,15 +109,24 @@ class Sampler:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
             rss = fds = 0
+            cpu = 0.0
             for p in procs:
                 try:
                     rss += p.memory_info().rss
                     fds += p.num_fds()
+                    times = p.cpu_times()
+                    cpu += times.user + times.system
                 except psutil.Error:
                     continue
         except psutil.Error:
             return None
-        return Sample(round(time.monotonic() - self._t0, 2), round(rss / 2**20, 2), fds, requests)
+        server = 0.0
+        if self.server_pid is not None:
+            with contextlib.suppress(psutil.Error):
+                times = psutil.Process(self.server_pid).cpu_times()
+                server = times.user + times.system
+        t = round(time.monotonic() - self._t0, 2)
+        return Sample(t, round(rss / 2**20, 2), fds, requests, round(cpu, 2), round(server, 2))
 
 
 def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int = 0) -> dict[str, Any]:
@@ -124,7 +136,7 @@ def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int
     (the recorder's first pass over its conversations: every new session is working state)."""
     out: dict[str, Any] = {
         "minutes": minutes,
-        "samples": [[s.t, s.rss_mib, s.fds, s.requests] for s in samples],
+        "samples": [[s.t, s.rss_mib, s.fds, s.requests, s.cpu_s, s.server_cpu_s] for s in samples],
         "targets": TARGETS[name],
     }
     samples = list(samples)
@@ -176,6 +188,13 @@ def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int
         rate_first=round(first, 1) if first is not None else None,
         rate_last=round(last, 1) if last is not None else None,
         drift_pct=round((last / first - 1) * 100, 2) if first and last is not None else None,
+        rates_per_window=_window_rates(after, window),
+        # CPU milliseconds a request, of the subject and of the upstream server, in the first and
+        # the last window: on a shared core, which of the two slowed down.
+        cpu_ms_first=_cpu_ms(after, after[0].t, after[0].t + window, "cpu_s"),
+        cpu_ms_last=_cpu_ms(after, end - window, end, "cpu_s"),
+        server_cpu_ms_first=_cpu_ms(after, after[0].t, after[0].t + window, "server_cpu_s"),
+        server_cpu_ms_last=_cpu_ms(after, end - window, end, "server_cpu_s"),
     )
     out["met"] = all(
         out.get(key) is not None and abs(out[key]) <= limit for key, limit in TARGETS[name].items()
@@ -188,6 +207,28 @@ def _rate(samples: list[Sample], t0: float, t1: float) -> float | None:
     if len(inside) < 2 or inside[-1].t <= inside[0].t:
         return None
     return (inside[-1].requests - inside[0].requests) / (inside[-1].t - inside[0].t)
+
+
+def _window_rates(samples: list[Sample], window: float) -> list[float]:
+    """The rate in each whole `window` after warm-up, in order: a trend, or noise around a level."""
+    rates = []
+    t = samples[0].t
+    while t + window <= samples[-1].t + 1e-6:
+        rate = _rate(samples, t, t + window)
+        if rate is not None:
+            rates.append(round(rate, 1))
+        t += window
+    return rates
+
+
+def _cpu_ms(samples: list[Sample], t0: float, t1: float, which: str) -> float | None:
+    inside = [s for s in samples if t0 - 1e-6 <= s.t <= t1 + 1e-6]
+    if len(inside) < 2 or inside[-1].requests <= inside[0].requests:
+        return None
+    used = getattr(inside[-1], which) - getattr(inside[0], which)
+    if used <= 0:
+        return None
+    return round(used * 1000 / (inside[-1].requests - inside[0].requests), 4)
 
 
 def _slope(x: list[int], y: list[float]) -> float | None:
@@ -271,26 +312,134 @@ def _lines_counter(path: Path) -> Callable[[], int | None]:
     return count
 
 
-def soak_replay(work: Path, minutes: float, url: str, rate_guess: float = 900.0) -> dict[str, Any]:
-    requests = int(minutes * 60 * rate_guess) + 10_000
+@dataclass(slots=True)
+class Calibration:
+    """What a replay of the soak's trace does on this machine, from two short runs: its rate, and
+    the RSS it holds for a loaded trace (fixed part and per request)."""
+
+    rate: float  # requests per second
+    base_mib: float  # RSS of a replay with an empty trace (interpreter, engine, client)
+    mib_per_request: float  # RSS a loaded request costs (its trace objects and the engine's setup)
+
+    def rss_mib(self, requests: int) -> float:
+        return self.base_mib + self.mib_per_request * requests
+
+
+CALIBRATION_REQUESTS = (20_000, 200_000)
+CALIBRATION_S = 15.0
+TRACE_MARGIN = 1.3  # the trace holds this many times what the calibrated rate needs
+MEMORY_RESERVE_MIB = 1024.0  # left to the rest of the machine (the soak, its server, the shell)
+
+
+def _replay_argv(trace: Path, url: str, seconds: float, out: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "replay", "run", str(trace), "--target", url, "--plan", "overlap",
+        "--concurrency", "64", "--max-duration", str(seconds), "--out", str(out), "--quiet",
+    ]  # fmt: skip
+
+
+def _replay_once(
+    work: Path, name: str, trace: Path, url: str, seconds: float, every_s: float
+) -> list[Sample]:
+    out = work / f"{name}.results.jsonl"
+    with ChildProcess(
+        _replay_argv(trace, url, seconds, out),
+        log_path=work / f"{name}.log",
+        name=name,
+        stop_timeout=30.0,
+        cwd=CODE,
+    ) as child:
+        sampler = Sampler(child.pid, _lines_counter(out), every_s=every_s).start()
+        child.wait(seconds + 300)
+        return sampler.stop()
+
+
+def calibrate(work: Path, url: str) -> Calibration:
+    """Two short replays of the soak's trace (a small and a larger one) against `url`: the rate of
+    the larger once it runs, and RSS against trace size (peak RSS, the trace loaded, of each)."""
+    peaks: list[float] = []
+    rate = 0.0
+    for n in CALIBRATION_REQUESTS:
+        trace = soak_trace(work / f"calibrate-{n}.trace.jsonl", n)
+        samples = _replay_once(work, f"calibrate-{n}", trace, url, CALIBRATION_S, every_s=0.5)
+        trace.unlink()
+        peaks.append(max((s.rss_mib for s in samples), default=0.0))
+        running = [s for s in samples if s.requests > 0]
+        if len(running) >= 4:  # from the second sample with requests done: the start-up is not the rate
+            rate = (running[-1].requests - running[1].requests) / (running[-1].t - running[1].t)
+    (n1, n2), (p1, p2) = CALIBRATION_REQUESTS, peaks
+    per_request = max(0.0, (p2 - p1) / (n2 - n1))
+    if not rate > 0 or not p1 > 0:
+        raise RuntimeError(f"calibration failed: rate {rate:.0f} req/s, RSS peaks {peaks} MiB")
+    return Calibration(
+        rate=round(rate, 1), base_mib=round(p1 - per_request * n1, 1), mib_per_request=per_request
+    )
+
+
+def replay_size(minutes: float, cal: Calibration, available_mib: float) -> tuple[int, str | None]:
+    """The trace's requests for `minutes` at the calibrated rate (with a margin, so a faster stretch
+    does not exhaust it), and why it cannot run here (None: it fits in memory)."""
+    requests = int(minutes * 60 * cal.rate * TRACE_MARGIN) + 20_000
+    need = cal.rss_mib(requests)
+    room = available_mib - MEMORY_RESERVE_MIB
+    if need <= room:
+        return requests, None
+    fits = max(0.0, (room - cal.base_mib) / cal.mib_per_request / TRACE_MARGIN / cal.rate / 60)
+    return requests, (
+        f"not started: {minutes:g} minutes at {cal.rate:,.0f} req/s need a trace of {requests:,} requests, "
+        f"~{need / 1024:.1f} GiB in the replay ({cal.mib_per_request * 2**20:,.0f} bytes a request), and "
+        f"{available_mib / 1024:.1f} GiB is available (keeping {MEMORY_RESERVE_MIB / 1024:.0f} GiB free): "
+        f"at most {fits:.1f} minutes fit"
+    )
+
+
+def soak_replay(
+    work: Path, minutes: float, url: str, server_pid: int | None = None, rate: float | None = None
+) -> dict[str, Any]:
+    """`replay run` for `minutes` on a trace sized from a calibrated rate (or `rate`), after
+    checking that the loaded trace fits in the memory available."""
+    if rate is None:
+        cal = calibrate(work, url)
+        log(
+            f"replay: calibrated {cal.rate:,.0f} req/s, RSS {cal.base_mib:.0f} MiB + "
+            f"{cal.mib_per_request * 2**20:,.0f} bytes a loaded request"
+        )
+    else:  # asked for: the memory is still checked, against the last stop's measured figures
+        cal = Calibration(rate=rate, base_mib=150.0, mib_per_request=2400 / 2**20)
+    available = psutil.virtual_memory().available / 2**20
+    requests, refused = replay_size(minutes, cal, available)
+    calibration = {
+        "rate": cal.rate,
+        "base_mib": cal.base_mib,
+        "bytes_per_request": round(cal.mib_per_request * 2**20),
+    }
+    if refused is not None:
+        log(f"replay: {refused}")
+        return {"status": "failed", "reason": refused, "calibration": calibration, "trace_requests": requests}
     t0 = time.monotonic()
     trace = soak_trace(work / "soak-replay.trace.jsonl", requests)
-    log(f"replay: trace of {requests} requests written in {time.monotonic() - t0:.1f} s")
+    log(
+        f"replay: trace of {requests:,} requests written in {time.monotonic() - t0:.1f} s "
+        f"(expected RSS {cal.rss_mib(requests) / 1024:.1f} GiB, {available / 1024:.1f} GiB available)"
+    )
     out = work / "soak-replay.results.jsonl"
-    argv = [
-        sys.executable, "-m", "replay", "run", str(trace), "--target", url, "--plan", "overlap",
-        "--concurrency", "64", "--max-duration", str(minutes * 60), "--out", str(out), "--quiet",
-    ]  # fmt: skip
     with ChildProcess(
-        argv, log_path=work / "soak-replay.log", name="replay-run", stop_timeout=30.0, cwd=CODE
+        _replay_argv(trace, url, minutes * 60, out),
+        log_path=work / "soak-replay.log",
+        name="replay-run",
+        stop_timeout=30.0,
+        cwd=CODE,
     ) as child:
-        sampler = Sampler(child.pid, _lines_counter(out)).start()
-        child.wait(minutes * 60 + 600)  # + loading a 30-minute trace (~1.5 min), writing, reading back
+        sampler = Sampler(child.pid, _lines_counter(out), server_pid=server_pid).start()
+        child.wait(minutes * 60 + 900)  # + loading the trace (~3 min for 6M requests), writing, reading back
         samples = sampler.stop()
     res = analyse("replay", samples, minutes)
-    res["waiting_max"] = _summary(out).get("waiting_max")  # see `rss_steps`
+    summary = _summary(out)
+    res["waiting_max"] = summary.get("waiting_max")  # see `rss_steps`
+    res["outcome"] = summary.get("outcome")
     res["trace_requests"] = requests
-    res["exhausted"] = bool(res.get("requests", 0) >= requests - 1)
+    res["calibration"] = calibration
+    res["exhausted"] = bool(res.get("requests", 0) >= requests - 1) or summary.get("outcome") == "done"
     return res
 
 
@@ -467,13 +616,14 @@ def run(minutes: float, only: list[str], work: Path) -> dict[str, Any]:
     """Every soak asked for, one after the other; one that fails keeps the others' figures."""
     results: dict[str, Any] = {}
     needs_upstream = {"replay", "record"} & set(only)
-    upstream = refserver(Pacing(first_token_ms=1.0, tokens=16), realtime=False)
+    # The soak never reads the server's per-request stamps (`/truth`): it keeps none.
+    upstream = refserver(Pacing(first_token_ms=1.0, tokens=16), realtime=False, truth_cap=0)
     with upstream if needs_upstream else contextlib.nullcontext() as srv:
         for name in only:
             log(f"{name}: soaking for {minutes} min")
             try:
                 if name == "replay":
-                    res = soak_replay(work, minutes, srv.url)
+                    res = soak_replay(work, minutes, srv.url, srv.pid)
                 elif name == "record":
                     res = soak_record(work, minutes, srv.url)
                 else:

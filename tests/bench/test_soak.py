@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.report import markdown, soak_checks
-from bench.soak import Sample, _lines_counter, _summary, analyse, parse_args
+from bench.soak import Calibration, Sample, _lines_counter, _summary, analyse, parse_args, replay_size
 
 
 def samples(minutes: float, rate: float, mib_per_request: float, slow_down: float = 0.0):
@@ -115,3 +115,39 @@ def test_requests_are_counted_until_the_summary_line_and_its_fields_read_past_la
         handle.write(b'est"}\n{"kind":"summary","waiting_max":7}\n{"kind":"metrics"}\n')
     assert count() is None and count() is None
     assert _summary(out)["waiting_max"] == 7 and _summary(tmp_path / "none.jsonl") == {}
+
+
+def test_the_replay_trace_is_sized_from_the_calibrated_rate_with_a_margin():
+    cal = Calibration(rate=2000.0, base_mib=150.0, mib_per_request=1500 / 2**20)
+    requests, refused = replay_size(30, cal, available_mib=20_000.0)
+    assert refused is None
+    assert requests >= 30 * 60 * 2000 * 1.2  # a faster stretch must not run the trace out
+    assert cal.rss_mib(requests) < 20_000 - 1024
+
+
+def test_a_replay_soak_that_cannot_fit_in_memory_says_so_before_it_starts():
+    cal = Calibration(rate=3000.0, base_mib=150.0, mib_per_request=2400 / 2**20)
+    requests, refused = replay_size(30, cal, available_mib=8_000.0)
+    assert refused is not None and refused.startswith("not started: 30 minutes at 3,000 req/s")
+    assert f"{requests:,} requests" in refused and "GiB is available" in refused
+    fits = float(refused.rsplit("at most ", 1)[1].split(" minutes")[0])
+    assert 0 < fits < 30 and replay_size(fits * 0.99, cal, 8_000.0)[1] is None
+
+
+def test_cpu_per_request_and_window_rates_show_which_process_slowed():
+    # The client steady at 0.3 ms a request, the server from 0.1 to 0.2 ms: the rate falls with it.
+    out, done, cpu, server = [], 0.0, 0.0, 0.0
+    for i in range(49):
+        t = i * 5.0
+        out.append(Sample(t, 100.0, 20, int(done), round(cpu, 4), round(server, 4)))
+        server_ms = 0.1 + 0.1 * t / 240
+        rate = 1000 / (0.3 + server_ms)
+        done += 5 * rate
+        cpu += 5 * rate * 0.3e-3
+        server += 5 * rate * server_ms * 1e-3
+    res = analyse("replay", out, 4)
+    assert res["cpu_ms_first"] == pytest.approx(0.3, rel=0.02)
+    assert res["cpu_ms_last"] == pytest.approx(0.3, rel=0.02)
+    assert res["server_cpu_ms_first"] < 0.15 < 0.18 < res["server_cpu_ms_last"]
+    assert res["drift_pct"] < -5 and len(res["rates_per_window"]) == 3
+    assert res["rates_per_window"] == sorted(res["rates_per_window"], reverse=True)
