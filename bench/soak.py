@@ -8,7 +8,9 @@
 - sim: `replay sim serve` with a fixed active set of conversations, each restarted after a few
   turns; its warm-up lasts until the tokenizer's bounded text cache reports itself full.
 
-Every 5 s the subject process's RSS (its process tree), open fds and requests done are sampled.
+Every 5 s the subject process's RSS (its process tree), open fds, requests done and CPU seconds
+(its own and the upstream server's: on one core they share it) are sampled, with a fixed piece of
+work timed (`core_probe`) to tell a core that slowed from a subject that did.
 After a warm-up (a quarter of the run, at most a minute, from its first request: loading the trace
 is not part of it) the report gives MB per 10,000 requests (the least-squares slope of RSS over
 requests), the memory growth and the rate drift (last window against the first, both `window_s`
@@ -67,6 +69,21 @@ class Sample:
     requests: int
     cpu_s: float = 0.0  # CPU seconds (user + system) the subject's process tree has used
     server_cpu_s: float = 0.0  # and the upstream server's, when there is one (it shares the core)
+    probe_ms: float = 0.0  # CPU milliseconds a fixed piece of work took here (`core_probe`)
+
+
+def core_probe() -> float:
+    """CPU milliseconds (this thread's) a fixed piece of work takes: how fast the core runs now.
+
+    On a shared machine (a VM's vCPU, a neighbour on the same core or cache) the same work may
+    cost a fifth more CPU time from one minute to the next; a rate that falls with it is the
+    machine's, not the subject's. About 10 ms every sample: dict inserts and a sort, like a
+    client's work (allocation and hashing over memory beyond the L2 cache)."""
+    t0 = time.thread_time()
+    table = {i * 7919: i for i in range(60_000)}
+    order = sorted(table, key=table.__getitem__, reverse=True)
+    del table, order
+    return (time.thread_time() - t0) * 1000
 
 
 @dataclass
@@ -126,7 +143,8 @@ class Sampler:
                 times = psutil.Process(self.server_pid).cpu_times()
                 server = times.user + times.system
         t = round(time.monotonic() - self._t0, 2)
-        return Sample(t, round(rss / 2**20, 2), fds, requests, round(cpu, 2), round(server, 2))
+        probe = round(core_probe(), 3)
+        return Sample(t, round(rss / 2**20, 2), fds, requests, round(cpu, 2), round(server, 2), probe)
 
 
 def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int = 0) -> dict[str, Any]:
@@ -136,7 +154,9 @@ def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int
     (the recorder's first pass over its conversations: every new session is working state)."""
     out: dict[str, Any] = {
         "minutes": minutes,
-        "samples": [[s.t, s.rss_mib, s.fds, s.requests, s.cpu_s, s.server_cpu_s] for s in samples],
+        "samples": [
+            [s.t, s.rss_mib, s.fds, s.requests, s.cpu_s, s.server_cpu_s, s.probe_ms] for s in samples
+        ],
         "targets": TARGETS[name],
     }
     samples = list(samples)
@@ -195,6 +215,14 @@ def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int
         cpu_ms_last=_cpu_ms(after, end - window, end, "cpu_s"),
         server_cpu_ms_first=_cpu_ms(after, after[0].t, after[0].t + window, "server_cpu_s"),
         server_cpu_ms_last=_cpu_ms(after, end - window, end, "server_cpu_s"),
+        probe_ms_first=_median_probe(after, after[0].t, after[0].t + window),
+        probe_ms_last=_median_probe(after, end - window, end),
+    )
+    # The drift with the core's speed taken out: the rate times the fixed work's CPU time (a core
+    # running 20% slower makes both the rate 20% lower and the probe 20% longer).
+    p0, p1 = out["probe_ms_first"], out["probe_ms_last"]
+    out["drift_at_core_speed_pct"] = (
+        round((last * p1 / (first * p0) - 1) * 100, 2) if first and last is not None and p0 and p1 else None
     )
     out["met"] = all(
         out.get(key) is not None and abs(out[key]) <= limit for key, limit in TARGETS[name].items()
@@ -219,6 +247,13 @@ def _window_rates(samples: list[Sample], window: float) -> list[float]:
             rates.append(round(rate, 1))
         t += window
     return rates
+
+
+def _median_probe(samples: list[Sample], t0: float, t1: float) -> float | None:
+    probes = sorted(s.probe_ms for s in samples if t0 - 1e-6 <= s.t <= t1 + 1e-6 and s.probe_ms > 0)
+    if not probes:
+        return None
+    return round(probes[len(probes) // 2], 3)  # the median: one probe preempted is not the core
 
 
 def _cpu_ms(samples: list[Sample], t0: float, t1: float, which: str) -> float | None:
@@ -647,8 +682,17 @@ def summary_line(name: str, res: dict[str, Any]) -> str:
         f"{res['rss_between_steps_mib']} MiB between them"
         + (f", waiting peak {res['waiting_max']}" if res.get("waiting_max") is not None else "")
         + f"; fds {res['fds_warm']} -> {res['fds_end']}; rate {res['rate_first']} -> {res['rate_last']} req/s "
-        f"({res['drift_pct']}%); targets {'met' if res['met'] else 'MISSED'}"
+        f"({res['drift_pct']}%; per window {_rates(res.get('rates_per_window'))}); "
+        f"CPU ms a request: subject {res.get('cpu_ms_first')} -> {res.get('cpu_ms_last')}, "
+        f"server {res.get('server_cpu_ms_first')} -> {res.get('server_cpu_ms_last')}; "
+        f"core probe {res.get('probe_ms_first')} -> {res.get('probe_ms_last')} ms "
+        f"(drift at the core's speed {res.get('drift_at_core_speed_pct')}%); "
+        f"targets {'met' if res['met'] else 'MISSED'}"
     )
+
+
+def _rates(rates: list[float] | None) -> str:
+    return ", ".join(f"{r:.0f}" for r in rates or [])
 
 
 def _steps(steps: list[list[Any]]) -> str:

@@ -77,7 +77,7 @@ def run(args: RunArgs, console: Console) -> int:
     )
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
-    loaded = read_trace(args.trace)  # validates fully before anything is sent
+    loaded = read_trace(args.trace, freeze=True)  # validates fully before anything is sent
     missing = loaded.unrecorded
     shard = parse_shard(args.shard) if args.shard is not None else (1, 1)
     if args.shard is not None:

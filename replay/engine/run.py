@@ -150,14 +150,18 @@ class Engine:
         self.connections = Connections(config.connections)
         self._response_ids: dict[int, str] = {}  # request id -> the Responses API id its reply got
         self._chained: set[int] = set()  # requests some request names as `previous_response`
+        self._order: list[Request] | None = None  # the dispatch order, once `prepare` has run
 
     def _rel(self) -> int:
         return _now_ns() - self._t0
 
-    async def run(self) -> None:
-        """Send every request; returns when all are done, or raises cancellation through."""
-        self._t0 = _now_ns()
-        window = anyio.Semaphore(self.config.lookahead)
+    def prepare(self) -> None:
+        """Build the run's tables (dispatch order, who waits for whom, who reads which reply), once.
+
+        `run_engines` calls it before it freezes the collector's view of the heap: built inside
+        the run, these million-entry tables are traversed by every full collection of it."""
+        if self._order is not None:
+            return
         order = self.plan.order(self.trace.requests)
         self._waiters = waiter_counts(self.plan, order)
         self._chained = {
@@ -168,6 +172,15 @@ class Engine:
             self._readers = reply_readers(self.trace.requests)
             for r in self.trace.requests:
                 self._left[r.session] = self._left.get(r.session, 0) + 1
+        self._order = order
+
+    async def run(self) -> None:
+        """Send every request; returns when all are done, or raises cancellation through."""
+        self.prepare()
+        order = self._order or []
+        self._order = None  # this run consumes the tables: another run prepares them afresh
+        self._t0 = _now_ns()
+        window = anyio.Semaphore(self.config.lookahead)
         try:
             async with make_client() as client, anyio.create_task_group() as watch:
                 watch.start_soon(self._watch_loop)

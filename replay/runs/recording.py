@@ -284,7 +284,10 @@ def run_engines(
 
         live = progress_view(recordings[0].engine.progress, console)
     # The loaded traces live for the whole run: keep the collector from re-scanning them (its
-    # full passes pause the event loop for tens of ms with hundreds of streams in flight).
+    # full passes pause the event loop for tens of ms with hundreds of streams in flight), and
+    # the engines' per-request tables with them.
+    for r in recordings:
+        r.engine.prepare()
     gc.collect()
     gc.freeze()
     started = time.monotonic()

@@ -606,13 +606,20 @@ def validate(path: str | Path) -> dict[str, int]:
     return counts
 
 
-def read_trace(path: str | Path) -> Trace:
-    """Load a trace into linked requests, validating as it goes."""
+def read_trace(path: str | Path, freeze: bool = False) -> Trace:
+    """Load a trace into linked requests, validating as it goes.
+
+    `freeze`: for a process that keeps the trace until it exits (`replay run`): what is loaded
+    goes to the collector's permanent generation (`gc.freeze`), so the collections before the
+    run (its setup) do not scan millions of trace objects again and again."""
     # Every object built here lives as long as the trace: the cyclic collector would only re-scan them.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _read_trace(path)
+        trace = _read_trace(path)
+        if freeze:
+            gc.freeze()
+        return trace
     finally:
         if enabled:
             gc.enable()

@@ -151,3 +151,17 @@ def test_cpu_per_request_and_window_rates_show_which_process_slowed():
     assert res["server_cpu_ms_first"] < 0.15 < 0.18 < res["server_cpu_ms_last"]
     assert res["drift_pct"] < -5 and len(res["rates_per_window"]) == 3
     assert res["rates_per_window"] == sorted(res["rates_per_window"], reverse=True)
+
+
+def test_a_rate_that_falls_with_the_core_s_speed_is_no_drift_at_the_core_s_speed():
+    # The core slows by a fifth over the run (the fixed work takes 10 -> 12.5 ms): so does the rate.
+    out, done = [], 0.0
+    for i in range(49):
+        t = i * 5.0
+        probe = 10.0 * (1 + 0.25 * t / 240)
+        out.append(Sample(t, 100.0, 20, int(done), 0.0, 0.0, probe))
+        done += 5 * 2000 * 10.0 / probe
+    res = analyse("replay", out, 4)
+    assert res["drift_pct"] < -10 and not res["met"]
+    assert abs(res["drift_at_core_speed_pct"]) < 2
+    assert res["probe_ms_first"] < res["probe_ms_last"]

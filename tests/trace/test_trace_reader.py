@@ -377,3 +377,17 @@ def test_sharing_never_changes_what_a_loaded_trace_holds(tmp_path_factory, rows)
     for loaded, line in zip(read_trace(path).requests, lines[2:], strict=True):
         assert orjson.dumps(loaded.params) == orjson.dumps(line["params"])
         assert orjson.dumps(list(loaded.append)) == orjson.dumps(line["append"])
+
+
+def test_a_trace_loaded_to_keep_is_frozen_out_of_the_collector_s_passes(tmp_path):
+    """`replay run` keeps its trace until it exits: the setup's collections must not rescan it."""
+    path = write_lines(tmp_path / "t.jsonl", [HEADER, SESSION, *(req(i) for i in range(1, 200))])
+    gc.collect()
+    before = gc.get_freeze_count()
+    try:
+        trace = read_trace(path, freeze=True)
+        assert gc.get_freeze_count() - before >= len(trace.requests) and gc.isenabled()
+    finally:
+        gc.unfreeze()
+    read_trace(path)
+    assert gc.get_freeze_count() == 0
