@@ -465,7 +465,8 @@ def _soak(results: dict[str, Any]) -> list[str]:
         "",
         "After warm-up (a quarter of the run, at most a minute): MB per 10,000 requests is the slope of "
         "RSS over requests; the rate drift compares the last window with the first (the host is shared, "
-        "so rates are compared within one run only).",
+        "so rates are compared within one run only; a fixed piece of work timed with every sample gives "
+        "the drift at the core's speed, the rate with the core's own slowing or speeding up taken out).",
         "",
         "| process | minutes | requests | RSS after warm-up -> end | MB / 10,000 req | growth | fds | rate first -> last | drift |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -480,6 +481,12 @@ def _soak(results: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {name} | {r['minutes']} | {r['requests']} | {_f(r['rss_warm_mib'], ' MiB')} -> {_f(r['rss_end_mib'], ' MiB')} "
             f"| {_f(r['mb_per_10k'], '', 2)} | {_f(r['growth_pct'], '%')} | {r['fds_warm']} -> {r['fds_end']} "
-            f"| {_f(r['rate_first'], '')} -> {_f(r['rate_last'], ' req/s')} | {_f(r['drift_pct'], '%')} |"
+            f"| {_f(r['rate_first'], '')} -> {_f(r['rate_last'], ' req/s')} | {_f(r['drift_pct'], '%')}"
+            + (
+                f" ({_f(r['drift_at_core_speed_pct'], '%')} at the core's speed)"
+                if r.get("drift_at_core_speed_pct") is not None
+                else ""
+            )
+            + " |"
         )
     return lines
