@@ -436,18 +436,20 @@ def soak_sim(work: Path, minutes: float, active: int = 16) -> dict[str, Any]:
     ) as child:
         base = child.wait_for_line(_LISTENING, timeout=60.0).group(1)
         load = ChatLoad(base, conversations=active, clients=active, turns=6, compact=False)
-        full_at = _BoundReached(base, load)
-        samples = _drive(child, load, minutes, full_at.count)
+        settled_at = _BoundReached(base, load)
+        samples = _drive(child, load, minutes, settled_at.count)
     # Warm-up lasts until the tokenizer's text cache (bounded in texts and characters, read from the
-    # server's /stats) is full: before that its growth is the bound filling, not a leak.
-    res = analyse("sim", samples, minutes, warm_requests=full_at.requests or 1 << 62)
-    res.update(active_sessions=active, errors=load.errors, cache_full_at=full_at.requests)
+    # server's /stats) is settled: full, and its table at its lasting size (see
+    # replay.sim.model.tokenizer.cache_fill); before that its growth is the bound filling, not a leak.
+    res = analyse("sim", samples, minutes, warm_requests=settled_at.requests or 1 << 62)
+    res.update(active_sessions=active, errors=load.errors, cache_settled_at=settled_at.requests)
     return res
 
 
 @dataclass
 class _BoundReached:
-    """Requests done when the simulator's tokenizer cache first reported itself full."""
+    """Requests done when the simulator's tokenizer cache first reported itself settled (a
+    simulator from before that report: full)."""
 
     base: str
     load: ChatLoad
@@ -458,7 +460,8 @@ class _BoundReached:
         if self.requests is None:
             with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
                 fill = httpx.get(self.base + "/stats", timeout=5.0).json()["x_sim"]["tokenizer_cache"]
-                if fill["texts"] >= fill["max_texts"] or fill["chars"] >= fill["max_chars"] * 0.99:
+                full = fill["texts"] >= fill["max_texts"] or fill["chars"] >= fill["max_chars"] * 0.99
+                if fill.get("settled", full):
                     self.requests = done
         return done
 
