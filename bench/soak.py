@@ -315,18 +315,29 @@ class Conversation:
 SYSTEM = "You are a coding agent. " * 80  # ~2 KB, shared: the prompt every conversation starts with
 
 
+GENERATION_DIGITS = 7  # 10 million restarts: 960 million requests of 16 conversations
+
+
 def conversation_messages(c: Conversation) -> list[dict[str, str]]:
     """The conversation as an agent resends it: its start (or its compaction summary) and every
-    reply so far with the user turn that followed it."""
+    reply so far with the user turn that followed it.
+
+    Its restart count is written at a fixed width, so the texts keep their length and their token
+    count all run long: a soak's load is the same at its end as after warm-up. Written plainly, 999
+    -> 1000 restarts (~96,000 requests of the sim's 16 conversations) made every later text a token
+    longer; until the simulator's text cache had turned over, old and new sizes lived side by side
+    in more of Python's allocator arenas, and RSS stayed 3 MiB higher (issue #23's sim soak).
+    """
+    tag = f"{c.index}.{c.generation:0{GENERATION_DIGITS}d}"
     first = (
         f"Summary of earlier work:\n{c.summary}\nContinue."
         if c.summary is not None
-        else f"conversation {c.index}.{c.generation}: fix the failing test"
+        else f"conversation {tag}: fix the failing test"
     )
     msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": first}]
     for i, reply in enumerate(c.replies):
         msgs.append({"role": "assistant", "content": reply})
-        msgs.append({"role": "user", "content": f"tool result {i} of {c.index}.{c.generation}"})
+        msgs.append({"role": "user", "content": f"tool result {i} of {tag}"})
     return msgs
 
 
