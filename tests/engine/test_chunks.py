@@ -22,7 +22,9 @@ def _encode(chunks: list[bytes], extension: bool) -> bytes:
     trailer=st.sampled_from([b"\r\n", b"X-A: 1\r\n\r\n"]),
     cuts=st.lists(st.integers(min_value=0, max_value=5000), max_size=8),
 )
-def test_any_split_gives_the_payload(chunks: list[bytes], extension: bool, trailer: bytes, cuts: list[int]) -> None:
+def test_any_split_gives_the_payload(
+    chunks: list[bytes], extension: bool, trailer: bytes, cuts: list[int]
+) -> None:
     wire = _encode(chunks, extension) + trailer
     marks = sorted({min(c, len(wire)) for c in cuts} | {0, len(wire)})
     body = Dechunker()
