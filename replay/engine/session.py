@@ -65,8 +65,8 @@ def _remap_tool_ids(msg: Message, ids: dict[str, str]) -> Message:
 
 class SessionStates(dict[str, SessionState]):
     """Each session's state, made the first time one of its requests is sent: a run that stops at
-    its duration reaches only part of a large trace, and building every state up front cost as much
-    CPU as replaying a tenth of the requests (issue #20)."""
+    its duration reaches only part of a large trace, and building every state up front took ~0.1 s
+    of CPU for a 50,000-request trace before the first request went (issue #20)."""
 
     def __init__(self, sessions: dict[str, Session], mode: str) -> None:
         super().__init__()
