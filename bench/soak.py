@@ -500,18 +500,29 @@ class Conversation:
 SYSTEM = "You are a coding agent. " * 80  # ~2 KB, shared: the prompt every conversation starts with
 
 
+GENERATION_DIGITS = 7  # 10 million restarts: 960 million requests of 16 conversations
+
+
 def conversation_messages(c: Conversation) -> list[dict[str, str]]:
     """The conversation as an agent resends it: its start (or its compaction summary) and every
-    reply so far with the user turn that followed it."""
+    reply so far with the user turn that followed it.
+
+    Its restart count is written at a fixed width, so the texts keep their length and their token
+    count all run long: a soak's load is the same at its end as after warm-up. Written plainly, 999
+    -> 1000 restarts (~96,000 requests of the sim's 16 conversations) made every later text a token
+    longer; until the simulator's text cache had turned over, old and new sizes lived side by side
+    in more of Python's allocator arenas, and RSS stayed 3 MiB higher (issue #23's sim soak).
+    """
+    tag = f"{c.index}.{c.generation:0{GENERATION_DIGITS}d}"
     first = (
         f"Summary of earlier work:\n{c.summary}\nContinue."
         if c.summary is not None
-        else f"conversation {c.index}.{c.generation}: fix the failing test"
+        else f"conversation {tag}: fix the failing test"
     )
     msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": first}]
     for i, reply in enumerate(c.replies):
         msgs.append({"role": "assistant", "content": reply})
-        msgs.append({"role": "user", "content": f"tool result {i} of {c.index}.{c.generation}"})
+        msgs.append({"role": "user", "content": f"tool result {i} of {tag}"})
     return msgs
 
 
@@ -621,18 +632,20 @@ def soak_sim(work: Path, minutes: float, active: int = 16) -> dict[str, Any]:
     ) as child:
         base = child.wait_for_line(_LISTENING, timeout=60.0).group(1)
         load = ChatLoad(base, conversations=active, clients=active, turns=6, compact=False)
-        full_at = _BoundReached(base, load)
-        samples = _drive(child, load, minutes, full_at.count)
+        settled_at = _BoundReached(base, load)
+        samples = _drive(child, load, minutes, settled_at.count)
     # Warm-up lasts until the tokenizer's text cache (bounded in texts and characters, read from the
-    # server's /stats) is full: before that its growth is the bound filling, not a leak.
-    res = analyse("sim", samples, minutes, warm_requests=full_at.requests or 1 << 62)
-    res.update(active_sessions=active, errors=load.errors, cache_full_at=full_at.requests)
+    # server's /stats) is settled: full, and its table at its lasting size (see
+    # replay.sim.model.tokenizer.cache_fill); before that its growth is the bound filling, not a leak.
+    res = analyse("sim", samples, minutes, warm_requests=settled_at.requests or 1 << 62)
+    res.update(active_sessions=active, errors=load.errors, cache_settled_at=settled_at.requests)
     return res
 
 
 @dataclass
 class _BoundReached:
-    """Requests done when the simulator's tokenizer cache first reported itself full."""
+    """Requests done when the simulator's tokenizer cache first reported itself settled (a
+    simulator from before that report: full)."""
 
     base: str
     load: ChatLoad
@@ -643,7 +656,8 @@ class _BoundReached:
         if self.requests is None:
             with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
                 fill = httpx.get(self.base + "/stats", timeout=5.0).json()["x_sim"]["tokenizer_cache"]
-                if fill["texts"] >= fill["max_texts"] or fill["chars"] >= fill["max_chars"] * 0.99:
+                full = fill["texts"] >= fill["max_texts"] or fill["chars"] >= fill["max_chars"] * 0.99
+                if fill.get("settled", full):
                     self.requests = done
         return done
 

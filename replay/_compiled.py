@@ -56,12 +56,13 @@ SWEEP: tuple[str, ...] = (
     "replay.sizing.parallel",
 )
 # The engine's per-request hot path: SSE splitting, checked JSON decoding, the exchange, the three
-# reply readers, usage rules and the record they fill (issue #20: client CPU per request). The
-# HTTP/1.1 framing (`engine.http1`, `engine.transport`) stays source: its classes build on
-# asyncio's and httpcore's.
+# reply readers, usage rules and the record they fill (issue #20: client CPU per request), and the
+# chunked body's framing (`engine.chunks`). The HTTP/1.1 connections (`engine.http1`,
+# `engine.transport`) stay source: their classes build on asyncio's and httpcore's.
 ENGINE: tuple[str, ...] = (
     "replay.metrics.record",
     "replay.engine.sse",
+    "replay.engine.chunks",
     "replay.engine.decode",
     "replay.engine.usage",
     "replay.engine.exchange",

@@ -11,6 +11,7 @@ call; role-only chunks, keep-alive comments and usage-only chunks do not count.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -172,7 +173,9 @@ async def exchange(
     url = call.base_url.rstrip("/") + path
     all_headers = {**headers, **call.headers}
     try:
-        with anyio.fail_after(call.timeout_s):
+        # asyncio's own timeout: a timer and an uncancel count, where anyio's `fail_after` adds a
+        # generator context manager and a cancel scope per request (the engine runs on asyncio).
+        async with asyncio.timeout(call.timeout_s):
             if url[:7].lower() == "http://":
                 await _talk_http1(url, payload, all_headers, call, res, reader, parser, on_state, where)
             else:

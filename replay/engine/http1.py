@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from replay import __version__
 from replay.engine import transport
+from replay.engine.chunks import ChunkError, Dechunker
 
 _HEAD_MAX = 64 * 1024  # a response head larger than this is not an LLM server's
 _USER_AGENT = f"agent-replay/{__version__}"
@@ -123,7 +124,7 @@ class Connection(transport.StampedSocket):
         "_head",
         "_mode",
         "_left",
-        "_line",
+        "_chunks_in",
         "_keep",
         "_trailer",
         "status",
@@ -141,8 +142,8 @@ class Connection(transport.StampedSocket):
         super().__init__(sock, loop)
         self._head = bytearray()
         self._mode = ""  # "chunked" | "length" | "close", once the head is parsed
-        self._left = 0  # bytes still due in the current chunk / the Content-Length body
-        self._line = b""  # a chunk-size line split across reads
+        self._left = 0  # bytes still due of a Content-Length body
+        self._chunks_in = Dechunker()  # a chunked body's framing state
         self._keep = False  # the response lets the connection carry another request
         self._trailer: bytes | None = None  # a chunked body's trailer section, until its blank line
         self.status: int | None = None
@@ -181,7 +182,7 @@ class Connection(transport.StampedSocket):
         self._head.clear()
         self._mode = ""
         self._left = 0
-        self._line = b""
+        self._chunks_in.reset()
         self._keep = False
         self._trailer = None
         self.status = None
@@ -298,43 +299,18 @@ class Connection(transport.StampedSocket):
             self._keep = False
 
     def _dechunk(self, data: bytes) -> bytes:
-        """The chunk payloads in one network read; the framing is consumed, the state kept."""
-        parts: list[bytes] = []
-        pos, end = 0, len(data)
-        while pos < end:
-            left = self._left
-            if left:
-                take = min(left, end - pos)
-                parts.append(data[pos : pos + take] if take < end or pos else data)
-                pos += take
-                self._left = left - take
-                continue
-            eol = data.find(b"\n", pos)
-            if eol < 0:
-                self._line += data[pos:]
-                if len(self._line) > 4096:
-                    raise RemoteProtocolError("chunk size line too long")
-                break
-            line = data[pos:eol]
-            if self._line:
-                line, self._line = self._line + line, b""
-            pos = eol + 1
-            size_text = line.split(b";", 1)[0].strip()
-            if not size_text:
-                continue  # the CRLF that closes a chunk's data
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise RemoteProtocolError(f"bad chunk size {size_text[:20]!r}") from None
-            if size == 0:
-                self._ended = True  # the data is complete; the trailer section only frames
-                self._trailer = b""
-                self._end_trailer(data[pos:])
-                break
-            self._left = size
-        if len(parts) == 1:
-            return parts[0]
-        return b"".join(parts)
+        """The chunk payloads in one network read (`chunks.Dechunker`); after the last chunk, the
+        trailer section."""
+        body = self._chunks_in
+        try:
+            payload = body.feed(data)
+        except ChunkError as exc:
+            raise RemoteProtocolError(str(exc)) from None
+        if body.done:
+            self._ended = True
+            self._trailer = b""
+            self._end_trailer(body.rest)
+        return payload
 
     def _end_trailer(self, data: bytes) -> None:
         """Read the trailer section up to its blank line; anything after it spoils the connection."""

@@ -24,7 +24,7 @@ from replay.engine.apis import APIS, ApiCall, make_client
 from replay.engine.connections import MODES as CONNECTION_MODES
 from replay.engine.connections import Connections
 from replay.engine.plans import Plan
-from replay.engine.session import HISTORY_MODES, LIVE, SessionState
+from replay.engine.session import HISTORY_MODES, LIVE, SessionState, SessionStates
 from replay.errors import UsageError
 from replay.metrics.held import ClientQueue, HeldLoad, LoopDelay
 from replay.metrics.record import RequestRecord
@@ -128,7 +128,7 @@ class Engine:
         self.config = config
         self.sink = sink
         self.by_id = trace.by_id()
-        self.sessions = {sid: SessionState(s, mode=config.history) for sid, s in trace.sessions.items()}
+        self.sessions: dict[str, SessionState] = SessionStates(trace.sessions, config.history)
         self.tracker = SwitchTracker(cold=set(trace.sessions))
         self.progress = Progress(total=len(trace.requests))
         self.progress.sessions = dict.fromkeys(trace.sessions, "waiting")
@@ -381,9 +381,11 @@ class Engine:
             if rec.response_id is not None and req.id in self._chained:
                 self._response_ids[req.id] = rec.response_id
         if self._counting and not self._left[req.session]:
-            # Every request of the session has been sent: its tool-call ids map nothing any more.
+            # Every request of the session has been sent: its tool-call ids map nothing any more,
+            # and no request will look its state up again (one still in flight holds it).
             state.tool_ids.clear()
             state.live_replies.clear()
+            self.sessions.pop(req.session, None)
         self.sink(rec)
 
 

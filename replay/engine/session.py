@@ -61,3 +61,18 @@ def _remap_tool_ids(msg: Message, ids: dict[str, str]) -> Message:
     if old is not None and old in ids:
         return {**msg, "tool_call_id": ids[old]}
     return msg
+
+
+class SessionStates(dict[str, SessionState]):
+    """Each session's state, made the first time one of its requests is sent: a run that stops at
+    its duration reaches only part of a large trace, and building every state up front took ~0.1 s
+    of CPU for a 50,000-request trace before the first request went (issue #20)."""
+
+    def __init__(self, sessions: dict[str, Session], mode: str) -> None:
+        super().__init__()
+        self._sessions = sessions
+        self._mode = mode
+
+    def __missing__(self, sid: str) -> SessionState:
+        state = self[sid] = SessionState(self._sessions[sid], mode=self._mode)
+        return state

@@ -4,9 +4,23 @@ the benchmark's verdict; the soaks themselves run in `just soak`, never in the t
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench.report import markdown, soak_checks
-from bench.soak import Calibration, Sample, _lines_counter, _summary, analyse, parse_args, replay_size
+from bench.soak import (
+    GENERATION_DIGITS,
+    Calibration,
+    Conversation,
+    Sample,
+    _lines_counter,
+    _summary,
+    analyse,
+    conversation_messages,
+    parse_args,
+    replay_size,
+)
+from replay.sim.model.tokenizer import count_tokens
 
 
 def samples(minutes: float, rate: float, mib_per_request: float, slow_down: float = 0.0):
@@ -165,3 +179,24 @@ def test_a_rate_that_falls_with_the_core_s_speed_is_no_drift_at_the_core_s_speed
     assert res["drift_pct"] < -10 and not res["met"]
     assert abs(res["drift_at_core_speed_pct"]) < 2
     assert res["probe_ms_first"] < res["probe_ms_last"]
+
+
+def shape(c: Conversation) -> list[tuple[int, int]]:
+    return [(len(m["content"]), count_tokens(m["content"])) for m in conversation_messages(c)]
+
+
+@given(
+    index=st.integers(0, 15),
+    turns=st.integers(0, 7),
+    generation=st.integers(0, 10**GENERATION_DIGITS - 1),
+)
+def test_a_conversation_keeps_its_shape_however_often_it_restarted(
+    index: int, turns: int, generation: int
+) -> None:
+    """The load of a long soak is the load after its warm-up: a restarted conversation's texts have
+    the lengths and token counts of its first run (a token more after 1000 restarts showed up as
+    +3 MiB of the simulator's RSS, issue #23)."""
+    replies = [f"reply {i}" for i in range(turns)]
+    first = Conversation(index, 0, list(replies))
+    later = Conversation(index, generation, list(replies))
+    assert shape(later) == shape(first)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from collections import OrderedDict
 from typing import Any
 
 import anyio
@@ -82,11 +83,20 @@ class Pool:
 
 def retained() -> dict[str, int]:
     gc.collect()
-    return {"objects": len(gc.get_objects()), "blocks": sys.getallocatedblocks()}
+    return {
+        "objects": len(gc.get_objects()),
+        "blocks": sys.getallocatedblocks(),
+        # The text cache's table (and node index): settled, it no longer grows (issue #23's step).
+        "cache_table_bytes": sys.getsizeof(tokenizer._cache),
+    }
 
 
 async def test_retained_objects_do_not_grow_with_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokenizer, "_CACHE_SIZE", 256)
+    # A cache of its own: one left large by earlier tests would shrink its table during the count.
+    monkeypatch.setattr(tokenizer, "_cache", OrderedDict())
+    monkeypatch.setattr(tokenizer, "_cached_chars", [0])
+    monkeypatch.setattr(tokenizer, "_evicted", [0])
     cfg, opts = parse(["--time-scale", "100000"])
     with open(os.devnull, "w", encoding="utf-8") as devnull:
         runtime = SimRuntime(cfg, kv_dir=None, time_scale=opts.time_scale, log=LogSink(devnull))
@@ -95,8 +105,9 @@ async def test_retained_objects_do_not_grow_with_requests(monkeypatch: pytest.Mo
         pool = Pool()
         try:
             async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
-                await pool.run(client, N)  # warm-up: the text cache reaches its bound
-                assert tokenizer.cache_fill()["texts"] == 256
+                await pool.run(client, N)  # warm-up: the text cache reaches its bound and settles
+                fill = runtime.stats_json()["x_sim"]["tokenizer_cache"]
+                assert isinstance(fill, dict) and fill["texts"] == 256 and fill["settled"], fill
                 first = retained()
                 await pool.run(client, 2 * N)
                 second = retained()
@@ -107,4 +118,5 @@ async def test_retained_objects_do_not_grow_with_requests(monkeypatch: pytest.Mo
     # One object kept per request would add 2N = 600 objects (and more blocks).
     assert grown["objects"] < N // 3, (first, second)
     assert grown["blocks"] < N, (first, second)
+    assert grown["cache_table_bytes"] == 0, (first, second)
     assert not runtime.handles
