@@ -3,10 +3,11 @@ the benchmark's verdict; the soaks themselves run in `just soak`, never in the t
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from bench.report import markdown, soak_checks
-from bench.soak import Sample, _lines_counter, _summary, analyse, parse_args
+from bench.soak import ChatLoad, Sample, _lines_counter, _summary, analyse, error_kind, parse_args
 
 
 def samples(minutes: float, rate: float, mib_per_request: float, slow_down: float = 0.0):
@@ -115,3 +116,19 @@ def test_requests_are_counted_until_the_summary_line_and_its_fields_read_past_la
         handle.write(b'est"}\n{"kind":"summary","waiting_max":7}\n{"kind":"metrics"}\n')
     assert count() is None and count() is None
     assert _summary(out)["waiting_max"] == 7 and _summary(tmp_path / "none.jsonl") == {}
+
+
+def test_client_errors_are_counted_by_kind_without_their_ids() -> None:
+    """The 60-minute record soak counted 27 client errors and could not say what they were."""
+    request = httpx.Request("POST", "http://127.0.0.1:1/v1/chat/completions")
+    refused = httpx.Response(502, request=request, content=b'{"error": {"message": "upstream\\n down"}}')
+    load = ChatLoad("http://127.0.0.1:1", conversations=1, clients=1, turns=1, compact=False)
+    load.failed(httpx.HTTPStatusError("bad gateway", request=request, response=refused))
+    load.failed(httpx.RemoteProtocolError("Server disconnected without sending a response."))
+    load.failed(httpx.RemoteProtocolError("Server disconnected without sending a response."))
+    assert load.errors == 3
+    assert load.error_kinds == {
+        'HTTP 502: {"error": {"message": "upstream\\n down"}}': 1,
+        "RemoteProtocolError: Server disconnected without sending a response.": 2,
+    }
+    assert error_kind(ValueError("")) == "ValueError"
