@@ -530,6 +530,8 @@ async def _ask(client: httpx.AsyncClient, url: str, messages: list[dict[str, str
     body = {"model": "ref", "messages": messages, "stream": True, "max_tokens": 16}
     text: list[str] = []
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
+        if resp.status_code >= 400:
+            await resp.aread()  # for the error's kind (`error_kind`)
         resp.raise_for_status()
         async for line in resp.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -540,6 +542,28 @@ async def _ask(client: httpx.AsyncClient, url: str, messages: list[dict[str, str
                 if piece:
                     text.append(piece)
     return "".join(text)
+
+
+def error_kind(exc: Exception) -> str:
+    """A client error as the soak reports it: the HTTP status and the body's first characters
+    for a refused request, else the exception's type and message (no ids: they would make every
+    error a kind of its own)."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        body = ""
+        with contextlib.suppress(httpx.ResponseNotRead, UnicodeDecodeError):
+            body = " ".join(exc.response.text.split())[:120]
+        return f"HTTP {exc.response.status_code}: {body}".rstrip(": ")
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}".rstrip(": ")
+
+
+def log_problems(path: Path, limit: int = 20) -> list[str]:
+    """The subject's log lines that report an error or a traceback (the first `limit`)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    marks = ("error", "Error", "ERROR", "Traceback", "WARNING")
+    return [line[:300] for line in lines if any(m in line for m in marks)][:limit]
 
 
 @dataclass
@@ -554,6 +578,12 @@ class ChatLoad:
     compact: bool
     done: int = 0
     errors: int = 0
+    error_kinds: dict[str, int] = field(default_factory=dict)  # what each error was, counted
+
+    def failed(self, exc: Exception) -> None:
+        self.errors += 1
+        kind = error_kind(exc)
+        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
 
     async def run(self, seconds: float) -> None:
         pool = [Conversation(i) for i in range(self.conversations)]
@@ -578,8 +608,8 @@ class ChatLoad:
                 c.busy = True
                 try:
                     reply = await _ask(client, self.url, conversation_messages(c))
-                except (httpx.HTTPError, ValueError):
-                    self.errors += 1
+                except (httpx.HTTPError, ValueError) as exc:
+                    self.failed(exc)
                     await asyncio.sleep(0.05)
                     continue
                 finally:
@@ -620,7 +650,12 @@ def soak_record(work: Path, minutes: float, url: str, conversations: int | None 
         load = ChatLoad(proxy, conversations=n, clients=50, turns=8, compact=True)
         samples = _drive(child, load, minutes)
     res = analyse("record", samples, minutes, warm_requests=n)
-    res.update(conversations=n, errors=load.errors)
+    res.update(
+        conversations=n,
+        errors=load.errors,
+        error_kinds=load.error_kinds,
+        log_problems=log_problems(work / "soak-record.log"),
+    )
     return res
 
 
@@ -638,7 +673,12 @@ def soak_sim(work: Path, minutes: float, active: int = 16) -> dict[str, Any]:
     # server's /stats) is settled: full, and its table at its lasting size (see
     # replay.sim.model.tokenizer.cache_fill); before that its growth is the bound filling, not a leak.
     res = analyse("sim", samples, minutes, warm_requests=settled_at.requests or 1 << 62)
-    res.update(active_sessions=active, errors=load.errors, cache_settled_at=settled_at.requests)
+    res.update(
+        active_sessions=active,
+        errors=load.errors,
+        error_kinds=load.error_kinds,
+        cache_settled_at=settled_at.requests,
+    )
     return res
 
 
@@ -662,7 +702,7 @@ class _BoundReached:
         return done
 
 
-def run(minutes: float, only: list[str], work: Path) -> dict[str, Any]:
+def run(minutes: float, only: list[str], work: Path, conversations: int | None = None) -> dict[str, Any]:
     """Every soak asked for, one after the other; one that fails keeps the others' figures."""
     results: dict[str, Any] = {}
     needs_upstream = {"replay", "record"} & set(only)
@@ -675,7 +715,7 @@ def run(minutes: float, only: list[str], work: Path) -> dict[str, Any]:
                 if name == "replay":
                     res = soak_replay(work, minutes, srv.url, srv.pid)
                 elif name == "record":
-                    res = soak_record(work, minutes, srv.url)
+                    res = soak_record(work, minutes, srv.url, conversations)
                 else:
                     res = soak_sim(work, minutes)
             except Exception as exc:  # noqa: BLE001 - a broken soak must not lose the others
@@ -703,6 +743,7 @@ def summary_line(name: str, res: dict[str, Any]) -> str:
         f"core probe {res.get('probe_ms_first')} -> {res.get('probe_ms_last')} ms "
         f"(drift at the core's speed {res.get('drift_at_core_speed_pct')}%); "
         f"targets {'met' if res['met'] else 'MISSED'}"
+        + (f"; {res['errors']} client errors {res.get('error_kinds')}" if res.get("errors") else "")
     )
 
 
@@ -721,6 +762,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=Path("bench/results"), help="results directory")
     ap.add_argument(
         "--code", type=Path, default=None, help="soak the `replay` of this checkout (e.g. a before/after)"
+    )
+    ap.add_argument(
+        "--conversations",
+        type=int,
+        default=None,
+        help="the record soak's pool of conversations (default 100,000 per hour, at least 1,000)",
     )
     ap.add_argument("--label", default="", help="stored with the figures (e.g. 'before')")
     args = ap.parse_args(argv)
@@ -751,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
     exit_on_sigterm()
     CODE = args.code.resolve() if args.code else None
     with tempfile.TemporaryDirectory(prefix="replay-soak-") as tmp:
-        results = run(args.minutes, args.only, Path(tmp))
+        results = run(args.minutes, args.only, Path(tmp), args.conversations)
     for res in results.values():
         res["label"] = args.label
         res["code"] = str(CODE) if CODE else "this checkout"

@@ -35,6 +35,8 @@ import hashlib
 import re
 import statistics
 import time
+from array import array
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,7 +117,8 @@ class SessionState:
     errors: int = 0
     last: Head | None = None  # latest arrival
     last_done: Head | None = None  # latest completion
-    gaps: list[float] = field(default_factory=list)  # the latest `_MAX_GAPS`
+    # The latest `_MAX_GAPS` gaps, unboxed: 8 bytes each, not a float object and a list slot (32).
+    gaps: array[float] = field(default_factory=lambda: array("d"))
     order: int = 0  # creation order: ties between candidates go to the oldest session
     reply: ReplyKey | None = None  # of `last_done`'s reply, when long enough to be carried over
     window_s: float = 0.0  # how long after its last reply a request is still in its rhythm
@@ -190,10 +193,13 @@ class SessionInference:
         self._scope_count: dict[str, int] = {}
         # scope -> hash of a reply's first `carry_over_chars` characters -> session -> (length, hash)
         self._replies: dict[str, dict[int, dict[SessionState, tuple[int, int]]]] = {}
-        # (scope, system key) -> its inferred sessions, in order of their latest reply
-        self._by_system: dict[tuple[str, int], dict[SessionState, None]] = {}
+        # (scope, system key) -> its inferred sessions, in order of their latest reply. This and
+        # `_recent` are kept in order by `move_to_end`, not by deleting and inserting again: a
+        # dict's deletions leave holes that make it resize to three times its live entries (a
+        # 100,000-session table doubles after every session has come back once).
+        self._by_system: dict[tuple[str, int], OrderedDict[SessionState, None]] = {}
         self._longest_window: dict[tuple[str, int], float] = {}  # never shrinks
-        self._recent: dict[SessionState, int] = {}  # session -> last activity (ns), oldest first
+        self._recent: OrderedDict[SessionState, int] = OrderedDict()  # -> last activity (ns), oldest first
 
     # --- arrival -----------------------------------------------------------------------
 
@@ -338,7 +344,8 @@ class SessionInference:
 
     def _touch(self, session: SessionState, now_ns: int) -> None:
         recent = self._recent
-        recent.pop(session, None)
+        if session in recent:
+            recent.move_to_end(session)
         recent[session] = now_ns
 
     def _release_idle(self, now_ns: int) -> None:
@@ -409,14 +416,19 @@ class SessionInference:
         return session
 
     def _add_head(self, session: SessionState, head: Head) -> None:
-        """Index the new request; let go of heads beyond `max_heads`, and of heads older than
-        `rewind_s` that no request in flight or latest reply needs: a conversation that comes back
-        every few minutes must not hold one head per turn it ever took (a rewind further back is
-        still tagged by the compaction rules)."""
-        heads = session.heads
-        heads.append(head)
+        """Index the new request and trim the session's older heads."""
+        session.heads.append(head)
         self._index[(session.scope, head.chain)] = head
-        horizon = head.arrived_ns - int(self.rewind_s * 1e9)
+        self._trim(session, head.arrived_ns)
+
+    def _trim(self, session: SessionState, now_ns: int) -> None:
+        """Let go of heads beyond `max_heads`, and of heads older than `rewind_s` that no request
+        in flight or latest reply needs: a conversation that comes back every few minutes must not
+        hold one head per turn it ever took (a rewind further back is still tagged by the
+        compaction rules). Run at each arrival and each completion: a session waiting for its next
+        turn holds its latest head only, not also the one before it until that turn comes."""
+        heads = session.heads
+        horizon = now_ns - int(self.rewind_s * 1e9)
         while len(heads) > 1 and (
             len(heads) > self.max_heads
             or (
@@ -476,6 +488,7 @@ class SessionInference:
             session.last_done = head
             if not session.explicit:
                 self._index_reply(session, content if isinstance(content, str) else "")
+        self._trim(session, now_ns)
         self._rewindow(session)
         self._touch(session, now_ns)
 
@@ -496,9 +509,11 @@ class SessionInference:
             session.reply = (anchor, len(text), hash(text))
             replies.setdefault(anchor, {})[session] = (len(text), hash(text))
         if session.system_key is not None:
-            latest = self._by_system.setdefault((session.scope, session.system_key), {})
-            latest.pop(session, None)
-            latest[session] = None
+            latest = self._by_system.setdefault((session.scope, session.system_key), OrderedDict())
+            if session in latest:
+                latest.move_to_end(session)
+            else:
+                latest[session] = None
 
     def _rewindow(self, session: SessionState) -> None:
         gaps = session.gaps

@@ -3,6 +3,7 @@ the benchmark's verdict; the soaks themselves run in `just soak`, never in the t
 
 from __future__ import annotations
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,12 +12,14 @@ from bench.report import markdown, soak_checks
 from bench.soak import (
     GENERATION_DIGITS,
     Calibration,
+    ChatLoad,
     Conversation,
     Sample,
     _lines_counter,
     _summary,
     analyse,
     conversation_messages,
+    error_kind,
     parse_args,
     replay_size,
 )
@@ -200,3 +203,19 @@ def test_a_conversation_keeps_its_shape_however_often_it_restarted(
     first = Conversation(index, 0, list(replies))
     later = Conversation(index, generation, list(replies))
     assert shape(later) == shape(first)
+
+
+def test_client_errors_are_counted_by_kind_without_their_ids() -> None:
+    """The 60-minute record soak counted 27 client errors and could not say what they were."""
+    request = httpx.Request("POST", "http://127.0.0.1:1/v1/chat/completions")
+    refused = httpx.Response(502, request=request, content=b'{"error": {"message": "upstream\\n down"}}')
+    load = ChatLoad("http://127.0.0.1:1", conversations=1, clients=1, turns=1, compact=False)
+    load.failed(httpx.HTTPStatusError("bad gateway", request=request, response=refused))
+    load.failed(httpx.RemoteProtocolError("Server disconnected without sending a response."))
+    load.failed(httpx.RemoteProtocolError("Server disconnected without sending a response."))
+    assert load.errors == 3
+    assert load.error_kinds == {
+        'HTTP 502: {"error": {"message": "upstream\\n down"}}': 1,
+        "RemoteProtocolError: Server disconnected without sending a response.": 2,
+    }
+    assert error_kind(ValueError("")) == "ValueError"

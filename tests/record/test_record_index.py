@@ -7,6 +7,8 @@ reply carried over, is still matched from that little.
 
 from __future__ import annotations
 
+from array import array
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from recordkit import FixedWall
@@ -190,3 +192,90 @@ def test_a_conversation_coming_back_every_quarter_hour_holds_a_bounded_number_of
         msgs += [a(reply_of(1, n)), u(f"go on {n}")]
     edit = turn(inf, clock, [*msgs[:-4], u("that, but edited")], gap=10.0)
     assert edit.session is first.session and edit.tag == "compaction" and edit.base is not None
+
+
+def _soak_like(passes: int, conversations: int, every_s: float = 900.0, compact_after: int = 4):
+    """The record soak's load through a Recorder, one request at a time on a simulated clock:
+    `conversations` conversations sharing a system prompt, each back every `every_s` (beyond
+    `rewind_s`, within `idle_after_s`), compacting after `compact_after` turns with its last reply
+    carried over. Yields after each pass: the recorder, the histories, the trace path."""
+    import gc
+    import tempfile
+    from pathlib import Path
+
+    import orjson
+
+    from replay.engine.usage import Usage
+    from replay.record.recorder import Outcome, Recorder
+    from replay.record.wire import TapResult
+    from replay.trace import TraceWriter
+
+    system = {"role": "system", "content": "You are a coding agent. " * 80}
+    step = int(every_s / conversations * S)
+    histories = [[system, u(f"conversation {c}: fix the failing test")] for c in range(conversations)]
+    turns = [0] * conversations
+    now = 1000 * S
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.jsonl"
+        rec = Recorder(TraceWriter(path, source="record"), SessionInference(wall_clock=FixedWall(30.0)))
+        rid = 0
+        for p in range(passes):
+            for c in range(conversations):
+                now += step
+                body = orjson.dumps({"model": "m", "messages": histories[c], "stream": True})
+                pending = rec.begin("openai", body, None, None, now)
+                rid += 1
+                text = f"#{rid} done: read the files, fixed the bug, the tests pass now"
+                tap = TapResult(message=a(text), finish="stop", usage=Usage(prompt_tokens=9, output_tokens=9))
+                rec.finish(pending, Outcome(tap=tap, t_first_byte=now, t_last_byte=now, t_done=now + S // 2))
+                turns[c] += 1
+                if turns[c] % compact_after:
+                    histories[c] = [*histories[c], a(text), u(f"tool result {turns[c]} of {c}")]
+                else:
+                    histories[c] = [system, u(f"Summary of earlier work:\n{text}\nContinue.")]
+            gc.collect()
+            yield p + 1, rec, histories, path
+        rec.writer.close()
+
+
+def test_a_session_waiting_for_its_next_turn_holds_one_head_pass_after_pass():
+    """The 60-minute record soak grew ~600 bytes per conversation on its second pass: a session
+    kept its previous head (and its index entry) until its next turn came, though older than
+    `rewind_s`. Waiting sessions hold their latest head only, and every conversation is still
+    matched to its own session, by prefix or by its carried-over reply."""
+    n = 200
+    for done, rec, _, _ in _soak_like(passes=6, conversations=n):
+        inf = rec.inference
+        assert len(inf.sessions) == n  # every turn and compaction found its conversation
+        assert all(len(s.heads) == 1 and s.heads[0] is s.last is s.last_done for s in inf.sessions.values())
+        assert len(inf._index) == n
+        assert all(s.requests == done for s in inf.sessions.values())
+        assert len(rec.writer._sessions) == n
+
+
+def _held(rec, session) -> int:
+    """Bytes a session's own objects take in the inference and the writer (not the shared tables)."""
+    import sys
+
+    size = sys.getsizeof(session) + sys.getsizeof(session.heads) + sys.getsizeof(session.gaps)
+    size += sum(sys.getsizeof(h) for h in session.heads)
+    size += sum(sys.getsizeof(g) for g in session.gaps if not isinstance(session.gaps, array))
+    basis = rec.writer.last(session.declared)
+    if basis is not None:
+        size += sys.getsizeof(basis) + sys.getsizeof(basis.keys)
+    return size
+
+
+def test_what_a_waiting_session_holds_grows_by_its_gaps_alone():
+    """Pass after pass of the same conversations (compacting every 4 turns), what each session
+    holds between its turns: only the gaps kept for its rhythm grow (8 bytes each, at most 16),
+    and the writer's keys follow the conversation's length (the same at the same point of its
+    compaction cycle). A head kept per turn, or a gap as a float object, would show here."""
+    n = 50
+    held: dict[int, list[int]] = {}
+    for done, rec, _, _ in _soak_like(passes=9, conversations=n):
+        held[done] = [_held(rec, s) for s in rec.inference.sessions.values()]
+        assert all(len(s.gaps) == done - 1 for s in rec.inference.sessions.values())
+    for later in (5, 9):  # the first request after a compaction, as the first one was
+        growth = [b - a for a, b in zip(held[1], held[later], strict=True)]
+        assert max(growth) <= 8 * 16, growth
