@@ -14,16 +14,26 @@ may end in LF, CRLF or a lone CR, split anywhere across chunks.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 _BOM = b"\xef\xbb\xbf"
 
 
-class SseEvent(NamedTuple):
-    """One dispatched event; `event` is "message" when the server named none."""
+class SseEvent:
+    """One dispatched event; `event` is "message" when the server named none.
 
-    event: str
-    data: bytes
+    A plain (compiled) class, not a NamedTuple: a NamedTuple is built through a Python-level
+    `__new__`, once per event of every stream (issue #20)."""
+
+    __slots__ = ("event", "data")
+
+    def __init__(self, event: str, data: bytes) -> None:
+        self.event = event
+        self.data = data
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SseEvent) and self.event == other.event and self.data == other.data
+
+    def __repr__(self) -> str:
+        return f"SseEvent({self.event!r}, {self.data!r})"
 
 
 class SseParser:
@@ -58,8 +68,9 @@ class SseParser:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buf = self._buf
         if not buf and chunk.endswith(b"\n\n"):
-            # Fast path: servers flush whole events, so most chunks end on a boundary.
-            return self._parse_blocks(chunk[:-2])
+            # Fast path: servers flush whole events, so most chunks end on a boundary (the empty
+            # block after the last blank line dispatches nothing).
+            return self._parse_blocks(chunk)
         # A blank line may straddle the previous chunk's tail, so scan from one byte back.
         start = len(buf) - 1 if buf else 0
         buf += chunk
@@ -87,10 +98,11 @@ class SseParser:
     def _parse_blocks(self, complete: bytes) -> list[SseEvent]:
         events: list[SseEvent] = []
         for block in complete.split(b"\n\n"):
-            # Fast path: the usual `data: {...}` event of one line.
-            if block.startswith(b"data:") and b"\n" not in block:
-                data = block[5:]
-                events.append(SseEvent("message", data[1:] if data.startswith(b" ") else data))
+            # Fast path: the usual `data: {...}` event of one line, its data sliced out once.
+            if block.startswith(b"data: ") and b"\n" not in block:
+                events.append(SseEvent("message", block[6:]))
+                continue
+            if not block:
                 continue
             ev = self._parse_block(block)
             if ev is not None:
