@@ -6,8 +6,9 @@ it into `BadShape`, which the exchange records as that request's `bad_payload` f
 offending bytes kept as evidence. Absent keys and JSON null read as "not said" (None / empty):
 servers omit and null optional fields freely, and that is not a fault. Unknown keys are ignored.
 
-Public API: `Fields` (a JSON object and where it sits), `BadShape`, `BadPayload`, `load_object`,
-`check_counts`. The recorder and the simulator can read wire JSON with the same accessors.
+Public API: `Fields` (a JSON object and where it sits), `BadShape`, `BadPayload`, `load_object`
+(`load_json` and `as_object`, its two halves), `check_counts`. The recorder and the simulator can
+read wire JSON with the same accessors.
 """
 
 from __future__ import annotations
@@ -118,20 +119,32 @@ class Fields:
         return None
 
 
-def load_object(data: bytes, what: str = "event data") -> Fields:
-    """Bytes that must hold one JSON object; anything else is a `BadPayload` carrying the bytes."""
+def load_json(data: bytes, what: str = "event data") -> Any:
+    """Bytes that must hold JSON; anything else is a `BadPayload` carrying the bytes.
+
+    The value is unchecked: a reader's fast path looks inside the dict itself, and hands anything
+    else to `as_object`."""
     try:
-        value = orjson.loads(data)
+        return orjson.loads(data)
     except orjson.JSONDecodeError:
         shown = " ".join(data[:_SNIPPET_MAX].decode("utf-8", "replace").split())
         exc = BadPayload(f"{what} is not JSON: {shown}")
         exc.evidence = data
         raise exc from None
+
+
+def as_object(value: Any, data: bytes) -> Fields:
+    """`load_json`'s value as the object it must be, else `BadShape` carrying the bytes."""
     try:
         return Fields(value, "$")
     except BadShape as exc:
         exc.evidence = data
         raise
+
+
+def load_object(data: bytes, what: str = "event data") -> Fields:
+    """Bytes that must hold one JSON object; anything else is a `BadPayload` carrying the bytes."""
+    return as_object(load_json(data, what), data)
 
 
 def check_counts(obj: dict[str, Any], paths: Iterable[tuple[str, ...]], where: str) -> None:

@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import orjson
 
-from replay.engine.decode import Fields, check_counts, check_modelled
+from replay.engine.decode import Fields, as_object, check_counts, check_modelled, load_json
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
     OnState,
     ReplyParts,
     exchange,
-    load_event,
     stream_error,
 )
 from replay.engine.sse import SseEvent
@@ -98,9 +98,36 @@ def _plain_content(raw: dict[str, Any]) -> str | None:
     return text if type(text) is str else None
 
 
+def _plain_text(middle: bytes) -> str | None:
+    """The text of a JSON string's inside when it needs no unescaping (no quote, backslash or
+    control character) and is valid UTF-8, else None. Only printable text is taken: what
+    `isprintable` refuses (controls, and a few spaces and marks JSON would allow) takes the
+    general path, which is never wrong, only slower."""
+    try:
+        text = middle.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return text
+    return None
+
+
+_LEARN_TRIES = 3  # chunks a stream may spend learning its content chunks' shape (each: 2 decodes)
+
+
 class OpenAIReader(ReplyParts):
     """Chat-completions chunks and bodies, every field read through `Fields` (a wrong type is
-    `BadShape`: the request's `bad_payload`)."""
+    `BadShape`: the request's `bad_payload`).
+
+    Most of a stream is content chunks whose bytes differ only in the text: `{...,"delta":
+    {"content":"` + text + `"},"finish_reason":null}]}`. Once one of them has been decoded, its
+    bytes before and after the text (`_head`, `_foot`) are kept if they pass a proof: with the
+    text replaced by "Q" and then by "Z", both decode and read as plain content "Q" and "Z". Then
+    the quote ending `_head` opens a string (a letter after a closed string is not JSON), that
+    string is the content (its value alone changed between the two), and any chunk that is
+    `_head` + text + `_foot`, where the text needs no unescaping, is the same JSON with that
+    content: its text is read without decoding the chunk. Anything else takes the general path.
+    """
 
     terminal = "[DONE]"
 
@@ -111,6 +138,9 @@ class OpenAIReader(ReplyParts):
         self.timings: dict[str, Any] | None = None
         self.meta_info: dict[str, Any] | None = None
         self.x_sim: dict[str, Any] | None = None
+        self._head = b""  # a content chunk's bytes before its text; empty: none learnt
+        self._foot = b""  # and after it
+        self._learn = _LEARN_TRIES
 
     def _tail(self, obj: Fields) -> None:
         # Usage, timings and x_sim may ride on any chunk; the last one that carries them wins.
@@ -136,19 +166,56 @@ class OpenAIReader(ReplyParts):
         if x_sim and x_sim.raw:
             self.x_sim = check_modelled(x_sim)
 
+    def _learn_shape(self, data: bytes, text: str) -> None:
+        """Keep `data`'s bytes around its content `text` as the stream's content shape, if they
+        pass the proof in the class docstring (a try is spent only on the proof)."""
+        if _plain_text(text.encode()) is None:
+            return
+        quoted = b'"' + text.encode() + b'"'
+        at = data.rfind(quoted)
+        if at < 0:
+            return
+        self._learn -= 1
+        head = data[: at + 1]
+        foot = data[at + len(quoted) - 1 :]
+        for mark in ("Q", "Z"):
+            try:
+                raw = orjson.loads(head + mark.encode() + foot)
+            except orjson.JSONDecodeError:
+                return
+            if type(raw) is not dict or _plain_content(raw) != mark:
+                return
+        self._head = head
+        self._foot = foot
+
     def event(self, ev: SseEvent) -> bool:
         data = ev.data
+        head = self._head
+        fits = False
+        if head and data.startswith(head) and data.endswith(self._foot) and ev.event == "message":
+            end = len(data) - len(self._foot)
+            if end >= len(head):
+                fits = True
+                text = _plain_text(data[len(head) : end])
+                if text is not None:  # a content chunk of the learnt shape
+                    if text:
+                        self.content.append(text)
+                        return True
+                    return False
         if data == b"[DONE]":
             self.done = True
             return False
-        obj = load_event(data)
-        if ev.event == "message":
-            text = _plain_content(obj.raw)
+        raw = load_json(data)
+        if ev.event == "message" and type(raw) is dict:
+            text = _plain_content(raw)
             if text is not None:  # the common token chunk, its every field checked inline
+                if self._learn and not fits:  # none learnt yet, or the shape changed
+                    self._learn_shape(data, text)
                 if text:
                     self.content.append(text)
                     return True
                 return False
+        obj = as_object(raw, data)
         if ev.event == "error" or ("error" in obj and not obj.value("choices")):
             self.error = stream_error(obj.raw)
             return False
