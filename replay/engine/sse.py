@@ -96,24 +96,28 @@ class SseParser:
         return self._parse_blocks(complete)
 
     def _parse_blocks(self, complete: bytes) -> list[SseEvent]:
-        events: list[SseEvent] = []
-        for block in complete.split(b"\n\n"):
-            # Fast path: the usual `data: {...}` event of one line, its data sliced out once.
-            if block.startswith(b"data: ") and b"\n" not in block:
-                events.append(SseEvent("message", block[6:]))
-                continue
-            if not block:
-                continue
-            ev = self._parse_block(block)
-            if ev is not None:
-                events.append(ev)
-        return events
+        """The events of `complete`, whole blocks whose last blank line may be cut off.
 
-    def _parse_block(self, block: bytes) -> SseEvent | None:
+        One split into lines (a one-byte separator: twice as fast as splitting into blocks first),
+        then the usual event, one `data: ` line and its blank line, is sliced out at once."""
+        events: list[SseEvent] = []
+        lines = complete.split(b"\n")
+        n = len(lines)
+        i = 0
         name = "message"
         data: list[bytes] = []
-        for line in block.split(b"\n"):
-            if not line:
+        while i < n:
+            line = lines[i]
+            i += 1
+            if not line:  # a blank line ends the block
+                if data:
+                    events.append(SseEvent(name, b"\n".join(data)))
+                    data = []
+                name = "message"
+                continue
+            if not data and name == "message" and (i == n or not lines[i]) and line.startswith(b"data: "):
+                events.append(SseEvent("message", line[6:]))
+                i += 1
                 continue
             if line.startswith(b":"):
                 self.comments += 1
@@ -126,6 +130,6 @@ class SseParser:
             elif field == b"event":
                 name = value.decode("utf-8", "replace") or "message"
             # `id` and `retry` steer browser reconnects; a replay client never reconnects.
-        if not data:
-            return None
-        return SseEvent(name, b"\n".join(data))
+        if data:
+            events.append(SseEvent(name, b"\n".join(data)))
+        return events
