@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from replay.metrics.record import Usage  # the record's token counts; made here, from the rules
+from replay.metrics.record import NO_USAGE, Usage  # the record's token counts; made here, from the rules
 
 Path = tuple[str, ...]
 Rule = tuple[Path, ...]
@@ -85,8 +85,9 @@ COUNT_PATHS: tuple[Path, ...] = tuple(
 def _number(obj: Mapping[str, Any], path: Path) -> int | None:
     cur: Any = obj
     for key in path:
-        # A dict (what orjson makes) is checked by type: an ABC isinstance costs ten times more.
-        if type(cur) is not dict and not isinstance(cur, Mapping):
+        # A dict (what orjson makes) is checked by type, and an absent object (None: most paths
+        # of most rules) before the ABC isinstance, which costs ten times more.
+        if type(cur) is not dict and (cur is None or not isinstance(cur, Mapping)):
             return None
         cur = cur.get(key)
     if isinstance(cur, bool):
@@ -115,7 +116,7 @@ def parse_usage(obj: Mapping[str, Any] | None) -> Usage:
     merged from the chunks that carried them.
     """
     if not obj:
-        return Usage()
+        return NO_USAGE
     prompt = first_rule(obj, PROMPT_RULES)
     cached = first_rule(obj, CACHED_RULES)
     reprocessed = first_rule(obj, REPROCESSED_RULES)

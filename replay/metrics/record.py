@@ -44,6 +44,9 @@ class Usage:
     reprocessed_source: Literal["server", "derived"] | None = None
 
 
+NO_USAGE = Usage()  # the counts of a reply that said none: one shared value (a Usage never changes)
+
+
 def span_ns(start: int | None, end: int | None) -> int | None:
     return None if start is None or end is None else end - start
 
@@ -62,9 +65,11 @@ def _seconds(ns: int | None) -> float | None:
     return None if ns is None else ns / 1e9
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RequestRecord:
-    """One request: fields stay None for moments that were never reached."""
+    """One request: fields stay None for moments that were never reached.
+
+    Its `__init__` is written out (see `replay._compiled`): the engine makes one per request."""
 
     # Who and what, set by the engine before the call (a call made outside a run keeps the defaults).
     seq: int = 0  # order of sending within the run
@@ -105,6 +110,78 @@ class RequestRecord:
     n_comments: int = 0  # keep-alive comment lines
     evidence: bytes | None = None  # the bytes at fault when status is bad_payload / stream_broken
     extra: dict[str, Any] = field(default_factory=dict)  # fields a caller adds to the results line
+
+    def __init__(
+        self,
+        seq: int = 0,
+        request_id: int = 0,
+        session: str = "",
+        tag: str = "",
+        switch: tuple[str, ...] = (),
+        from_session: str | None = None,
+        expected_output_tokens: int | None = None,
+        t_origin: int = 0,
+        t_scheduled: int | None = None,
+        t_start: int | None = None,
+        t_connected: int | None = None,
+        t_sent: int | None = None,
+        t_headers: int | None = None,
+        t_first_byte: int | None = None,
+        t_first_token: int | None = None,
+        t_first_token_read: int | None = None,
+        t_last_token: int | None = None,
+        t_end: int | None = None,
+        status: str = "ok",
+        http_status: int | None = None,
+        error: str | None = None,
+        finish: str | None = None,
+        message: dict[str, Any] | None = None,
+        usage: Usage | None = None,
+        raw_usage: dict[str, Any] | None = None,
+        timings: dict[str, Any] | None = None,
+        x_sim: dict[str, Any] | None = None,
+        response_id: str | None = None,
+        reused: bool | None = None,
+        n_events: int = 0,
+        n_token_events: int = 0,
+        n_comments: int = 0,
+        evidence: bytes | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.seq = seq
+        self.request_id = request_id
+        self.session = session
+        self.tag = tag
+        self.switch = switch
+        self.from_session = from_session
+        self.expected_output_tokens = expected_output_tokens
+        self.t_origin = t_origin
+        self.t_scheduled = t_scheduled
+        self.t_start = t_start
+        self.t_connected = t_connected
+        self.t_sent = t_sent
+        self.t_headers = t_headers
+        self.t_first_byte = t_first_byte
+        self.t_first_token = t_first_token
+        self.t_first_token_read = t_first_token_read
+        self.t_last_token = t_last_token
+        self.t_end = t_end
+        self.status = status
+        self.http_status = http_status
+        self.error = error
+        self.finish = finish
+        self.message = message
+        self.usage = NO_USAGE if usage is None else usage
+        self.raw_usage = raw_usage
+        self.timings = timings
+        self.x_sim = x_sim
+        self.response_id = response_id
+        self.reused = reused
+        self.n_events = n_events
+        self.n_token_events = n_token_events
+        self.n_comments = n_comments
+        self.evidence = evidence
+        self.extra = {} if extra is None else extra
 
     @property
     def ok(self) -> bool:
