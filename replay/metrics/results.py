@@ -15,22 +15,27 @@ import orjson
 
 from replay.errors import TraceError
 from replay.metrics.hist import Summary
-from replay.metrics.record import RequestRecord, micros, span_ns
+from replay.metrics.record import RequestRecord
 
 FORMAT = "agent-replay-results/1"
 
 
-def _seconds(ns: int | None) -> float | None:
-    """Seconds to the microsecond, as results have always printed them."""
-    us = micros(ns)
-    return None if us is None else us / 1e6
+def _between(start: int | None, end: int | None) -> float | None:
+    """Seconds from `start` to `end` to the microsecond (`micros`, ties to even), as results have
+    always printed them; one call where a line takes twelve."""
+    if start is None or end is None:
+        return None
+    whole, rest = divmod(end - start, 1000)  # `micros`: ties to even
+    if rest > 500 or (rest == 500 and whole % 2):
+        whole += 1
+    return whole / 1e6
 
 
 def request_line(rec: RequestRecord) -> dict[str, Any]:
     """A record as its `request` line; the fields up to `error` are the format's, in its order."""
     usage = rec.usage
     origin = rec.t_origin
-    decode_s = _seconds(span_ns(rec.t_first_token, rec.t_last_token))
+    decode_s = _between(rec.t_first_token, rec.t_last_token)
     n = usage.output_tokens
     line: dict[str, Any] = {
         "kind": "request",
@@ -40,13 +45,13 @@ def request_line(rec: RequestRecord) -> dict[str, Any]:
         "tag": rec.tag,
         "switch": list(rec.switch),
         "from_session": rec.from_session,
-        "scheduled_s": _seconds(span_ns(origin, rec.t_scheduled)),
-        "sent_s": _seconds(span_ns(origin, rec.t_sent)),
-        "lag_s": _seconds(span_ns(rec.t_scheduled, rec.t_sent)),
-        "ttft_s": _seconds(span_ns(rec.t_sent, rec.t_first_token)),
-        "latency_s": _seconds(span_ns(rec.t_sent, rec.t_end)),
-        "ttft_sched_s": _seconds(span_ns(rec.t_scheduled, rec.t_first_token)),
-        "latency_sched_s": _seconds(span_ns(rec.t_scheduled, rec.t_end)),
+        "scheduled_s": _between(origin, rec.t_scheduled),
+        "sent_s": _between(origin, rec.t_sent),
+        "lag_s": _between(rec.t_scheduled, rec.t_sent),
+        "ttft_s": _between(rec.t_sent, rec.t_first_token),
+        "latency_s": _between(rec.t_sent, rec.t_end),
+        "ttft_sched_s": _between(rec.t_scheduled, rec.t_first_token),
+        "latency_sched_s": _between(rec.t_scheduled, rec.t_end),
         "prompt_tokens": usage.prompt_tokens,
         "cached_tokens": usage.cached_tokens,
         "cache_write_tokens": usage.cache_write_tokens,
@@ -61,11 +66,11 @@ def request_line(rec: RequestRecord) -> dict[str, Any]:
         "http_status": rec.http_status,
         "error": rec.error,
         # Added to the format since: the stamps before the first token.
-        "connect_s": _seconds(span_ns(rec.t_start, rec.t_connected)),
-        "headers_s": _seconds(span_ns(rec.t_sent, rec.t_headers)),
-        "first_byte_s": _seconds(span_ns(rec.t_sent, rec.t_first_byte)),
+        "connect_s": _between(rec.t_start, rec.t_connected),
+        "headers_s": _between(rec.t_sent, rec.t_headers),
+        "first_byte_s": _between(rec.t_sent, rec.t_first_byte),
         "reused": rec.reused,
-        "client_queue_s": _seconds(span_ns(rec.t_first_token, rec.t_first_token_read)),
+        "client_queue_s": _between(rec.t_first_token, rec.t_first_token_read),
     }
     if rec.x_sim is not None:
         line["modelled"] = rec.x_sim
@@ -79,13 +84,19 @@ class ResultsWriter:
     def __init__(self, path: str | Path, header: dict[str, Any]) -> None:
         self.path = str(path)
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._out: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by close()
+        # Unbuffered: every line goes to the kernel as it is written (one write call, no copy).
+        self._out: IO[bytes] = open(self.path, "wb", buffering=0)  # noqa: SIM115 - closed by close()
         self.summary = Summary()
         self.write({"kind": "run", "format": FORMAT, **header})
 
     def write(self, obj: dict[str, Any]) -> None:
-        self._out.write(orjson.dumps(obj) + b"\n")
-        self._out.flush()
+        data = orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
+        done = self._out.write(data)
+        while done < len(data):  # a raw write may take less than all (a signal, a full disk)
+            more = self._out.write(data[done:])
+            if not more:
+                raise OSError(f"{self.path}: the results file takes no more bytes")
+            done += more
 
     def request(self, rec: RequestRecord, summarise: bool = True) -> dict[str, Any]:
         """Write a record's line (into the summary too unless told not to); returns the line."""

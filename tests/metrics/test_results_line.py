@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+from hypothesis import given
+from hypothesis import strategies as st
 
-from replay.metrics.record import RequestRecord, Usage
-from replay.metrics.results import ResultsWriter
+from replay.metrics.record import RequestRecord, Usage, micros, span_ns
+from replay.metrics.results import ResultsWriter, _between
 
 # The three lines as `agent-replay-results/1` wrote them before the request record became one type.
 OK_LINE = (
@@ -180,3 +182,12 @@ def test_the_summary_line_is_read_from_the_end_whatever_follows_it_and_wherever_
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(b'{"kind":"run"}\n{"kind":"request"}\n{"kind":"summ')  # killed before its summary
     assert read_summary_line(cut) is None and read_summary_line(cut, block=3) is None
+
+
+@given(
+    start=st.none() | st.integers(min_value=-(10**15), max_value=10**15),
+    end=st.none() | st.integers(min_value=-(10**15), max_value=10**15),
+)
+def test_a_span_is_printed_as_its_whole_microseconds_ties_to_even(start: int | None, end: int | None) -> None:
+    us = micros(span_ns(start, end))
+    assert _between(start, end) == (None if us is None else us / 1e6)
