@@ -143,6 +143,19 @@ def test_three_overnight_c_answers_in_text() -> None:
     assert rounds == ["a", "b", "c"] * 3
 
 
+def test_three_overnight_c_is_read_once_and_shares_nothing_with_a_and_b() -> None:
+    """The report's C re-read its whole prompt (110K-131K) every round: it restored nothing, so it
+    shares no prefix with A and B, and its build was one read above cold_max (no cold anchor)."""
+    planned = plan_requests(find_scenario("three-overnight"))
+    c = [p for p in planned if p.session == "c"]
+    a = next(p for p in planned if p.session == "a")
+    assert len(c) == 4
+    assert content_tokens(c[0].messages) == pytest.approx(100_000, abs=1_000)
+    assert content_tokens(c[0].messages) > config_for().kv_cache_cold_max_tokens
+    assert [content_tokens(p.messages) for p in c[1:]] == pytest.approx([110_000, 120_000, 130_000], abs=1_500)
+    assert c[0].messages[0] != a.messages[0]
+
+
 def test_cache_probe_steps_and_probe_marker(tmp_path: Path) -> None:
     spec = find_scenario("cache-probe")
     planned = plan_requests(spec)
