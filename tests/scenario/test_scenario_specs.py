@@ -152,7 +152,9 @@ def test_three_overnight_c_is_read_once_and_shares_nothing_with_a_and_b() -> Non
     assert len(c) == 4
     assert content_tokens(c[0].messages) == pytest.approx(100_000, abs=1_000)
     assert content_tokens(c[0].messages) > config_for().kv_cache_cold_max_tokens
-    assert [content_tokens(p.messages) for p in c[1:]] == pytest.approx([110_000, 120_000, 130_000], abs=1_500)
+    assert [content_tokens(p.messages) for p in c[1:]] == pytest.approx(
+        [110_000, 120_000, 130_000], abs=1_500
+    )
     assert c[0].messages[0] != a.messages[0]
 
 
