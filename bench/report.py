@@ -495,6 +495,8 @@ def _soak(results: dict[str, Any]) -> list[str]:
         "so rates are compared within one run only; a fixed piece of work timed with every sample gives "
         "the drift at the core's speed, the rate with the core's own slowing or speeding up taken out).",
         "",
+        "Every long run, with what was learnt from it: [soaks.md](soaks.md).",
+        "",
         "| process | minutes | requests | RSS after warm-up -> end | MB / 10,000 req | growth | fds | rate first -> last | drift |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
