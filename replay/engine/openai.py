@@ -78,8 +78,12 @@ def openai_body(call: ApiCall) -> dict[str, Any]:
 _TAIL_KEYS = frozenset(("usage", "timings", "meta_info", "x_sim", "error"))
 
 
-def _plain_content(raw: dict[str, Any]) -> str | None:
-    """The text of a chunk that is one choice with a content-only delta and no finish, else None.
+_PLAIN_KEYS = frozenset(("content", "reasoning_content", "reasoning"))
+
+
+def _plain_delta(raw: dict[str, Any]) -> tuple[str, str] | None:
+    """(key, text) of a chunk that is one choice whose delta holds only its content or only its
+    reasoning (`reasoning_content` or `reasoning`), with no finish, else None.
 
     Most of a stream is such chunks; reading them without building `Fields` keeps the checked
     reader as fast as the unchecked one was. Every type is still checked: None sends the chunk
@@ -94,8 +98,10 @@ def _plain_content(raw: dict[str, Any]) -> str | None:
     delta = choice.get("delta")
     if type(delta) is not dict or len(delta) != 1:
         return None
-    text = delta.get("content")
-    return text if type(text) is str else None
+    for key, text in delta.items():
+        if key in _PLAIN_KEYS and type(text) is str:
+            return key, text
+    return None
 
 
 def _plain_text(middle: bytes) -> str | None:
@@ -119,14 +125,15 @@ class OpenAIReader(ReplyParts):
     """Chat-completions chunks and bodies, every field read through `Fields` (a wrong type is
     `BadShape`: the request's `bad_payload`).
 
-    Most of a stream is content chunks whose bytes differ only in the text: `{...,"delta":
-    {"content":"` + text + `"},"finish_reason":null}]}`. Once one of them has been decoded, its
-    bytes before and after the text (`_head`, `_foot`) are kept if they pass a proof: with the
-    text replaced by "Q" and then by "Z", both decode and read as plain content "Q" and "Z". Then
-    the quote ending `_head` opens a string (a letter after a closed string is not JSON), that
-    string is the content (its value alone changed between the two), and any chunk that is
-    `_head` + text + `_foot`, where the text needs no unescaping, is the same JSON with that
-    content: its text is read without decoding the chunk. Anything else takes the general path.
+    Most of a stream is content (or reasoning) chunks whose bytes differ only in the text:
+    `{...,"delta":{"content":"` + text + `"},"finish_reason":null}]}`. Once one of them has been
+    decoded, its bytes before and after the text (`_head`, `_foot`) are kept if they pass a proof:
+    with the text replaced by "Q" and then by "Z", both decode and read as plain content (the same
+    key) "Q" and "Z". Then the quote ending `_head` opens a string (a letter after a closed string
+    is not JSON), that string is the text (its value alone changed between the two), and any chunk
+    that is `_head` + text + `_foot`, where the text needs no unescaping, is the same JSON with
+    that text: it is read without decoding the chunk. Anything else takes the general path, and a
+    stream that moves from reasoning to content learns the new shape.
     """
 
     terminal = "[DONE]"
@@ -140,6 +147,7 @@ class OpenAIReader(ReplyParts):
         self.x_sim: dict[str, Any] | None = None
         self._head = b""  # a content chunk's bytes before its text; empty: none learnt
         self._foot = b""  # and after it
+        self._into = self.content  # where the learnt shape's text goes: content or reasoning
         self._learn = _LEARN_TRIES
 
     def _tail(self, obj: Fields) -> None:
@@ -166,9 +174,9 @@ class OpenAIReader(ReplyParts):
         if x_sim and x_sim.raw:
             self.x_sim = check_modelled(x_sim)
 
-    def _learn_shape(self, data: bytes, text: str) -> None:
-        """Keep `data`'s bytes around its content `text` as the stream's content shape, if they
-        pass the proof in the class docstring (a try is spent only on the proof)."""
+    def _learn_shape(self, data: bytes, key: str, text: str) -> None:
+        """Keep `data`'s bytes around its `key` text as the stream's plain shape, if they pass the
+        proof in the class docstring (a try is spent only on the proof)."""
         if _plain_text(text.encode()) is None:
             return
         quoted = b'"' + text.encode() + b'"'
@@ -183,10 +191,11 @@ class OpenAIReader(ReplyParts):
                 raw = orjson.loads(head + mark.encode() + foot)
             except orjson.JSONDecodeError:
                 return
-            if type(raw) is not dict or _plain_content(raw) != mark:
+            if type(raw) is not dict or _plain_delta(raw) != (key, mark):
                 return
         self._head = head
         self._foot = foot
+        self._into = self.content if key == "content" else self.reasoning
 
     def event(self, ev: SseEvent) -> bool:
         data = ev.data
@@ -197,9 +206,9 @@ class OpenAIReader(ReplyParts):
             if end >= len(head):
                 fits = True
                 text = _plain_text(data[len(head) : end])
-                if text is not None:  # a content chunk of the learnt shape
+                if text is not None:  # a chunk of the learnt shape
                     if text:
-                        self.content.append(text)
+                        self._into.append(text)
                         return True
                     return False
         if data == b"[DONE]":
@@ -207,12 +216,13 @@ class OpenAIReader(ReplyParts):
             return False
         raw = load_json(data)
         if ev.event == "message" and type(raw) is dict:
-            text = _plain_content(raw)
-            if text is not None:  # the common token chunk, its every field checked inline
+            plain = _plain_delta(raw)
+            if plain is not None:  # the common token chunk, its every field checked inline
+                key, text = plain
                 if self._learn and not fits:  # none learnt yet, or the shape changed
-                    self._learn_shape(data, text)
+                    self._learn_shape(data, key, text)
                 if text:
-                    self.content.append(text)
+                    (self.content if key == "content" else self.reasoning).append(text)
                     return True
                 return False
         obj = as_object(raw, data)

@@ -17,15 +17,20 @@ from replay.metrics.record import RequestRecord
 _MARK = "\x00MARK\x00"  # never in a generated text: JSON escapes the NULs
 
 
-def _chunk(fields: list[tuple[str, Any]], text: str, finish: str | None = None) -> dict[str, Any]:
-    choice = {"index": 0, "delta": {"content": text}, "finish_reason": finish}
+def _chunk(
+    fields: list[tuple[str, Any]], text: str, finish: str | None = None, key: str = "content"
+) -> dict[str, Any]:
+    choice = {"index": 0, "delta": {key: text}, "finish_reason": finish}
     return {**dict(fields), "choices": [choice]}
 
 
-def _shape(fields: list[tuple[str, Any]]) -> tuple[bytes, bytes]:
-    """A content chunk's bytes before and after its text, as a server would frame them."""
-    head, foot = orjson.dumps(_chunk(fields, _MARK)).split(orjson.dumps(_MARK)[1:-1])
+def _shape(fields: list[tuple[str, Any]], key: str = "content") -> tuple[bytes, bytes]:
+    """A content (or reasoning) chunk's bytes before and after its text, as a server frames them."""
+    head, foot = orjson.dumps(_chunk(fields, _MARK, key=key)).split(orjson.dumps(_MARK)[1:-1])
     return head, foot
+
+
+_KEYS = ("content", "reasoning_content", "reasoning")
 
 
 _fields = st.lists(
@@ -50,13 +55,16 @@ _middle = st.binary(max_size=8) | st.sampled_from(
 
 
 def _events(fields: list[tuple[str, Any]]) -> st.SearchStrategy[bytes]:
-    head, foot = _shape(fields)
+    shapes = [_shape(fields, key) for key in _KEYS]
     return st.one_of(
-        _text.map(lambda t: orjson.dumps(_chunk(fields, t))),  # a well-formed content chunk
-        _middle.map(lambda m: head + m + foot),  # the learnt shape around any bytes at all
+        st.tuples(_text, st.sampled_from(_KEYS)).map(lambda t: orjson.dumps(_chunk(fields, t[0], key=t[1]))),
+        st.tuples(_middle, st.sampled_from(shapes)).map(lambda m: m[1][0] + m[0] + m[1][1]),
         _text.map(lambda t: orjson.dumps(_chunk(fields, t, "stop"))),
         st.just(orjson.dumps({**dict(fields), "choices": [], "usage": {"completion_tokens": 3}})),
-        st.sampled_from([b"[DONE]", b"", b"{", b"[]", head, foot, head + foot[:-1]]),
+        st.just(orjson.dumps({**dict(fields), "choices": [{"delta": {"content": "a", "reasoning": "b"}}]})),
+        st.sampled_from(
+            [b"[DONE]", b"", b"{", b"[]", *(h for h, _ in shapes), shapes[0][0] + shapes[0][1][:-1]]
+        ),
     )
 
 
@@ -75,6 +83,18 @@ def _read(stream: list[tuple[str, bytes]], learn: bool) -> tuple[list[Any], dict
     res = RequestRecord()
     reader.fill(res)
     return outcomes, {"message": res.message, "finish": res.finish, "usage": res.usage}
+
+
+def test_a_thinking_stream_learns_its_reasoning_shape_then_its_content_shape() -> None:
+    fields = [("id", "chatcmpl-1"), ("model", "m")]
+    reader = OpenAIReader()
+    stream = [("reasoning_content", t) for t in ("Let", " me", " think")] + [
+        ("content", t) for t in ("Hi", "!")
+    ]
+    assert all(reader.event(SseEvent("message", orjson.dumps(_chunk(fields, t, key=k)))) for k, t in stream)
+    assert reader.reasoning == ["Let", " me", " think"] and reader.content == ["Hi", "!"]
+    assert (reader._head, reader._foot) == _shape(fields, "content")
+    assert reader._learn == 1  # one proof for each shape
 
 
 @settings(max_examples=300, deadline=None)
