@@ -12,7 +12,11 @@ from typing import Any
 from bench.stats import ratio
 
 ACCURACY_TARGET_MS = 1.0
-RATE_FACTOR_TARGET = 1.5
+# Issue #20's targets for the client itself (#8 asked 1.5x the fastest peer; #20 raised it to 4x).
+CPU_TARGET_MS = 0.30  # client CPU per streamed 64-token request at max rate, one process
+RATE_TARGET_1 = 2500.0  # req/s, one process
+RATE_TARGET_2 = 4000.0  # req/s, --workers 2
+RATE_FACTOR_TARGET = 4.0
 RSS_TARGET_MIB = 1024.0
 READ_TARGET_MBPS = 200.0
 SLOW_MORNING_TARGET_S = 10.0
@@ -80,11 +84,28 @@ def checks(results: dict[str, Any]) -> list[Check]:
             " ms",
         )
     )
+    rate = results.get("rate") or {}
+    one, two = rate.get("w1") or {}, rate.get("w2") or {}
+    out.append(
+        _at_most(
+            "client CPU per request at max rate, 1 worker",
+            "<= 0.30 ms",
+            one.get("cpu_ms_per_request"),
+            CPU_TARGET_MS,
+            " ms",
+        )
+    )
+    out.append(
+        _at_least("max rate, 1 worker", ">= 2,500 req/s", one.get("max_rate"), RATE_TARGET_1, " req/s")
+    )
+    out.append(
+        _at_least("max rate, 2 workers", ">= 4,000 req/s", two.get("max_rate"), RATE_TARGET_2, " req/s")
+    )
     ours, _ = our_best_rate(results)
     peer = fastest_peer(results)
     if ours is None or peer is None:
         out.append(
-            Check("max rate vs fastest Python peer", ">= 1.5x", "not measured (needs rate and peers)", None)
+            Check("max rate vs fastest Python peer", ">= 4x", "not measured (needs rate and peers)", None)
         )
     else:
         factor = ours / peer["max_rate"]
@@ -97,7 +118,7 @@ def checks(results: dict[str, Any]) -> list[Check]:
         out.append(
             Check(
                 "max rate vs fastest Python peer",
-                ">= 1.5x",
+                ">= 4x",
                 f"{factor:.2f}x ({ours:.0f} vs {peer['name']} {peer['max_rate']:.0f} req/s)",
                 met,
                 gap,
@@ -138,15 +159,21 @@ def checks(results: dict[str, Any]) -> list[Check]:
         )
     )
     sim = results.get("sim") or {}
-    out.append(
-        _at_most(
-            "slow-morning end to end on the simulator",
-            "< 10 s",
-            (sim.get("slow_morning") or {}).get("wall_s"),
-            SLOW_MORNING_TARGET_S,
-            " s",
-        )
+    morning = sim.get("slow_morning") or {}
+    check = _at_most(
+        "slow-morning end to end on the simulator",
+        "< 10 s",
+        morning.get("wall_s"),
+        SLOW_MORNING_TARGET_S,
+        " s",
     )
+    if check.met is False and morning.get("longest_arm_s") is not None:
+        check.gap += (
+            f"; the arms replay in modelled time at {morning['time_scale']:g}x (the spec's scale), so"
+            f" the longest takes {morning['longest_arm_s']:.1f} s however fast the simulator is;"
+            f" CPU {morning['cpu_s']:.1f} s"
+        )
+    out.append(check)
     sw = sim.get("sweep") or {}
     est = sw.get("estimate_1m_s")
     check = _at_most("size sweep, 20 budgets x 1M requests", "< 60 s", est, SWEEP_TARGET_S, " s")
@@ -467,6 +494,8 @@ def _soak(results: dict[str, Any]) -> list[str]:
         "RSS over requests; the rate drift compares the last window with the first (the host is shared, "
         "so rates are compared within one run only; a fixed piece of work timed with every sample gives "
         "the drift at the core's speed, the rate with the core's own slowing or speeding up taken out).",
+        "",
+        "Every long run, with what was learnt from it: [soaks.md](soaks.md).",
         "",
         "| process | minutes | requests | RSS after warm-up -> end | MB / 10,000 req | growth | fds | rate first -> last | drift |",
         "|---|---|---|---|---|---|---|---|---|",

@@ -153,7 +153,14 @@ def test_checks_say_met_missed_and_by_how_much():
     acc = by_name["TTFT error p99 at 500 streams"]
     assert acc.met is False and "missed by 1.50 ms" in acc.gap
     rate = by_name["max rate vs fastest Python peer"]
-    assert rate.met is False and "1.12x" in rate.gap and "needs 1200 req/s" in rate.gap
+    assert rate.met is False and "1.12x" in rate.gap and "needs 3200 req/s" in rate.gap
+    cpu = by_name["client CPU per request at max rate, 1 worker"]
+    assert cpu.met is False and "2.00 ms" in cpu.measured
+    assert (
+        by_name["max rate, 1 worker"].met is False
+        and "missed by 1600.0 req/s" in by_name["max rate, 1 worker"].gap
+    )
+    assert by_name["max rate, 2 workers"].met is None  # no 2-worker point in this run
     assert by_name["RSS, 1,000 sessions x 130K tokens"].met is True
     assert by_name["trace validate"].met is True
     assert by_name["trace load (validate + build)"].met is False
@@ -163,9 +170,10 @@ def test_checks_say_met_missed_and_by_how_much():
     )
     assert by_name["slow-morning end to end on the simulator"].met is None
 
-    ok = {c.name: c for c in checks(_results(p99_500=0.8, ours_rate=1300.0, peer_rate=800.0, sessions=100))}
+    ok = {c.name: c for c in checks(_results(p99_500=0.8, ours_rate=3300.0, peer_rate=800.0, sessions=100))}
     assert ok["TTFT error p99 at 500 streams"].met is True
     assert ok["max rate vs fastest Python peer"].met is True
+    assert ok["max rate, 1 worker"].met is True
     assert ok["RSS, 1,000 sessions x 130K tokens"].met is None  # a quick run's 100 sessions prove nothing
 
 

@@ -110,16 +110,19 @@ def test_slow_morning_figures(tmp_path: Path) -> None:
     assert prompts["main"][9] == pytest.approx(126_000, abs=300)  # the last before the compaction
     assert prompts["fin1"][-1] == pytest.approx(60_000, abs=300)
     assert prompts["fin2"][-1] == pytest.approx(58_000, abs=300)
+    # "growing 9K->60K and 10K->58K": prompt counts at both ends, so the jobs' first prompts are
+    # 9K and 10K, too small for the agent's 14,336-token system prompt.
+    assert prompts["fin1"][0] == pytest.approx(9_000, abs=300)
+    assert prompts["fin2"][0] == pytest.approx(10_000, abs=300)
     assert len(compaction.messages) == 146
     assert content_tokens(compaction.messages) == pytest.approx(70_000, abs=1_500)
     assert compaction.messages[0] == main[0].messages[0]  # the system prompt survives compaction
     fin1, fin2 = by["fin1"], by["fin2"]
-    # The finance jobs are the agent's too: its shared system prompt, and 9K / 10K on top of it.
-    assert fin1[0].messages[0] == fin2[0].messages[0] == main[0].messages[0]
     system = content_tokens(main[0].messages[:1])
     assert system + system_overhead(("read_file", "run_command", "search", "write_file")) == 14_336
-    assert content_tokens(fin1[0].messages) - system == pytest.approx(9_000, abs=300)
-    assert content_tokens(fin2[0].messages) - system == pytest.approx(10_000, abs=300)
+    # The scheduled jobs do not carry the agent's system prompt (a 9K prompt cannot hold it).
+    assert main[0].messages[0]["role"] == "system"
+    assert fin1[0].messages[0]["role"] == fin2[0].messages[0]["role"] == "user"
     assert {p.tag for p in fin1 + fin2} == {"cron"}
     review = by["review"]
     assert content_tokens(review[0].messages) == pytest.approx(62_000, abs=1_000)
@@ -141,6 +144,21 @@ def test_three_overnight_c_answers_in_text() -> None:
     assert content_tokens(c[-4].messages) == pytest.approx(100_000, abs=10_000)
     rounds = [p.session for p in planned][-9:]
     assert rounds == ["a", "b", "c"] * 3
+
+
+def test_three_overnight_c_is_read_once_and_shares_nothing_with_a_and_b() -> None:
+    """The report's C re-read its whole prompt (110K-131K) every round: it restored nothing, so it
+    shares no prefix with A and B, and its build was one read above cold_max (no cold anchor)."""
+    planned = plan_requests(find_scenario("three-overnight"))
+    c = [p for p in planned if p.session == "c"]
+    a = next(p for p in planned if p.session == "a")
+    assert len(c) == 4
+    assert content_tokens(c[0].messages) == pytest.approx(100_000, abs=1_000)
+    assert content_tokens(c[0].messages) > config_for().kv_cache_cold_max_tokens
+    assert [content_tokens(p.messages) for p in c[1:]] == pytest.approx(
+        [110_000, 120_000, 130_000], abs=1_500
+    )
+    assert c[0].messages[0] != a.messages[0]
 
 
 def test_cache_probe_steps_and_probe_marker(tmp_path: Path) -> None:
