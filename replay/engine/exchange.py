@@ -296,6 +296,10 @@ async def _talk_http1(
         res.t_sent = conn.sent_ns
         await conn.response()
         res.t_sent = conn.sent_ns  # the kernel's stamp, if it came only after the send returned
+        if conn.t_head is not None and res.t_sent > conn.t_head:
+            # No reply arrives before its request has left: a kernel stamp this late was moved
+            # across a step of the wall clock. send()'s return is the next best stamp.
+            res.t_sent = min(conn.returned_ns, conn.t_head)
         res.t_headers = conn.t_head
         content_type = conn.headers.get("content-type", "")
         await _respond(
