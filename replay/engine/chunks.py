@@ -8,6 +8,7 @@ is why it lives apart from `http1`'s connection classes (those build on asyncio'
 from __future__ import annotations
 
 _LINE_MAX = 4096  # a chunk-size line longer than this is not a server's
+_FAST_DIGITS = 15  # sizes up to 2**60 are read digit by digit; longer ones by `int`
 
 
 class ChunkError(ValueError):
@@ -42,6 +43,35 @@ class Dechunker:
                 pos += take
                 self.left = left - take
                 continue
+            if not self.line:
+                # The canonical framing, read without slicing: the CRLF that closes a chunk's
+                # data, or a bare hex size and CRLF. Anything else (extensions, spaces, a line
+                # split across reads, bad sizes) takes the general path below.
+                if data[pos] == 13 and pos + 1 < end and data[pos + 1] == 10:
+                    pos += 2
+                    continue
+                size = 0
+                i = pos
+                stop = min(end, pos + _FAST_DIGITS)
+                while i < stop:
+                    c = data[i]
+                    if 48 <= c <= 57:
+                        size = size * 16 + (c - 48)
+                    elif 97 <= c <= 102:
+                        size = size * 16 + (c - 87)
+                    elif 65 <= c <= 70:
+                        size = size * 16 + (c - 55)
+                    else:
+                        break
+                    i += 1
+                if i > pos and i + 1 < end and data[i] == 13 and data[i + 1] == 10:
+                    pos = i + 2
+                    if size == 0:
+                        self.done = True
+                        self.rest = data[pos:]
+                        break
+                    self.left = size
+                    continue
             eol = data.find(b"\n", pos)
             if eol < 0:
                 self.line += data[pos:]

@@ -172,10 +172,9 @@ async def exchange(
     payload = orjson.dumps(body)
     url = call.base_url.rstrip("/") + path
     all_headers = {**headers, **call.headers}
+    deadline = _Deadline.start(call.timeout_s)
     try:
-        # asyncio's own timeout: a timer and an uncancel count, where anyio's `fail_after` adds a
-        # generator context manager and a cancel scope per request (the engine runs on asyncio).
-        async with asyncio.timeout(call.timeout_s):
+        try:
             if url[:7].lower() == "http://":
                 await _talk_http1(url, payload, all_headers, call, res, reader, parser, on_state, where)
             else:
@@ -188,6 +187,17 @@ async def exchange(
                     extensions={"trace": _SendStamps(res)},
                 )
                 await _talk(client, request, call.stream, res, reader, parser, on_state, where)
+        except BaseException as exc:
+            ours = deadline is not None and deadline.expired()
+            if ours and isinstance(exc, asyncio.CancelledError):
+                raise TimeoutError from None
+            raise
+        else:
+            if deadline is not None:
+                deadline.expired()  # a cancellation it asked for too late is taken back
+        finally:
+            if deadline is not None:
+                deadline.handle.cancel()
     except TimeoutError:
         if res.t_end is None:  # else only the drain after a complete response was cut short
             res.status, res.error = "timeout", f"{where}: no complete response after {call.timeout_s:g}s"
@@ -218,6 +228,37 @@ async def exchange(
     if on_state:
         on_state("done")
     return res
+
+
+class _Deadline:
+    """The request's timeout, by `asyncio.timeout`'s rules (a timer cancels the task; that
+    cancellation, and only that one, becomes `TimeoutError`) at a third of its cost: asyncio's
+    is Python code that looks the running loop up three times (each a getpid() on 3.11), and
+    anyio's `fail_after` adds a cancel scope (issue #20: client CPU per request)."""
+
+    __slots__ = ("task", "cancelling", "fired", "handle")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], delay: float) -> None:
+        self.task = task
+        self.cancelling = task.cancelling()  # cancellations already asked for are not ours
+        self.fired = False
+        self.handle = loop.call_later(delay, self._fire)
+
+    @staticmethod
+    def start(delay: float | None) -> _Deadline | None:
+        if delay is None:
+            return None
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
+        return None if task is None else _Deadline(loop, task, delay)
+
+    def _fire(self) -> None:
+        self.fired = True
+        self.task.cancel()
+
+    def expired(self) -> bool:
+        """Whether the timer fired, taking its cancellation back; True when no other came since."""
+        return self.fired and self.task.uncancel() <= self.cancelling
 
 
 class _Body(Protocol):
@@ -255,6 +296,10 @@ async def _talk_http1(
         res.t_sent = conn.sent_ns
         await conn.response()
         res.t_sent = conn.sent_ns  # the kernel's stamp, if it came only after the send returned
+        if conn.t_head is not None and res.t_sent > conn.t_head:
+            # No reply arrives before its request has left: a kernel stamp this late was moved
+            # across a step of the wall clock. send()'s return is the next best stamp.
+            res.t_sent = min(conn.returned_ns, conn.t_head)
         res.t_headers = conn.t_head
         content_type = conn.headers.get("content-type", "")
         await _respond(

@@ -106,24 +106,48 @@ def enable_kernel_stamps(sock: socket.socket) -> bool:
 
 
 _TIGHT_NS = 20_000  # two clock reads this close were not split by a thread switch
+_OFFSET_TRIES = 16
+_OFFSET_KEEP_NS = 100_000_000  # the clocks drift apart by microseconds a second at most
 
 
-def wall_minus_monotonic() -> int:
-    """Wall clock minus the monotonic clock, from the tightest of a few bracketed reads.
+class _ClockOffset:
+    """Wall clock minus the monotonic clock: what moves a kernel stamp (wall-clock) onto ours.
 
-    Another thread (a sampler, an in-process server) can take the GIL between two clock
-    reads; one wide bracket would then shift every stamp converted with it by the switch.
+    Another thread, or a realtime server preempting this process, can run between two clock
+    reads; a bracket split that way shifts every stamp converted with it by the switch, and
+    one such shift once put a request's send stamp after its own reply's first token. So the
+    offset comes from the tightest of up to 16 bracketed reads and, once one is tight, serves
+    every stamp for 100 ms (one clock read per stamp instead of several). A step of the wall
+    clock is caught by each stamp's own range check.
     """
-    best_width, offset = None, 0
-    for _ in range(4):
-        before = time.perf_counter_ns()
-        wall = time.time_ns()
-        after = time.perf_counter_ns()
-        if best_width is None or after - before < best_width:
-            best_width, offset = after - before, wall - (before + after) // 2
-        if best_width <= _TIGHT_NS:
-            break
-    return offset
+
+    __slots__ = ("offset", "until")
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.until = -1  # monotonic ns until which `offset` is used as it is; -1: not measured
+
+    def __call__(self) -> int:
+        if self.until >= 0 and time.perf_counter_ns() < self.until:
+            return self.offset
+        best_width, offset, after = -1, 0, 0
+        for _ in range(_OFFSET_TRIES):
+            before = time.perf_counter_ns()
+            wall = time.time_ns()
+            after = time.perf_counter_ns()
+            if best_width < 0 or after - before < best_width:
+                best_width, offset = after - before, wall - (before + after) // 2
+            if best_width <= _TIGHT_NS:
+                break
+        self.offset = offset
+        self.until = after + _OFFSET_KEEP_NS if best_width <= _TIGHT_NS else -1
+        return offset
+
+    def forget(self) -> None:
+        self.until = -1
+
+
+wall_minus_monotonic = _ClockOffset()
 
 
 def kernel_stamp(anc: list[tuple[int, int, bytes]], now: int) -> int:
@@ -170,6 +194,7 @@ class StampedSocket:
         "_tx_want",
         "_tx_kind",
         "sent_ns",
+        "returned_ns",
     )
 
     def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop) -> None:
@@ -184,6 +209,7 @@ class StampedSocket:
             _TSTAMP_SND  # SND once the last send's stamp came (or stopped being awaited); -1 before
         )
         self.sent_ns = 0  # when the last send's last byte left: the kernel's stamp, else send()'s return
+        self.returned_ns = 0  # when the last send() returned with its last byte
         self._chunks: deque[tuple[int, bytes]] = deque()
         self._buffered = 0
         self._ended = False  # nothing more will be queued: EOF, or the framing says the end came
@@ -289,7 +315,7 @@ class StampedSocket:
             raise NothingSent(exc.errno, exc.strerror) from None
         if sent < len(data):
             await self._loop.sock_sendall(self._sock, memoryview(data)[sent:])
-        self.sent_ns = time.perf_counter_ns()  # every byte is the kernel's now
+        self.sent_ns = self.returned_ns = time.perf_counter_ns()  # every byte is the kernel's now
         if self._tx:
             self._tx_bytes += len(data)
             self._tx_want = (self._tx_bytes - 1) & 0xFFFFFFFF

@@ -14,6 +14,7 @@ Across hosts: host k runs `replay run TRACE --shard k/N --out part-k.jsonl` (sha
 from __future__ import annotations
 
 import dataclasses
+import gc
 import multiprocessing as mp
 import queue as queue_mod
 import resource
@@ -112,8 +113,22 @@ def _pack_unlisted(node: Request, seen: set[int], rows: list[tuple[Any, ...]]) -
     rows.extend(_row(r, False) for r in reversed(chain))
 
 
-def unpack(packed: Packed) -> Trace:
-    """The trace `pack` flattened, with the same requests in the same order."""
+def unpack(packed: Packed, freeze: bool = False) -> Trace:
+    """The trace `pack` flattened, with the same requests in the same order.
+
+    `freeze`: for a worker that keeps the trace until it exits, as `read_trace(freeze=True)` does
+    for `replay run`: built with the collector off, then moved to its permanent generation, so the
+    full collection before the run does not scan every trace object (~0.15 s for 20,000 requests)."""
+    if freeze:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            trace = unpack(packed)
+            gc.freeze()
+            return trace
+        finally:
+            if enabled:
+                gc.enable()
     path, header, sessions, rows = packed
     made: dict[int, Request] = {}
     requests = []
@@ -194,7 +209,7 @@ def run_shard(
     """Replay worker `index`'s part of the run; `barrier` lines the workers' starts up, and
     `start_at` (epoch seconds, a sharded run's instant) holds them until then."""
     report = WorkerReport(shard=index, count=count, out=out)
-    trace = unpack(packed)
+    trace = unpack(packed, freeze=True)
     report.rss_loaded_mib = round(_rss_mib(), 1)
     if barrier is not None:
         barrier.wait(_BARRIER_TIMEOUT_S)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import statistics
 import sys
@@ -701,6 +702,27 @@ async def test_caller_cancellation_propagates(scripted_server: ScriptedServer, c
     with anyio.move_on_after(0.2) as scope:
         await send(client, "openai", make_call(scripted_server, "cancel", timeout_s=None))
     assert scope.cancelled_caught
+
+
+async def test_a_caller_cancellation_with_a_timeout_set_is_not_a_timeout(
+    scripted_server: ScriptedServer, client: Any
+) -> None:
+    scripted_server.default = Script(fault="hang")
+    with anyio.move_on_after(0.2) as scope:
+        await send(client, "openai", make_call(scripted_server, "cancel", timeout_s=5.0))
+    assert scope.cancelled_caught
+
+
+async def test_a_request_inside_its_timeout_leaves_no_timer_behind(
+    scripted_server: ScriptedServer, client: Any
+) -> None:
+    scripted_server.default = Script(tokens=2)
+    res = await send(client, "openai", make_call(scripted_server, "quick", timeout_s=0.1))
+    assert res.ok, res.error
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0.2)  # past the timeout: nothing cancels the caller now
+    assert task.cancelling() == 0
 
 
 # --- connections ----------------------------------------------------------------------

@@ -15,6 +15,12 @@ from replay.engine import transport
 WALL = 1_700_000_000_000_000_000  # the wall clock minus the monotonic clock, in this fake world
 
 
+@pytest.fixture(autouse=True)
+def measured_afresh() -> None:
+    """Each test measures the clock offset with its own clocks, not one kept from before."""
+    transport.wall_minus_monotonic.forget()
+
+
 def fake_clocks(mono: list[int], wall: list[int]) -> SimpleNamespace:
     mono_it, wall_it = iter(mono), iter(wall)
     return SimpleNamespace(perf_counter_ns=lambda: next(mono_it), time_ns=lambda: next(wall_it))
@@ -39,6 +45,26 @@ def test_a_thread_switch_between_clock_reads_does_not_move_the_stamp(monkeypatch
 
 def test_the_offset_matches_the_clocks_when_nothing_interrupts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transport, "time", fake_clocks(mono=[7_000, 7_010], wall=[WALL + 7_005]))
+    assert transport.wall_minus_monotonic() == WALL
+
+
+def test_a_tight_offset_serves_100_ms_and_a_wide_one_is_measured_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every one of 16 brackets is split by a 1 ms preemption: the best is used but not kept.
+    mono, wall = [], []
+    for i in range(16):
+        t = 1_000_000 + i * 10_000_000
+        mono += [t, t + 1_000_000]
+        wall.append(WALL + t + 900_000)
+    # Then one tight bracket (width 10 ns), kept: two reads 50 ms later take no wall clock.
+    t = 200_000_000
+    mono += [t, t + 10, t + 50_000_000, t + 99_000_000]
+    wall.append(WALL + t + 5)
+    monkeypatch.setattr(transport, "time", fake_clocks(mono, wall))
+    assert transport.wall_minus_monotonic() == WALL + 400_000  # off by the split, once
+    assert transport.wall_minus_monotonic() == WALL
+    assert transport.wall_minus_monotonic() == WALL
     assert transport.wall_minus_monotonic() == WALL
 
 
