@@ -23,6 +23,7 @@ from replay.record.requests import parse_request
 from replay.record.sessions import Assignment, Label, SessionInference, SessionState, user_id_scope
 from replay.record.wire import Parsed, TapResult, WireError
 from replay.trace.model import Message
+from replay.trace.reader import params_problem
 from replay.trace.writer import Basis, TraceWriter
 
 _WRITTEN_MAX = 1024
@@ -95,6 +96,9 @@ class Recorder:
         """Read the body and assign a session; None when the body is not a request we can record."""
         try:
             parsed = parse_request(api, body)
+            problem = params_problem(parsed.params)
+            if problem is not None:
+                raise WireError(problem)
         except WireError as exc:
             self.stats.unrecorded += 1
             self.stats.last_problem = f"not recorded: {exc}"

@@ -560,6 +560,19 @@ def _check_params(check: _Checker, params: dict[str, Any], rid: int) -> None:
             check.tool_lists[id(tools)] = tools
 
 
+def params_problem(params: dict[str, Any]) -> str | None:
+    """Why a trace could not hold a request with these params, by this reader's own rules, or None.
+
+    The recorder asks before it keeps a request, so it never writes a trace the reader refuses
+    (a server may accept a tool with no name; a trace cannot replay it).
+    """
+    try:
+        _check_params(_Checker("<request>"), params, 0)
+    except TraceError as exc:
+        return exc.problem.removeprefix("request 0: ")
+    return None
+
+
 def _check_reply(check: _Checker, reply: dict[str, Any], rid: int) -> None:
     message = reply.get("message")
     if message is not None:

@@ -162,3 +162,38 @@ def test_recorder_writes_in_completion_order_with_arrival_times(tmp_path):
     assert reqs[4].after == {"request": 3, "delay_s": 1.0}
     assert reqs[2].after == {"request": 1, "delay_s": 1.0}
     assert reqs[1].reply["first_byte_s"] == 0.2 and reqs[1].reply["last_byte_s"] == 0.5
+
+
+def test_a_request_the_trace_could_not_hold_is_counted_unrecorded_with_its_reason(tmp_path):
+    # A server may accept tools a trace cannot replay (found by tests/serving/test_fuzz.py's proxy
+    # run): the recorder asks the trace reader's own rules first, so its trace always validates.
+    writer = TraceWriter(tmp_path / "t.jsonl", source="record")
+    rec = Recorder(writer, inference())
+    for tools, problem in (
+        ([{"type": "function"}], "tools[0] must be a function tool with a string 'name'"),
+        (
+            [{"type": "function", "function": {"name": "f", "parameters": 3}}],
+            "'parameters' must be an object",
+        ),
+        ([{"$blob": "x"}], "unknown blob"),
+    ):
+        body = orjson.dumps({"model": "m", "messages": [SYS, u("a")], "tools": tools})
+        assert rec.begin("openai", body, None, None, 1 * S) is None
+        assert problem in rec.stats.last_problem and rec.stats.last_problem.startswith("not recorded: ")
+    good = rec.begin(
+        "openai",
+        orjson.dumps(
+            {
+                "model": "m",
+                "messages": [SYS, u("a")],
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+            }
+        ),
+        None,
+        None,
+        2 * S,
+    )
+    rec.finish(good, tap("ok", int(2.2 * S), int(2.5 * S)))
+    writer.close()
+    assert rec.stats.unrecorded == 3
+    assert validate(tmp_path / "t.jsonl")["requests"] == 1
