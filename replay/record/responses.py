@@ -81,11 +81,13 @@ def input_to_neutral(items: Any, counter: list[int]) -> list[Message]:
             msg.setdefault("tool_calls", []).append(call)
         elif kind == "reasoning":
             msg = _assistant(out)
-            texts = [
-                str(p.get("text", ""))
-                for p in (item.get("content") or []) + (item.get("summary") or [])
-                if isinstance(p, dict)
-            ]
+            parts: list[Any] = []
+            for key in ("content", "summary"):
+                value = item.get(key)
+                if value is not None and not isinstance(value, list):
+                    raise WireError(f"a reasoning item's '{key}' must be a list")
+                parts += value or []
+            texts = [str(p.get("text", "")) for p in parts if isinstance(p, dict)]
             if any(texts):
                 msg["reasoning"] = msg.get("reasoning", "") + "".join(texts)
         elif kind in ("function_call_output", "custom_tool_call_output"):
