@@ -112,6 +112,7 @@ def read_throughput(work: Path, size_bytes: int) -> dict[str, Any]:
 def _read_main(path: str) -> None:
     import resource
 
+    from replay.runs.workers import peak_rss_mib
     from replay.trace.reader import read_trace, validate
 
     def cpu() -> float:
@@ -123,7 +124,7 @@ def _read_main(path: str) -> None:
     t1, c1 = time.perf_counter(), cpu()
     trace = read_trace(path)
     t2, c2 = time.perf_counter(), cpu()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mib()
     # How much of the text repeats: the loader holds a repeated message once, so its memory
     # follows the distinct messages, not the file's size (after the timing: not counted in it).
     messages = [m for r in trace.requests for m in r.append if "content" in m]
