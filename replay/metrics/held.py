@@ -17,7 +17,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from replay.metrics.hist import new_histogram, record
+from replay.metrics.hist import new_histogram
 
 CLIENT_BOUND_CPU = 0.9  # of one core: above it the client, not the trace, sets the pace
 HELD_SHORTFALL = 0.9  # held below this share of what was asked is reported
@@ -173,7 +173,7 @@ class ClientQueue:
     def add(self, stamped: int | None, read: int | None) -> None:
         if stamped is None or read is None:
             return
-        record(self.hist, min(max(1, (read - stamped + 500) // 1000), self.MAX_US))
+        self.hist.record_value(min(max(1, (read - stamped + 500) // 1000), self.MAX_US))
 
     def percentile_ms(self, pct: float) -> float | None:
         hist = self.hist
@@ -197,9 +197,9 @@ class LagTrend:
         i, self.n = self.n, self.n + 1
         us = min(max(0, round(lag_s * 1e6)), self.MAX_US)
         if i < self.quarter:
-            record(self.head, us)
+            self.head.record_value(us)
         elif i >= self.total - self.quarter:
-            record(self.tail, us)
+            self.tail.record_value(us)
 
     def growth(self) -> tuple[float, float] | None:
         if self.total < 8 or not self.head.get_total_count() or not self.tail.get_total_count():

@@ -17,36 +17,12 @@ from replay.metrics.record import RequestRecord
 
 # Microseconds up to ~3 h for times; up to 10M tokens for counts; 3 significant figures.
 _RANGES = {"ttft_us": 10_800_000_000, "latency_us": 10_800_000_000, "reprocessed": 10_000_000}
-_TIME_MAX = _RANGES["ttft_us"]  # == _RANGES["latency_us"]
 _SUMS = ("prompt_tokens", "cached_tokens", "reprocessed_tokens", "output_tokens")
 _Tokens = tuple[int | None, int | None, int | None, int | None]
 
 
 def new_histogram(metric: str) -> HdrHistogram:
     return HdrHistogram(1, _RANGES[metric], 3)
-
-
-def record(hist: HdrHistogram, value: int) -> None:
-    """`hist.record_value(value)`, with hdrh's index arithmetic done here in one step.
-
-    hdrh computes a value's slot through four method calls, and a run records five or more
-    values per request (issue #20: client CPU per request); a property test checks that this
-    leaves a histogram exactly as `record_value` does. Values outside its range are dropped, as
-    `record_value` drops them."""
-    if value < 0:
-        return
-    unit = hist.unit_magnitude
-    half = hist.sub_bucket_half_count_magnitude
-    bucket = (value | hist.sub_bucket_mask).bit_length() - unit - half - 1
-    index = ((bucket + 1) << half) + (value >> (bucket + unit)) - hist.sub_bucket_half_count
-    if index >= hist.counts_len:
-        return
-    hist.counts[index] += 1
-    hist.total_count += 1
-    if value < hist.min_value:
-        hist.min_value = value
-    if value > hist.max_value:
-        hist.max_value = value
 
 
 @dataclass(slots=True)
@@ -67,14 +43,13 @@ class ClassStats:
         sums = self.sums
         for key, value in zip(_SUMS, tokens, strict=True):
             sums[key] += value or 0
-        hists = self.hists
         if ttft_us is not None:
-            record(hists["ttft_us"], min(ttft_us, _TIME_MAX))
+            self.hists["ttft_us"].record_value(min(ttft_us, _RANGES["ttft_us"]))
         if latency_us is not None:
-            record(hists["latency_us"], min(latency_us, _TIME_MAX))
+            self.hists["latency_us"].record_value(min(latency_us, _RANGES["latency_us"]))
         reprocessed = tokens[2]
         if reprocessed is not None:
-            record(hists["reprocessed"], min(int(reprocessed), _RANGES["reprocessed"]))
+            self.hists["reprocessed"].record_value(min(int(reprocessed), _RANGES["reprocessed"]))
 
     def merge(self, other: ClassStats) -> None:
         self.count += other.count

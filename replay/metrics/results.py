@@ -15,20 +15,16 @@ import orjson
 
 from replay.errors import TraceError
 from replay.metrics.hist import Summary
-from replay.metrics.record import RequestRecord
+from replay.metrics.record import RequestRecord, micros
 
 FORMAT = "agent-replay-results/1"
 
 
 def _between(start: int | None, end: int | None) -> float | None:
-    """Seconds from `start` to `end` to the microsecond (`micros`, ties to even), as results have
-    always printed them; one call where a line takes twelve."""
-    if start is None or end is None:
-        return None
-    whole, rest = divmod(end - start, 1000)  # `micros`: ties to even
-    if rest > 500 or (rest == 500 and whole % 2):
-        whole += 1
-    return whole / 1e6
+    """Seconds from `start` to `end` to the microsecond (`micros`: ties to even), as results have
+    always printed them."""
+    us = None if start is None or end is None else micros(end - start)
+    return None if us is None else us / 1e6
 
 
 def request_line(rec: RequestRecord) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from replay import __version__
 from replay.engine.plans import Plan
 from replay.engine.run import Engine, EngineConfig, loop_options
 from replay.metrics.held import TIMED_PLANS, LagTrend, LoadFacts
-from replay.metrics.hist import new_histogram, record
+from replay.metrics.hist import new_histogram
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import ResultsWriter
 from replay.runs.barrier import wait_until
@@ -167,7 +167,7 @@ class Recording:
                 self.counts["errors"] += 1
             line = self.writer.request(rec)
             if line["lag_s"] is not None:
-                record(self.lags, min(max(0, round(line["lag_s"] * 1e6)), _LAG_MAX_US))
+                self.lags.record_value(min(max(0, round(line["lag_s"] * 1e6)), _LAG_MAX_US))
                 self.lag_trend.add(line["lag_s"])
             if self.keep_records:
                 fields = self.keep_fields

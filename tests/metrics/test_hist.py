@@ -2,11 +2,10 @@
 
 import random
 
-from hdrh.histogram import HdrHistogram
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay.metrics.hist import Summary, record
+from replay.metrics.hist import Summary
 from replay.metrics.record import RequestRecord, Usage, micros
 from replay.metrics.results import ResultsWriter, merged_summary, read_results, request_line
 
@@ -84,24 +83,3 @@ def test_micros_rounds_to_the_nearest_microsecond_ties_to_even(ns):
     assert abs(us * 1000 - ns) <= 500
     if abs(us * 1000 - ns) == 500:
         assert us % 2 == 0
-
-
-@given(
-    values=st.lists(
-        st.integers(min_value=-5, max_value=10_800_000_000 * 4) | st.integers(min_value=0, max_value=5_000),
-        max_size=60,
-    ),
-    highest=st.sampled_from([10_000_000, 60_000_000, 10_800_000_000]),
-)
-def test_record_leaves_a_histogram_exactly_as_record_value_does(values: list[int], highest: int) -> None:
-    ours, theirs = HdrHistogram(1, highest, 3), HdrHistogram(1, highest, 3)
-    for value in values:
-        record(ours, value)
-        theirs.record_value(value)
-    assert ours.encode() == theirs.encode()
-    assert (ours.total_count, ours.min_value, ours.max_value) == (
-        theirs.total_count,
-        theirs.min_value,
-        theirs.max_value,
-    )
-    assert list(ours.counts) == list(theirs.counts)
