@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import multiprocessing as mp
+import pickle
 import queue as queue_mod
 import resource
 import time
@@ -242,10 +243,26 @@ def run_shard(
     return report
 
 
+def _write_input(path: Path, packed: Packed) -> None:
+    """A worker's part goes through a file, not the spawn pipe: CPython's spawn writes the
+    arguments into the pipe while it still holds the child's end open, so a child that dies
+    before reading them (a script without a main guard, a failed import) leaves a part larger
+    than the pipe's 64 KiB blocked there, and the run hangs instead of failing."""
+    with open(path, "wb") as f:
+        pickle.dump(packed, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _read_input(path: str) -> Packed:
+    with open(path, "rb") as f:
+        packed: Packed = pickle.load(f)
+    Path(path).unlink(missing_ok=True)
+    return packed
+
+
 def _worker_main(args: tuple[Any, ...], barrier: Any, queue: Any) -> None:
     index, count = args[1], args[2]
     try:
-        report = run_shard(*args, barrier=barrier)
+        report = run_shard(_read_input(args[0]), *args[1:], barrier=barrier)
     except BaseException as exc:  # reported to the parent, which decides; never a silent worker death
         if barrier is not None:
             barrier.abort()
@@ -281,15 +298,26 @@ def run_workers(
     barrier = ctx.Barrier(workers)
     queue = ctx.Queue()
     procs = []
-    for index in range(1, workers + 1):
-        part = str(part_path(out, index, workers))
-        own = plans[index - 1]
-        args = (pack(parts[index - 1]), index, workers, own, config, part, target, max_duration_s, start_at)
-        proc = ctx.Process(target=_worker_main, args=(args, barrier, queue), name=f"replay-shard-{index}")
-        proc.start()
-        procs.append(proc)
+    inputs = [part_path(out, index, workers).with_suffix(".input") for index in range(1, workers + 1)]
     reports: list[WorkerReport] = []
     try:
+        for index in range(1, workers + 1):
+            given, part = inputs[index - 1], str(part_path(out, index, workers))
+            _write_input(given, pack(parts[index - 1]))
+            args = (
+                str(given),
+                index,
+                workers,
+                plans[index - 1],
+                config,
+                part,
+                target,
+                max_duration_s,
+                start_at,
+            )
+            proc = ctx.Process(target=_worker_main, args=(args, barrier, queue), name=f"replay-shard-{index}")
+            proc.start()
+            procs.append(proc)
         while len(reports) < workers:
             try:
                 reports.append(WorkerReport(**queue.get(timeout=1.0)))
@@ -307,6 +335,8 @@ def run_workers(
     finally:
         for proc in procs:
             proc.join()
+        for path in inputs:  # a worker that died before reading its part left it
+            path.unlink(missing_ok=True)
     reports.sort(key=lambda r: r.shard)
     written = [Path(r.out) for r in reports if r.out and Path(r.out).exists()]
     if not written:

@@ -4,7 +4,10 @@ single-process percentiles."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -168,3 +171,39 @@ def test_run_workers_replays_each_session_once_and_merges(tmp_path):
         assert merged.summary.classes["all"].percentile("ttft_us", pct) == rebuilt.classes["all"].percentile(
             "ttft_us", pct
         )
+
+
+_NO_MAIN_GUARD = """
+import sys
+from replay.engine.plans import make_plan
+from replay.engine.run import EngineConfig
+from replay.errors import ReplayError
+from replay.runs.workers import run_workers
+from replay.trace import read_trace
+
+try:  # a spawned worker runs this again as its main module and dies bootstrapping
+    run_workers(read_trace(sys.argv[1]), make_plan("overlap", concurrency=2),
+                EngineConfig(base_url="http://127.0.0.1:9", run_id="g", timeout_s=5.0),
+                sys.argv[2], {"kind": "none"}, 2)
+except ReplayError as exc:
+    print("failed:", exc)
+"""
+
+
+def test_workers_that_die_before_reading_their_part_fail_the_run_instead_of_hanging(tmp_path):
+    """Each part here is ~400 KiB, far more than a pipe holds: passed through the spawn pipe, the
+    parent blocked writing it forever once the child died without reading."""
+    trace = _trace(tmp_path / "t.jsonl", 400, turns=20)
+    script = tmp_path / "no_guard.py"
+    script.write_text(_NO_MAIN_GUARD)
+    done = subprocess.run(
+        [sys.executable, str(script), str(trace), str(tmp_path / "out.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert "failed: no shard wrote a results file" in done.stdout, done.stderr[-2000:]
+    assert "worker exited with code 1" in done.stdout
+    assert not list(tmp_path.glob("*.input"))  # the parts handed over are not left behind
