@@ -1,18 +1,19 @@
 """Reference SSE server for client benchmarks: OpenAI chat streaming whose timing the server owns.
 
 A load generator's TTFT can only be judged against what the server itself saw. This server
-stamps, with `time.perf_counter_ns()` (CLOCK_MONOTONIC, shared by every process on the host), the
-moment each request was complete in its socket buffer (`arrival_ns`) and the moment it handed the
-first content chunk to the kernel (`first_token_ns`). Their difference is the TTFT truth; a
+stamps, on CLOCK_MONOTONIC (`time.perf_counter_ns()`, shared by every process on the host), the
+moment each request was complete in its socket buffer (`arrival_ns`: the kernel's receive stamp
+of the read that completed it, so the server's own wait to read it is not counted) and the moment
+it handed the first content chunk to the kernel (`first_token_ns`). Their difference is the TTFT truth; a
 client's TTFT minus that truth is the client's own error. The stamps ride in the first chunk
 (`x_bench`) and are kept in a log that `GET /truth` returns, keyed by the request's X-Request-ID
 (or, for a client that sends none, by the server id `#N` that also starts the reply text, so
 tools that only keep the generated text can still be matched).
 
-Why a raw asyncio protocol and no framework: the server must never be the bottleneck of the
-client it measures (see `python -m bench`, which checks its ceiling with wrk). It parses
-just enough HTTP/1.1 (request line, headers, Content-Length body, keep-alive and pipelining)
-and uses uvloop when it is installed.
+Why raw sockets in the event loop and no framework: the server must never be the bottleneck of
+the client it measures (see `python -m bench`, which checks its ceiling with wrk), and only a
+socket read with `recvmsg` carries the kernel's stamp. It parses just enough HTTP/1.1 (request
+line, headers, Content-Length body, keep-alive and pipelining) and uses uvloop when it is installed.
 
 Per-request timing (header, else body field `bench`, else the server default):
 `X-Bench-First-Token-Ms` / `first_token_ms`, `X-Bench-Token-Ms` / `token_ms` (gap between
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import socket
 import sys
 import threading
 import time
@@ -36,8 +38,11 @@ from typing import Any
 
 import orjson
 
+from replay.engine.transport import enable_kernel_stamps, kernel_stamp
+
 _now = time.perf_counter_ns
 _MAX_HEAD = 64 * 1024
+_RECV_BYTES = 256 * 1024
 TRUTH_COLUMNS = ("sid", "request_id", "arrival_ns", "first_token_ns", "done_ns", "tokens", "body_bytes")
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 431: "Too Large"}
 
@@ -136,12 +141,9 @@ class RefServer:
             found = self._chunks[model] = _Chunks(model)
         return found
 
-    def protocol(self) -> _Conn:
-        return _Conn(self)
-
-    async def listen(self, host: str = "127.0.0.1", port: int = 0) -> asyncio.Server:
+    async def listen(self, host: str = "127.0.0.1", port: int = 0) -> Listener:
         self.loop = asyncio.get_running_loop()
-        return await self.loop.create_server(self.protocol, host, port, backlog=4096, reuse_address=True)
+        return Listener(self, self.loop, host, port)
 
     # --- routes ------------------------------------------------------------------------
 
@@ -317,35 +319,135 @@ class _Stream:
             self.handle = None
 
 
-class _Conn(asyncio.Protocol):
-    """One client connection: parse requests one at a time (pipelined ones wait their turn)."""
+class Listener:
+    """The listening socket, accepting in the event loop's reader callback."""
 
-    def __init__(self, srv: RefServer) -> None:
-        self.srv = srv
-        self.transport: asyncio.Transport | None = None
+    def __init__(self, srv: RefServer, loop: asyncio.AbstractEventLoop, host: str, port: int) -> None:
+        self.srv, self.loop = srv, loop
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.sock.listen(4096)
+        self.sock.setblocking(False)
+        self.port: int = self.sock.getsockname()[1]
+        self.conns: set[_Conn] = set()
+        loop.add_reader(self.sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        for _ in range(64):
+            try:
+                sock, _addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors, a connection reset before it was taken
+                return
+            self.conns.add(_Conn(self, sock))
+
+    def close(self) -> None:
+        """Stop accepting and drop every open connection."""
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+        for conn in list(self.conns):
+            conn.lost()
+
+
+class _Conn:
+    """One client connection, read and written on its own socket; requests are parsed one at a
+    time (pipelined ones wait their turn).
+
+    Not an asyncio transport: a request's arrival is the kernel's receive stamp of the read that
+    completed it, which asyncio's `data_received` cannot give. Stamped in Python instead, the
+    truth counted the server's own wait to read (up to 9 ms with 500 streams in flight) as the
+    client's TTFT error.
+    """
+
+    __slots__ = (
+        "listener",
+        "srv",
+        "sock",
+        "fd",
+        "loop",
+        "buf",
+        "stamp",
+        "out",
+        "busy",
+        "gone",
+        "closing",
+        "stream",
+    )
+
+    def __init__(self, listener: Listener, sock: socket.socket) -> None:
+        self.listener, self.srv, self.loop = listener, listener.srv, listener.loop
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        enable_kernel_stamps(sock)  # without them, kernel_stamp falls back to the read's own time
+        self.sock, self.fd = sock, sock.fileno()
         self.buf = bytearray()
+        self.stamp = 0  # arrival of the last bytes read
+        self.out = bytearray()  # written but not yet taken by the socket
         self.busy = False
         self.gone = False
+        self.closing = False  # close once `out` is sent
         self.stream: _Stream | None = None
+        self.loop.add_reader(self.fd, self._readable)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    def _readable(self) -> None:
+        try:
+            data, anc, _flags, _addr = self.sock.recvmsg(_RECV_BYTES, 64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return self.lost()
+        if not data:
+            return self.lost()
+        self.stamp = kernel_stamp(anc, _now())
+        self.buf += data
+        if not self.busy:
+            self._next(self.stamp)
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def write(self, data: bytes) -> None:
+        if self.gone:
+            return
+        if self.out:
+            self.out += data
+            return
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            return self.lost()
+        if sent < len(data):
+            self.out += data[sent:]
+            self.loop.add_writer(self.fd, self._writable)
+
+    def _writable(self) -> None:
+        try:
+            sent = self.sock.send(self.out)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return self.lost()
+        del self.out[:sent]
+        if not self.out:
+            self.loop.remove_writer(self.fd)
+            if self.closing:
+                self.lost()
+
+    def lost(self) -> None:
+        """The connection ends: the client left, a send failed, or the reply said close."""
+        if self.gone:
+            return
         self.gone = True
         if self.stream is not None:
             self.stream.cancel()
             self.stream = None
-
-    def data_received(self, data: bytes) -> None:
-        arrival = _now()
-        self.buf += data
-        if not self.busy:
-            self._next(arrival)
-
-    def write(self, data: bytes) -> None:
-        if not self.gone:
-            self.transport.write(data)
+        self.loop.remove_reader(self.fd)
+        if self.out:
+            self.loop.remove_writer(self.fd)
+        self.sock.close()
+        self.listener.conns.discard(self)
 
     def _next(self, arrival: int) -> None:
         while not self.busy and not self.gone:
@@ -385,12 +487,14 @@ class _Conn(asyncio.Protocol):
 
     def finished(self, keep: bool) -> None:
         if not keep:
-            self.gone = True
-            self.transport.close()
+            self.busy = True  # read no more requests
+            self.closing = True
+            if not self.out:
+                self.lost()
             return
         self.busy = False
         if self.buf:
-            self._next(_now())
+            self._next(self.stamp)
 
 
 # --- running it ----------------------------------------------------------------------------
@@ -422,10 +526,9 @@ def serve_in_thread(pacing: Pacing | None = None, host: str = "127.0.0.1") -> It
     thread = threading.Thread(target=main, name="refserver", daemon=True)
     thread.start()
     ready.wait(10)
-    server: asyncio.Server = box["server"]
-    port = server.sockets[0].getsockname()[1]
+    server: Listener = box["server"]
     try:
-        yield srv, f"http://{host}:{port}"
+        yield srv, f"http://{host}:{server.port}"
     finally:
 
         async def close() -> None:
@@ -455,7 +558,7 @@ def main(argv: list[str] | None = None) -> None:
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
     server = loop.run_until_complete(srv.listen(args.host, args.port))
-    port = server.sockets[0].getsockname()[1]
+    port = server.port
     kind = type(loop).__module__.split(".")[0]
     print(f"refserver ({kind} loop) listening on http://{args.host}:{port}", flush=True)
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bench.ours import ACCURACY_FIRST_TOKEN_MS
 from bench.stats import ratio
 
 ACCURACY_TARGET_MS = 1.0
@@ -74,12 +75,14 @@ def fastest_peer(results: dict[str, Any]) -> dict[str, Any] | None:
 def checks(results: dict[str, Any]) -> list[Check]:
     out: list[Check] = []
     acc = {p["label"]: p for p in (results.get("accuracy") or {}).get("points", [])}
-    p500 = acc.get("acc-500")
+    p500 = acc.get("acc-500") or {}
+    if p500.get("first_token_ms") != ACCURACY_FIRST_TOKEN_MS:  # measured in another setting: not this target
+        p500 = {}
     out.append(
         _at_most(
-            "TTFT error p99 at 500 streams",
+            "TTFT error p99 at 500 streams, 500 ms to first token",
             "<= 1 ms",
-            (p500 or {}).get("ttft_error", {}).get("p99_ms"),
+            p500.get("ttft_error", {}).get("p99_ms"),
             ACCURACY_TARGET_MS,
             " ms",
         )
@@ -311,6 +314,8 @@ def _accuracy(results: dict[str, Any]) -> list[str]:
         )
     lines += [
         "",
+        "Server truth runs from the kernel's receive stamp of the request's last bytes (the server's own "
+        "wait to read them is not counted) to the server handing the first token to the kernel. "
         "Client queue: how long the first token waited in the client after the kernel stamped its arrival "
         "(TTFT ends at the stamp and is unaffected; a large figure means the client was saturated).",
     ]

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from bench.refserver import TRUTH_COLUMNS, Pacing, serve_in_thread
+from replay.engine.transport import enable_kernel_stamps
 
 COL = {name: i for i, name in enumerate(TRUTH_COLUMNS)}
 
@@ -69,6 +70,28 @@ def test_stream_is_paced_and_stamped_by_the_server(ref):
     assert row[COL["done_ns"]] - row[COL["first_token_ns"]] >= 30e6
     # Same clock for both processes' stamps: the client saw the token after the server sent it.
     assert t_send <= row[COL["arrival_ns"]] <= row[COL["first_token_ns"]] <= t_first
+
+
+def test_arrival_is_the_kernels_stamp_not_when_the_server_got_to_it(ref):
+    """A busy server reads a request late; its arrival stamp must not move with that wait, or the
+    truth counts the server's queueing as the client's TTFT error."""
+    srv, url = ref
+    probe = socket.socket()
+    if not enable_kernel_stamps(probe):
+        probe.close()
+        pytest.skip("this kernel refuses SO_TIMESTAMPNS: the server stamps arrivals when it reads them")
+    probe.close()
+    body = {"messages": [], "stream": True, "bench": {"first_token_ms": 0, "tokens": 1}}
+    with httpx.Client(base_url=url) as client:
+        client.get("/health")  # connected and accepted before the server is made busy
+        _truth(url)
+        srv.loop.call_soon_threadsafe(time.sleep, 0.3)  # the server's loop is blocked for 300 ms
+        time.sleep(0.02)
+        t_send = time.perf_counter_ns()
+        client.post("/v1/chat/completions", json=body, headers={"X-Request-ID": "late"})
+    row = _truth(url)["late"]
+    assert row[COL["arrival_ns"]] - t_send < 50e6  # the kernel's stamp, taken as the bytes came
+    assert row[COL["first_token_ns"]] - row[COL["arrival_ns"]] > 200e6  # the server got to it late
 
 
 def test_body_field_and_defaults_set_the_timing(ref):
