@@ -98,7 +98,13 @@ def sweep(work: Path, requests: int, budgets: int, timeout_s: float) -> dict[str
         "detail",
         f"{requests:,} requests x {budgets} budgets in {out.get('workers', '?')} process(es), "
         f"modules {out.get('modules', '?')} (replay/_compiled.py), "
-        f"peak RSS {out.get('peak_rss_mib', '?')} MiB per process; trace generated in {gen_s} s",
+        f"peak RSS {out.get('peak_rss_mib', '?')} MiB in the sweep process"
+        + (
+            f", at most {out['workers_peak_rss_at_most_mib']} MiB in each worker"
+            if out.get("workers_peak_rss_at_most_mib")
+            else ""
+        )
+        + f"; trace generated in {gen_s} s",
     )
     path.unlink(missing_ok=True)
     return out
@@ -146,23 +152,24 @@ def _sweep_main(path: str, budgets: int) -> None:
     import resource
 
     import replay
+    from replay.runs.workers import peak_rss_mib
     from replay.sizing.parallel import auto_workers
     from replay.sizing.sweep import sweep_trace
 
     sizes = [(i + 1) * 4 * GiB for i in range(budgets)]
     workers = auto_workers(path, len(sizes))
     report = sweep_trace(path, sizes, workers=workers)
-    peak_kib = max(
-        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
-    )
+    # A worker's own high-water mark is gone with it; its ru_maxrss counts the parent's size at
+    # spawn too (exec keeps the old map's peak there), so it is only a bound.
+    workers_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(
         json.dumps(
             {
                 "rows": len(report.rows),
                 "workers": workers,
                 "modules": replay.COMPILED,
-                "peak_rss_mib": round(peak_kib / 1024),
+                "peak_rss_mib": round(peak_rss_mib()),
+                "workers_peak_rss_at_most_mib": round(workers_kib / 1024) if workers > 1 else None,
             }
         )
     )
