@@ -326,3 +326,30 @@ def test_results_line_says_reused_and_client_queue() -> None:
     assert line["reused"] is True and line["connect_s"] == 0.0
     assert line["client_queue_s"] == 0.0003
     assert orjson.loads(orjson.dumps(line))["client_queue_s"] == 0.0003
+
+
+async def test_a_send_stamp_later_than_the_replys_head_falls_back_to_sends_return(
+    serve: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel send stamp moved across a step of the wall clock can land after the reply's own
+    head; no reply arrives before its request left, so send()'s return is taken instead."""
+    taken = []
+
+    def late_stamp(sock: socket.socket, until: int = -1) -> list[tuple[int, int, int]]:
+        transport.send_stamps.__wrapped__(sock, until)  # drain the real ones
+        taken.append(until)
+        if len(taken) == 1:
+            return []  # not there yet when send() returns
+        return [(0, until, time.time_ns())]  # comes with the head: now, after the head's stamp
+
+    late_stamp.__wrapped__ = transport.send_stamps  # type: ignore[attr-defined]
+    monkeypatch.setattr(transport, "send_stamps", late_stamp)
+    server = await serve(Behaviour())  # type: ignore[operator]
+    pool = Connections("fresh")
+    before = time.perf_counter_ns()
+    records = await sequence(server, pool, 1)
+    ok(records)
+    rec = records[0]
+    assert len(taken) >= 2  # the late stamp was offered after the head arrived
+    assert rec.t_sent is not None and rec.t_headers is not None
+    assert before <= rec.t_sent <= rec.t_headers  # send()'s return, not the stamp taken with the head
