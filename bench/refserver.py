@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import socket
 import sys
 import threading
@@ -43,6 +44,7 @@ from replay.engine.transport import enable_kernel_stamps, kernel_stamp
 _now = time.perf_counter_ns
 _MAX_HEAD = 64 * 1024
 _RECV_BYTES = 256 * 1024
+_OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 TRUTH_COLUMNS = ("sid", "request_id", "arrival_ns", "first_token_ns", "done_ns", "tokens", "body_bytes")
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 431: "Too Large"}
 
@@ -332,6 +334,7 @@ class Listener:
         self.sock.setblocking(False)
         self.port: int = self.sock.getsockname()[1]
         self.conns: set[_Conn] = set()
+        self.closed = False
         loop.add_reader(self.sock.fileno(), self._accept)
 
     def _accept(self) -> None:
@@ -340,12 +343,21 @@ class Listener:
                 sock, _addr = self.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # out of descriptors, a connection reset before it was taken
-                return
+            except OSError as exc:
+                if exc.errno in _OUT_OF_RESOURCES:  # accepting again at once would spin: wait a second
+                    self.loop.remove_reader(self.sock.fileno())
+                    self.loop.call_later(1.0, self._resume)
+                    return
+                continue  # a connection reset before it was taken
             self.conns.add(_Conn(self, sock))
+
+    def _resume(self) -> None:
+        if not self.closed:
+            self.loop.add_reader(self.sock.fileno(), self._accept)
 
     def close(self) -> None:
         """Stop accepting and drop every open connection."""
+        self.closed = True
         self.loop.remove_reader(self.sock.fileno())
         self.sock.close()
         for conn in list(self.conns):

@@ -23,7 +23,7 @@ import psutil
 from bench.refserver import Pacing
 from drivers.process import ChildProcess
 
-_LISTENING = r"listening on (http://\S+)"
+LISTENING = r"listening on (http://\S+)"
 
 
 @dataclass(slots=True)
@@ -103,7 +103,7 @@ def refserver(
         log.unlink(missing_ok=True)
         child = ChildProcess(argv, log_path=log, name="refserver", stop_timeout=10.0, give_up=True)
         with child:
-            match = child.wait_for_line(_LISTENING, timeout=30.0)
+            match = child.wait_for_line(LISTENING, timeout=30.0)
             line = match.string
             loop = "uvloop" if "(uvloop loop)" in line else "asyncio"
             yield RunningServer(

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import socket
+import sys
 import time
 from collections.abc import Iterator
 
 import httpx
 import orjson
+import psutil
 import pytest
 
 from bench.refserver import TRUTH_COLUMNS, Pacing, serve_in_thread
+from bench.server import LISTENING
+from drivers.process import ChildProcess
 from replay.engine.transport import enable_kernel_stamps
 
 COL = {name: i for i, name in enumerate(TRUTH_COLUMNS)}
@@ -151,3 +155,28 @@ def test_keep_alive_and_pipelined_requests(ref):
             data += more
     assert data.count(b"HTTP/1.1 200 OK") == 2
     assert data.count(b"data: [DONE]") == 2
+
+
+def test_out_of_descriptors_the_server_waits_instead_of_spinning(tmp_path):
+    """Connections beyond the server's descriptor limit wait in the backlog; accepting them
+    again at once would spin the loop at a full core, so the server pauses a second and goes on."""
+    limited = (
+        "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48)); "
+        "from bench.refserver import main; main(['--port', '0'])"
+    )
+    child = ChildProcess(
+        [sys.executable, "-c", limited], log_path=tmp_path / "log", stop_timeout=10.0, give_up=True
+    )
+    with child:
+        url = child.wait_for_line(LISTENING, timeout=30.0).group(1)
+        host, port = url.removeprefix("http://").split(":")
+        held = [socket.create_connection((host, int(port))) for _ in range(80)]
+        proc = psutil.Process(child.pid)
+        time.sleep(0.3)
+        cpu0 = sum(proc.cpu_times()[:2])
+        time.sleep(1.0)
+        assert sum(proc.cpu_times()[:2]) - cpu0 < 0.3  # not a core spinning on accept
+        for s in held:
+            s.close()
+        time.sleep(1.2)  # the pause ends; the backlog drains
+        assert httpx.get(f"{url}/health", timeout=10).status_code == 200
