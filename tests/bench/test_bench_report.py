@@ -161,6 +161,14 @@ def test_checks_say_met_missed_and_by_how_much():
         and "missed by 1600.0 req/s" in by_name["max rate, 1 worker"].gap
     )
     assert by_name["max rate, 2 workers"].met is None  # no 2-worker point in this run
+    assert "floor" not in cpu.gap  # no floor point in this run to compare with
+    with_floor = _results(p99_500=2.5, ours_rate=900.0, peer_rate=800.0)
+    with_floor["rate"]["floor"] = [{"cpu_ms_per_request": 0.5}, {"cpu_ms_per_request": 0.44}]
+    slow = {c.name: c for c in checks(with_floor)}
+    assert slow["client CPU per request at max rate, 1 worker"].gap.endswith(
+        "; the bare Python floor spent 0.44 ms a request in this run"
+    )
+    assert "floor" in slow["max rate, 1 worker"].gap
     assert by_name["RSS, 1,000 sessions x 130K tokens"].met is True
     assert by_name["trace validate"].met is True
     assert by_name["trace load (validate + build)"].met is False
@@ -183,7 +191,10 @@ def test_checks_say_met_missed_and_by_how_much():
 
 def test_markdown_has_the_targets_and_the_peer_table():
     text = markdown(_results(p99_500=2.5, ours_rate=900.0, peer_rate=800.0))
-    assert "| TTFT error p99 at 500 streams, 500 ms to first token | <= 1 ms | 2.50 ms | **missed** | missed by 1.50 ms" in text
+    assert (
+        "| TTFT error p99 at 500 streams, 500 ms to first token | <= 1 ms | 2.50 ms | **missed** | missed by 1.50 ms"
+        in text
+    )
     assert "| inference-perf 0.7.0 | 800 req/s | 200 |" in text
     assert "1.12x" in text  # rate ratio ours / peer
     assert "guidellm 0.8.1 | – |" in text and "not-installed: torch pulls CUDA" in text
