@@ -150,10 +150,11 @@ class ArmView:
                 return float(self.initial_files + stores - len(evicted) - consumed)
             case "slots_used":
                 return float(len({(r.get("modelled") or {}).get("slot") for r in self.requests}))
-            case "second_half_ratio":
+            case "second_half_ratio" | "second_half_prefill_ratio":
                 half = len(selected) // 2
-                first = sum(r["reprocessed_tokens"] for r in selected[:half])
-                second = sum(r["reprocessed_tokens"] for r in selected[len(selected) - half :])
+                amount = _tokens if metric == "second_half_ratio" else _prefill_s
+                first = sum(amount(r) for r in selected[:half])
+                second = sum(amount(r) for r in selected[len(selected) - half :])
                 return second / first if first else None
         raise ValueError(metric)
 
@@ -169,6 +170,14 @@ class ArmView:
                 continue
             out.append(s)
         return out
+
+
+def _tokens(rec: Record) -> float:
+    return float(rec["reprocessed_tokens"])
+
+
+def _prefill_s(rec: Record) -> float:
+    return float((rec.get("modelled") or {}).get("prefill_s") or 0.0)
 
 
 def _summary(values: list[float], stat: str) -> float | None:

@@ -41,6 +41,9 @@ RUN_METRICS: tuple[str, ...] = (
     "slots_used",
     # the selected requests' re-processed tokens, second half over first half (round 2 / round 1)
     "second_half_ratio",
+    # the same ratio of their modelled prompt times (ds4's `prompt done`: the prefill and the saves
+    # written during it, not the disk load before it), as a report that timed its rounds measured it
+    "second_half_prefill_ratio",
 )
 METRICS: tuple[str, ...] = REQUEST_METRICS + RUN_METRICS
 STATS: tuple[str, ...] = ("all", "min", "max", "median", "mean", "sum", "count")

@@ -141,6 +141,14 @@ def test_request_metrics_are_summed_up_as_the_row_says() -> None:
     assert a.holds
 
 
+def test_second_half_ratios_of_tokens_and_of_prompt_times() -> None:
+    view = _view()
+    for rec, prefill_s in zip(view.requests, (40.0, 60.0, 2.5, 37.5), strict=True):
+        rec["modelled"]["prefill_s"] = prefill_s
+    assert view.run_value("second_half_ratio", view.requests) == (1_000 + 17_000) / (20_000 + 30_000)
+    assert view.run_value("second_half_prefill_ratio", view.requests) == (2.5 + 37.5) / (40.0 + 60.0)
+
+
 def test_run_counts_leave_out_the_shutdown_and_can_be_scoped() -> None:
     view = _view()
     assert view.run_value("files_at_end", []) == 3 + 1 - 2  # the shutdown store is not the workload's
