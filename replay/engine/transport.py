@@ -496,6 +496,25 @@ def _tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+class _TlsTransport(httpx.AsyncBaseTransport):
+    """httpx's own transport for https, made at the first https request: a run against a plain
+    http server (all of the bench's, most local ones) never loads the CA bundle, whose tens of
+    milliseconds a worker would otherwise spend at the start of every run."""
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        self._limits = limits
+        self._inner: httpx.AsyncHTTPTransport | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._inner is None:
+            self._inner = httpx.AsyncHTTPTransport(limits=self._limits, retries=0, verify=_tls_context())
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        if self._inner is not None:
+            await self._inner.aclose()
+
+
 def make_client(connect_timeout_s: float = 10.0) -> httpx.AsyncClient:
     """An AsyncClient that can never reuse a connection nor re-send a request.
 
@@ -507,7 +526,7 @@ def make_client(connect_timeout_s: float = 10.0) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
     return httpx.AsyncClient(
         transport=_StampedTransport(limits),
-        mounts={"https://": httpx.AsyncHTTPTransport(limits=limits, retries=0, verify=_tls_context())},
+        mounts={"https://": _TlsTransport(limits)},
         timeout=httpx.Timeout(None, connect=connect_timeout_s),
         trust_env=False,
         follow_redirects=False,

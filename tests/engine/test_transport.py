@@ -97,3 +97,19 @@ def test_httpx_streams_read_through_the_stamped_socket_and_split_a_read_keeping_
             theirs.close()
 
     asyncio.run(main())
+
+
+def test_the_ca_bundle_is_loaded_at_the_first_https_request_not_by_the_client() -> None:
+    transport._tls_context.cache_clear()
+    with socket.socket() as closed:  # a port nobody listens on: the https request fails at connect
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+
+    async def main() -> None:
+        async with transport.make_client(connect_timeout_s=2.0) as client:
+            assert transport._tls_context.cache_info().currsize == 0  # a plain-http run never loads it
+            with pytest.raises(Exception, match="(?i)connect|refused"):
+                await client.get(f"https://127.0.0.1:{port}/")
+            assert transport._tls_context.cache_info().currsize == 1
+
+    asyncio.run(main())
