@@ -164,16 +164,25 @@ def _problem(obj: dict[str, Any]) -> str | None:
 
 
 def _summary_problem(obj: dict[str, Any]) -> str | None:
-    """What is wrong with a `summary` line's classes (counts and encoded histograms), or None."""
+    """What is wrong with a `summary` line's classes (counts and encoded histograms), or None.
+
+    The numbers are checked as read, before decoding: the decoded classes hold typed fields (their
+    module is compiled), which would refuse a wrong value with an error that names no field."""
+    classes = obj.get("classes")
+    if not isinstance(classes, dict):
+        return "summary 'classes' must be an object"
+    for name, raw in classes.items():
+        if not isinstance(raw, dict):
+            return f"summary class {name!r} must be an object"
+        if type(raw.get("count")) is not int or type(raw.get("errors")) is not int:
+            return f"summary class {name!r}: 'count' and 'errors' must be integers"
+        sums = raw.get("sums", {})
+        if not isinstance(sums, dict) or not all(type(v) is int for v in sums.values()):
+            return f"summary class {name!r}: 'sums' must be integers (token counts)"
     try:
-        summary = Summary.decode(obj["classes"])
+        Summary.decode(classes)
     except Exception as exc:  # whatever damage the encoded histograms hold
         return f"summary 'classes' are damaged ({type(exc).__name__})"
-    for name, stats in summary.classes.items():
-        if type(stats.count) is not int or type(stats.errors) is not int:
-            return f"summary class {name!r}: 'count' and 'errors' must be integers"
-        if not all(type(v) in (int, float) for v in stats.sums.values()):
-            return f"summary class {name!r}: 'sums' must be numbers"
     return None
 
 

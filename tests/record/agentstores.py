@@ -149,9 +149,11 @@ def slow_morning_hermes(path: Path) -> Path:
     main = HermesSession("20261130_064500_a1b2c3", "cli", HERMES_SYSTEM, end_reason="compression")
     main.add(t0 - 5, "user", words(1500, 2))  # the morning's conversation so far (87K in the field)
     t = t0
-    for i in range(8):  # 06:45-07:41: tool loop, one call every 150 s
+    # 06:45-07:41: tool loop, one call every 150 s; each tool runs a minute, so main is still in
+    # its loop when fin1 starts, however fast a replay serves the calls in between
+    for i in range(8):
         main.call(t + 20, f"m{i}", "read_file", {"path": f"notes/{i}.md"})
-        main.result(t + 22, f"m{i}", "read_file", words(150, 100 + i))
+        main.result(t + 80, f"m{i}", "read_file", words(150, 100 + i))
         t += 150
     main.reply(t + 20, "Done with the morning notes.")
     crons = []

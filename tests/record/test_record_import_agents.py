@@ -111,7 +111,7 @@ def test_hermes_sessions_compression_cron_and_review(morning_db: Path, tmp_path:
     assert [t["function"]["name"] for t in fin1[0].params["tools"]] == ["run_command"]
     assert [r.t for r in trace.requests] == sorted(r.t for r in trace.requests)
     first_main = mine[0]
-    assert first_main.t == 0.0 and mine[1].after == {"request": first_main.id, "delay_s": 2.0}
+    assert first_main.t == 0.0 and mine[1].after == {"request": first_main.id, "delay_s": 60.0}
     # t = 0 is when the first call went out (its user message, 06:44:55): reports show clock times
     assert trace.header.start == _dt.datetime.fromtimestamp(MORNING - 5).isoformat(timespec="seconds")
 
