@@ -152,9 +152,9 @@ class ArmView:
                 return float(len({(r.get("modelled") or {}).get("slot") for r in self.requests}))
             case "second_half_ratio" | "second_half_prefill_ratio":
                 half = len(selected) // 2
-                amount = _tokens if metric == "second_half_ratio" else _prefill_s
-                first = sum(amount(r) for r in selected[:half])
-                second = sum(amount(r) for r in selected[len(selected) - half :])
+                amount = "reprocessed_tokens" if metric == "second_half_ratio" else "prefill_s"
+                first = sum(self.request_value(amount, r) or 0.0 for r in selected[:half])
+                second = sum(self.request_value(amount, r) or 0.0 for r in selected[len(selected) - half :])
                 return second / first if first else None
         raise ValueError(metric)
 
@@ -170,14 +170,6 @@ class ArmView:
                 continue
             out.append(s)
         return out
-
-
-def _tokens(rec: Record) -> float:
-    return float(rec["reprocessed_tokens"])
-
-
-def _prefill_s(rec: Record) -> float:
-    return float((rec.get("modelled") or {}).get("prefill_s") or 0.0)
 
 
 def _summary(values: list[float], stat: str) -> float | None:
