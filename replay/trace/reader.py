@@ -593,8 +593,8 @@ def _check_reply(check: _Checker, reply: dict[str, Any], rid: int) -> None:
     if finish is not None:
         reply["finish"] = check.word(finish)
     _count(check, reply, "output_tokens", rid, "reply")
-    if len(reply) <= 3:
-        return  # message, finish, output_tokens: nothing a recorder adds
+    if len(reply) == ("message" in reply) + ("finish" in reply) + ("output_tokens" in reply):
+        return  # message, finish, output_tokens only: nothing a recorder adds
     status = reply.get("status")
     if status is not None and status not in REPLY_STATUSES:
         raise check.fail(f"request {rid}: reply: 'status' must be one of {', '.join(REPLY_STATUSES)}")

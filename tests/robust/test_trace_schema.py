@@ -81,6 +81,8 @@ INVALID = [
     (1, "reply.message", {"role": "assistant", "content": "", "tool_calls": "x"}),
     (1, "reply.status", "fine"),
     (1, "reply.first_token_s", -1),
+    (2, "reply.first_token_s", -1),  # a reply of fewer than four keys was taken for a plain one
+    (2, "reply.status", "fine"),
     (1, "usage.prompt_tokens", "x"),
     (1, "usage.cached_tokens", -1),
     (1, "usage.output_tokens", 2**60),
