@@ -23,6 +23,13 @@ app = typer.Typer(
 # rich's 80-column default; a terminal, or COLUMNS, sets the width as usual.
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200)
 err = Console(stderr=True)
+# Every command that writes a user's file refuses to replace one without it (`replay.outputs`).
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Replace an existing output file, or write into a folder that is not empty."
+    ),
+]
 
 
 @app.command()
@@ -113,6 +120,7 @@ def run(
         ),
     ] = "auto",
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
+    force: Force = False,
 ) -> None:
     """Replay a trace against a server and write per-request results."""
     from replay.commands.run import RunArgs
@@ -143,6 +151,7 @@ def run(
         loop=loop,
         connections=connections,
         quiet=quiet,
+        force=force,
     )
     raise typer.Exit(replay_run(args, console))
 
@@ -155,12 +164,14 @@ def report(
         Path | None,
         typer.Option(help="Also write a self-contained HTML report (and summary.md) into this directory."),
     ] = None,
+    force: Force = False,
 ) -> None:
     """Per-switch-class table (TTFT percentiles, re-processed and cached tokens, errors)."""
     from replay.commands.report import ReportArgs
     from replay.commands.report import report as replay_report
 
-    raise typer.Exit(replay_report(ReportArgs(results=results, as_json=json, html=html), console))
+    args = ReportArgs(results=results, as_json=json, html=html, force=force)
+    raise typer.Exit(replay_report(args, console))
 
 
 @app.command()
@@ -356,15 +367,17 @@ def size_sweep(
 
 @app.command()
 def demo(
-    out: Annotated[Path, typer.Option(help="Where the traces, results and HTML report go.")] = Path(
-        "replay-demo"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Where the traces, results and HTML report go (default: a new replay-demo/run-N)."),
+    ] = None,
+    force: Force = False,
 ) -> None:
     """Replay two agents switching on the simulator at a 4 GB and a 64 GB disk budget, and compare."""
     from replay.commands.demo import DemoArgs
     from replay.commands.demo import demo as replay_demo
 
-    raise typer.Exit(replay_demo(DemoArgs(out=out), console))
+    raise typer.Exit(replay_demo(DemoArgs(out=out, force=force), console))
 
 
 scenario_app = typer.Typer(
@@ -401,28 +414,35 @@ def scenario_generate(
         Path | None, typer.Option("--out", "-o", help="Trace to write (default NAME.jsonl).")
     ] = None,
     param: Params = None,
+    force: Force = False,
 ) -> None:
     """Write the scenario's trace (deterministic: same spec, same bytes)."""
     from replay.commands.scenario import GenerateArgs, generate
 
-    raise typer.Exit(generate(GenerateArgs(name=name, out=out, params=param or []), console))
+    raise typer.Exit(generate(GenerateArgs(name=name, out=out, params=param or [], force=force), console))
 
 
 @scenario_app.command("run")
 def scenario_run(
     name: Annotated[str, typer.Argument(help="Scenario name or spec file.")],
-    out: Annotated[Path, typer.Option(help="Where results and the HTML report go.")] = Path(
-        "replay-scenario"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where results and the HTML report go (default: a new replay-scenario/NAME/run-N)."
+        ),
+    ] = None,
     arm: Annotated[list[str] | None, typer.Option(help="Run only these arms (repeatable).")] = None,
     param: Params = None,
     time_scale: Annotated[float | None, typer.Option(help="Simulator speed-up over modelled time.")] = None,
+    force: Force = False,
 ) -> None:
     """Run every arm of a scenario on the simulator, compare them, write the report."""
     from replay.commands.scenario import ScenarioRunArgs
     from replay.commands.scenario import run as replay_scenario
 
-    args = ScenarioRunArgs(name=name, out=out, params=param or [], arms=arm, time_scale=time_scale)
+    args = ScenarioRunArgs(
+        name=name, out=out, params=param or [], arms=arm, time_scale=time_scale, force=force
+    )
     raise typer.Exit(replay_scenario(args, console))
 
 
@@ -433,11 +453,12 @@ def scenario_check(
     ] = None,
     json: Annotated[bool, typer.Option("--json", help="The verdicts as JSON.")] = False,
     out: Annotated[Path | None, typer.Option(help="Keep the arms' results here.")] = None,
+    force: Force = False,
 ) -> None:
     """Run the scenarios' arms and compare each field figure with the modelled one (exit 1 if any fails)."""
     from replay.commands.scenario import CheckArgs, check
 
-    raise typer.Exit(check(CheckArgs(names=names or [], json=json, out=out), console))
+    raise typer.Exit(check(CheckArgs(names=names or [], json=json, out=out, force=force), console))
 
 
 @app.command()
@@ -449,9 +470,12 @@ def probe(
     sim_args: Annotated[str, typer.Option("--sim-args", help="Extra simulator flags.")] = "",
     scenario: Annotated[str, typer.Option(help="Probe scenario (name or spec file).")] = "cache-probe",
     param: Params = None,
-    out: Annotated[Path, typer.Option(help="Where the trace, results, slot files and logs go.")] = Path(
-        "replay-probe"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the trace, results, slot files and logs go (default: a new replay-probe/run-N)."
+        ),
+    ] = None,
     slot: Annotated[
         int | None,
         typer.Option(
@@ -460,6 +484,7 @@ def probe(
     ] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    force: Force = False,
 ) -> None:
     """E1-E5 cache probe on a real server: what it re-reads after small changes, and after a restart."""
     from replay.commands.probe import ProbeArgs
@@ -475,6 +500,7 @@ def probe(
         slot=slot,
         timeout=timeout,
         as_json=json,
+        force=force,
     )
     raise typer.Exit(replay_probe(args, console))
 
@@ -512,6 +538,7 @@ def record(
     log: Annotated[
         Path | None, typer.Option(help="Append a line per call: method, path, status, bytes, recorded.")
     ] = None,
+    force: Force = False,
 ) -> None:
     """Pass an agent's traffic through to the server unchanged, and write it as a trace."""
     from replay.commands.record import RecordArgs
@@ -530,6 +557,7 @@ def record(
         keep_alive_timeout=keep_alive_timeout,
         max_connections=max_connections,
         log=log,
+        force=force,
     )
     raise typer.Exit(replay_record(args, console))
 
@@ -539,12 +567,13 @@ def anonymize(
     src: Annotated[Path, typer.Argument(help="Trace to anonymize.")],
     dst: Annotated[Path, typer.Argument(help="Anonymized trace to write.")],
     key: Annotated[str, typer.Option(help="Secret: equal text stays equal, different stays different.")],
+    force: Force = False,
 ) -> None:
     """Replace every text with synthetic text of the same token count, keeping structure and timing."""
     from replay.commands.trace import AnonymizeArgs
     from replay.commands.trace import anonymize as replay_anonymize
 
-    raise typer.Exit(replay_anonymize(AnonymizeArgs(src=src, dst=dst, key=key), console))
+    raise typer.Exit(replay_anonymize(AnonymizeArgs(src=src, dst=dst, key=key, force=force), console))
 
 
 @app.command("import")
@@ -570,6 +599,7 @@ def import_(
     list_: Annotated[
         bool, typer.Option("--list", help="Show each format and where each agent keeps its files.")
     ] = False,
+    force: Force = False,
 ) -> None:
     """Turn what an agent left on disk (or another tool's traces) into a replayable trace."""
     from replay.commands.trace import ImportArgs, import_trace
@@ -583,6 +613,7 @@ def import_(
         sessions=tuple(session or ()),
         shared_system=shared_system,
         list_formats=list_,
+        force=force,
     )
     raise typer.Exit(import_trace(args, console))
 
@@ -592,11 +623,12 @@ def export(
     fmt: Annotated[str, typer.Argument(help="mooncake")],
     src: Annotated[Path, typer.Argument(help="Trace to export.")],
     out: Annotated[Path, typer.Argument(help="File to write.")],
+    force: Force = False,
 ) -> None:
     """Write a trace in another tool's format (Mooncake: for AIPerf and SGLang)."""
     from replay.commands.trace import ExportArgs, export_trace
 
-    raise typer.Exit(export_trace(ExportArgs(fmt=fmt, src=src, out=out), console))
+    raise typer.Exit(export_trace(ExportArgs(fmt=fmt, src=src, out=out, force=force), console))
 
 
 llama_app = typer.Typer(no_args_is_help=True, help="A real llama.cpp server as a target: tiny test models.")
@@ -613,11 +645,14 @@ def llama_make_model(
     ctx: Annotated[int, typer.Option(help="Training context length.")] = 16384,
     seed: Annotated[int, typer.Option(help="Weights seed; same arguments give the same bytes.")] = 0,
     slow: Annotated[bool, typer.Option(help="8 layers x 512 dims: a cache miss costs seconds.")] = False,
+    force: Force = False,
 ) -> None:
     """Write a random-weight GGUF whose output is printable and always runs to max_tokens."""
     from replay.commands.llama import MakeModelArgs, make_model
 
-    args = MakeModelArgs(path=path, layers=layers, dim=dim, arch=arch, swa=swa, ctx=ctx, seed=seed, slow=slow)
+    args = MakeModelArgs(
+        path=path, layers=layers, dim=dim, arch=arch, swa=swa, ctx=ctx, seed=seed, slow=slow, force=force
+    )
     raise typer.Exit(make_model(args, console))
 
 
@@ -669,6 +704,7 @@ def k8s_render(
         list[str] | None, typer.Option(metavar="ARG", help="More `replay run` arguments, one per option.")
     ] = None,
     out: Annotated[Path | None, typer.Option(metavar="FILE", help="Write here instead of stdout.")] = None,
+    force: Force = False,
 ) -> None:
     """Manifests for a run sharded over N pods (an Indexed Job), for `kubectl apply -f -`."""
     from replay.commands.k8s import RenderOptions, render
@@ -686,6 +722,7 @@ def k8s_render(
         results_claim=results_claim,
         run_args=tuple(run_arg or ()),
         out=out,
+        force=force,
         **({"image": image} if image else {}),
     )
     raise typer.Exit(render(options, err))

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from replay import __version__
 from replay.errors import UsageError
+from replay.outputs import check_file, write_text
 from replay.runs.k8s import ShardedRun, collect_commands, manifests, to_yaml
 
 
@@ -28,10 +29,13 @@ class RenderOptions:
     results_claim: str | None = None
     run_args: tuple[str, ...] = ()
     out: Path | None = None
+    force: bool = False  # replace an existing --out (once the manifests are complete)
 
 
 def render(options: RenderOptions, console: Console) -> int:
     """Print (or write) the manifests; tell on stderr how to apply them and collect the results."""
+    if options.out is not None:
+        check_file(options.out, option="--out", force=options.force, inputs=[options.trace])
     start_at = options.start_at or _in_seconds(options.start_in)
     run = ShardedRun(
         name=options.name,
@@ -50,7 +54,7 @@ def render(options: RenderOptions, console: Console) -> int:
     if options.out is None:
         print(text, end="")
     else:
-        options.out.write_text(text)
+        write_text(options.out, text)
     where = str(options.out) if options.out else "-"
     console.print(
         f"{options.shards} shards start together at {start_at}. Apply with: kubectl apply -f {where}",

@@ -13,6 +13,7 @@ from replay.commands.report import ReportArgs, report
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.metrics.results import read_summary_line
+from replay.outputs import check_file
 from replay.runs.barrier import parse_instant
 from replay.runs.pipeline import ReplayJob, RunOptions, finish, replay
 from replay.runs.targets import dry_run as dry_run_target
@@ -47,6 +48,7 @@ class RunArgs:
     shard: str | None = None
     start_at: str | None = None  # ISO 8601 instant: every shard's schedule begins then
     quiet: bool = False  # no progress display and no report
+    force: bool = False  # replace an existing results file (once the target answers)
 
 
 def unrecorded_notice(lines: list[dict[str, object]]) -> str:
@@ -59,6 +61,7 @@ def unrecorded_notice(lines: list[dict[str, object]]) -> str:
 
 def run(args: RunArgs, console: Console) -> int:
     """Replay a trace; returns the exit code (0 ok, 1 requests failed, 130/143 interrupted)."""
+    check_file(args.out, option="--out", force=args.force, inputs=[args.trace])  # before anything starts
     shown = None if args.quiet else console
     the_plan = make_plan(
         args.plan, concurrency=args.concurrency, speed=args.speed, round_robin=args.round_robin
