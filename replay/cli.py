@@ -113,6 +113,13 @@ def run(
         ),
     ] = "auto",
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
+    fail_on_errors: Annotated[
+        bool,
+        typer.Option(
+            help="Exit 1 when any request failed; --no-fail-on-errors: a run that finished exits 0 "
+            "(its failed requests are in its results)."
+        ),
+    ] = True,
 ) -> None:
     """Replay a trace against a server and write per-request results."""
     from replay.commands.run import RunArgs
@@ -143,6 +150,7 @@ def run(
         loop=loop,
         connections=connections,
         quiet=quiet,
+        fail_on_errors=fail_on_errors,
     )
     raise typer.Exit(replay_run(args, console))
 

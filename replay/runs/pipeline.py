@@ -280,9 +280,11 @@ def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
     )
     merged = read_results(job.out)
     line = merged.summary_line or {}
+    # A worker that died wrote no part (or no summary): the run did not finish, whatever the others did.
+    lost = any(part.outcome == "failed" for part in spread.parts)
     return RunOutcome(
         out=str(job.out),
-        outcome=str(line.get("outcome", "cut-short")),
+        outcome="failed" if lost else str(line.get("outcome", "cut-short")),
         requests=spread.requests,
         errors=spread.errors,
         cancelled=int(line.get("cancelled") or 0),
