@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +153,24 @@ def test_a_run_whose_worker_died_did_not_finish_whatever_the_other_workers_did(t
     )
     outcome = pipeline._spread(job, {})
     assert (outcome.outcome, outcome.exit_code) == ("failed", 1)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_shard_that_starts_after_its_instant_says_by_how_much_in_its_log_and_header(
+    scripted_server, tmp_path, workers
+):
+    """A pod that was Pending past `--start-at` (or started again after a drain) still runs, and says so."""
+    scripted_server.default = Script(usage=USAGE)
+    trace, _ = _sessions_with_a_probe(tmp_path / "t.jsonl", sessions=2)
+    past = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=42)).isoformat()
+    argv = ["run", str(trace), "--target", scripted_server.url, "--quiet", "--workers", str(workers)]
+    late = tmp_path / "late.jsonl"
+    done = _cli(*argv, "--out", str(late), "--start-at", past)
+    assert done.returncode == 0, done.stderr
+    said = re.search(r"this shard starts ([\d.]+) s after --start-at", done.stderr)
+    assert said and 42 <= float(said.group(1)) < 100, done.stderr
+    assert 42 <= read_results(late).run["start"]["late_s"] < 100
+    on_time = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)).isoformat()
+    done = _cli(*argv, "--out", str(tmp_path / "on-time.jsonl"), "--start-at", on_time)
+    assert done.returncode == 0 and "shard starts" not in done.stderr, done.stderr
