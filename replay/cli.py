@@ -673,6 +673,16 @@ def k8s_render(
     results_claim: Annotated[
         str | None, typer.Option(metavar="PVC", help="A ReadWriteMany claim for results (default: made).")
     ] = None,
+    storage_class: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CLASS", help="Storage class of the results claim made (one that gives ReadWriteMany)."
+        ),
+    ] = None,
+    fail_on_errors: Annotated[
+        bool,
+        typer.Option(help="A shard whose requests partly failed fails its index (default: it is a result)."),
+    ] = False,
     run_arg: Annotated[
         list[str] | None, typer.Option(metavar="ARG", help="More `replay run` arguments, one per option.")
     ] = None,
@@ -692,6 +702,8 @@ def k8s_render(
         start_in=start_in,
         trace_claim=trace_claim,
         results_claim=results_claim,
+        storage_class=storage_class,
+        fail_on_errors=fail_on_errors,
         run_args=tuple(run_arg or ()),
         out=out,
         **({"image": image} if image else {}),
