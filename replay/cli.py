@@ -121,6 +121,13 @@ def run(
     ] = "auto",
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
     force: Force = False,
+    fail_on_errors: Annotated[
+        bool,
+        typer.Option(
+            help="Exit 1 when any request failed; --no-fail-on-errors: a run that finished exits 0 "
+            "(its failed requests are in its results)."
+        ),
+    ] = True,
 ) -> None:
     """Replay a trace against a server and write per-request results."""
     from replay.commands.run import RunArgs
@@ -152,6 +159,7 @@ def run(
         connections=connections,
         quiet=quiet,
         force=force,
+        fail_on_errors=fail_on_errors,
     )
     raise typer.Exit(replay_run(args, console))
 
@@ -700,6 +708,16 @@ def k8s_render(
     results_claim: Annotated[
         str | None, typer.Option(metavar="PVC", help="A ReadWriteMany claim for results (default: made).")
     ] = None,
+    storage_class: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CLASS", help="Storage class of the results claim made (one that gives ReadWriteMany)."
+        ),
+    ] = None,
+    fail_on_errors: Annotated[
+        bool,
+        typer.Option(help="A shard whose requests partly failed fails its index (default: it is a result)."),
+    ] = False,
     run_arg: Annotated[
         list[str] | None, typer.Option(metavar="ARG", help="More `replay run` arguments, one per option.")
     ] = None,
@@ -720,6 +738,8 @@ def k8s_render(
         start_in=start_in,
         trace_claim=trace_claim,
         results_claim=results_claim,
+        storage_class=storage_class,
+        fail_on_errors=fail_on_errors,
         run_args=tuple(run_arg or ()),
         out=out,
         force=force,

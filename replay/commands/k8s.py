@@ -11,7 +11,7 @@ from rich.console import Console
 from replay import __version__
 from replay.errors import UsageError
 from replay.outputs import check_file, write_text
-from replay.runs.k8s import ShardedRun, collect_commands, manifests, to_yaml
+from replay.runs.k8s import ShardedRun, collect_commands, manifests, to_yaml, warnings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,6 +27,8 @@ class RenderOptions:
     start_in: float = 120.0  # seconds from now, time for the pods to be scheduled and pull the image
     trace_claim: str | None = None
     results_claim: str | None = None
+    storage_class: str | None = None
+    fail_on_errors: bool = False
     run_args: tuple[str, ...] = ()
     out: Path | None = None
     force: bool = False  # replace an existing --out (once the manifests are complete)
@@ -48,9 +50,13 @@ def render(options: RenderOptions, console: Console) -> int:
         namespace=options.namespace,
         trace_claim=options.trace_claim,
         results_claim=options.results_claim,
+        storage_class=options.storage_class,
+        fail_on_errors=options.fail_on_errors,
         run_args=options.run_args,
     )
     text = to_yaml(manifests(run))
+    for line in warnings(run):
+        console.print(f"[yellow]warning:[/yellow] {line}", highlight=False, soft_wrap=True)
     if options.out is None:
         print(text, end="")
     else:
@@ -60,7 +66,13 @@ def render(options: RenderOptions, console: Console) -> int:
         f"{options.shards} shards start together at {start_at}. Apply with: kubectl apply -f {where}",
         highlight=False,
     )
-    console.print("Then collect and merge:\n  " + "\n  ".join(collect_commands(run)), highlight=False)
+    console.print(
+        "Then wait for the Job, collect and merge, and remove every object applied:\n  "
+        + "\n  ".join(collect_commands(run)),
+        highlight=False,
+        markup=False,  # the wait's jsonpath filter is in square brackets
+        soft_wrap=True,
+    )
     return 0
 
 
