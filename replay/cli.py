@@ -149,18 +149,22 @@ def run(
 
 @app.command()
 def report(
-    results: Annotated[list[Path], typer.Argument(help="One or more results files; they are merged.")],
+    results: Annotated[list[Path], typer.Argument(help="Results files: each is a run, shown side by side.")],
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     html: Annotated[
         Path | None,
         typer.Option(help="Also write a self-contained HTML report (and summary.md) into this directory."),
     ] = None,
+    merge: Annotated[
+        bool, typer.Option(help="Pool the files into one table (the shards or parts of one run).")
+    ] = False,
 ) -> None:
     """Per-switch-class table (TTFT percentiles, re-processed and cached tokens, errors)."""
     from replay.commands.report import ReportArgs
     from replay.commands.report import report as replay_report
 
-    raise typer.Exit(replay_report(ReportArgs(results=results, as_json=json, html=html), console))
+    args = ReportArgs(results=results, as_json=json, html=html, merge=merge)
+    raise typer.Exit(replay_report(args, console))
 
 
 @app.command()

@@ -82,7 +82,7 @@ def collect_commands(run: ShardedRun) -> list[str]:
     return [
         f"kubectl wait{ns} --for=condition=complete --timeout=24h job/{run.name}",
         f"kubectl cp{ns} {run.name}-collect:{RESULTS_DIR} ./{run.name}-results",
-        f"replay report ./{run.name}-results/*.jsonl --html ./{run.name}-report",
+        f"replay report --merge ./{run.name}-results/*.jsonl --html ./{run.name}-report",
         f"kubectl delete{ns} job/{run.name} pod/{run.name}-collect",
     ]
 
