@@ -24,9 +24,9 @@ _WHERE = re.compile(r"^request \S+(?: [A-Z]+ \S+:| \([^)]*\))\s*")
 _TAG = re.compile(r"<(head|script|style)\b.*?</\1\s*>|<[^>]*>", re.S | re.I)  # the head repeats the body
 
 
-def cause(error: str | None) -> str:
+def cause(error: object) -> str:
     """The part of an error that is the same for every request it hit, on one short line."""
-    text = _WHERE.sub("", error or "").strip()
+    text = _WHERE.sub("", error if isinstance(error, str) else "").strip()
     if "<" in text and re.search(r"<(!doctype|html|body|h1|p)\b", text, re.I):
         text = html.unescape(_TAG.sub(" ", text))
     text = " ".join(text.split()) or "(no error text)"
