@@ -26,11 +26,21 @@ err = Console(stderr=True)
 
 
 @app.command()
-def validate(trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")]) -> None:
+def validate(
+    trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
+    ctx: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TOKENS",
+            help="The server's context, e.g. 131072: a prompt past it fails the check "
+            "(default: warn past the default model's 262,144).",
+        ),
+    ] = None,
+) -> None:
     """Check a trace; report `file:line: problem` for the first bad line."""
     from replay.commands.trace import ValidateArgs, validate
 
-    raise typer.Exit(validate(ValidateArgs(trace=trace), console))
+    raise typer.Exit(validate(ValidateArgs(trace=trace, ctx=ctx), console))
 
 
 @app.command()
@@ -328,6 +338,10 @@ def size_sweep(
     hidden_reasoning: Annotated[
         bool, typer.Option(help="Replies carry reasoning the client never resends.")
     ] = False,
+    ctx: Annotated[
+        str | None,
+        typer.Option(metavar="TOKENS", help="Context tokens of the model, e.g. 1M (default: the preset's)."),
+    ] = None,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -352,6 +366,7 @@ def size_sweep(
         target=target,
         stale=stale,
         hidden_reasoning=hidden_reasoning,
+        ctx=ctx,
         workers=workers,
         as_json=json,
     )
