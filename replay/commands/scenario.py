@@ -90,11 +90,11 @@ def context_warning(spec: Scenario, trace: Path, overrides: dict[str, Any]) -> s
     named = overrides or spec.params
     params = ", ".join(f"{k}={v}" for k, v in named.items())
     why = (
-        f"you set {params}: lower it" if overrides else f"its parameters are {params}: lower one with --param"
+        f"You set {params}: lower it" if overrides else f"Its parameters are {params}: lower one with --param"
     )
     return (
         f"{trace}: {found.describe(f'the {ctx:,}-token context of the scenario simulator ({preset})')}. "
-        f"{why.capitalize()} (or give the server a larger context: `--ctx {found.suggested_ctx()}` in "
+        f"{why} (or give the server a larger context: `--ctx {found.suggested_ctx()}` in "
         "`replay size sweep`, in `--sim-args` of `replay run`)"
     )
 
