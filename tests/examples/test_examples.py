@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +118,22 @@ def test_the_simulator_example_keeps_its_budget_in_effect(tmp_path: Path) -> Non
     """Its budget is only in effect with a disk directory: the example must set one."""
     text = (EXAMPLES / "servers" / "sim-64g.toml").read_text()
     assert 'kv_disk_dir = "auto"' in text and '"--kv-disk-space-mb", "65536"' in text
+
+
+def test_the_agents_examples_serve_the_simulator_as_fast_as_just_agents_does() -> None:
+    """At the default time scale the simulator takes a real server's time: Claude Code waited 41 s
+    for its first token. Every `replay sim serve` line shown for agents runs as `just agents` does."""
+    from replay.sim.server.options import parse
+
+    agents = (ROOT / "tests" / "agents" / "test_agents_live.py").read_text()
+    (scale,) = re.findall(r'"--time-scale", "([0-9.]+)"', agents)
+    lines = [
+        line
+        for doc in (EXAMPLES / "agents" / "README.md", ROOT / "README.md")
+        for line in doc.read_text().splitlines()
+        if line.startswith("replay sim serve") and "--tool-call-rate" in line
+    ]
+    assert len(lines) == 2
+    for line in lines:
+        argv = shlex.split(line.split("#")[0].rstrip(" &"))[3:]
+        assert parse(argv)[1].time_scale == float(scale), line
