@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich import box
 from rich.table import Table
 
 from replay.metrics.hist import ALL, ClassStats, Summary
@@ -50,17 +51,20 @@ def _fmt(value: Any, digits: int = 2) -> str:
     return f"{value:,}"
 
 
+# Headers of one line each (rich would cut a figure, not wrap it, to fit 80 columns); their units
+# are in the caption (`UNITS`).
 COLUMNS = (
     ("n", "count"),
     ("err", "errors"),
-    ("TTFT p50 s", "ttft_p50_s"),
+    ("TTFT p50", "ttft_p50_s"),
     ("p90", "ttft_p90_s"),
     ("p99", "ttft_p99_s"),
     ("max", "ttft_max_s"),
-    ("latency p50 s", "latency_p50_s"),
-    ("re-processed (mean)", "mean_reprocessed"),
-    ("cached (mean)", "mean_cached"),
+    ("latency p50", "latency_p50_s"),
+    ("re-processed", "mean_reprocessed"),
+    ("cached", "mean_cached"),
 )
+UNITS = "TTFT and latency in seconds; re-processed and cached: mean tokens per request. "
 
 
 def _caption(scales: dict[str, float | None]) -> str:
@@ -99,29 +103,33 @@ def runs_table(
     class of two runs (a 4G and a 64G budget) reads as two adjacent lines. `runs` holds each run's
     label, summary and simulator time scale (None on a real server); one run gets no run column."""
     several = len(runs) > 1
-    table = Table(
-        title=title,
-        title_justify="left",
-        caption=_caption({label: scale for label, _, scale in runs}),
-        caption_justify="left",
-    )
-    table.add_column("class")
-    if several:
-        table.add_column("run")
-    for header, _ in COLUMNS:
-        table.add_column(header, justify="right")
     rows = [summary_rows(summary) for _, summary, _ in runs]
     names = list(dict.fromkeys(name for run_rows in rows for name in run_rows))
     names = [c for c in ORDER if c in names] + [c for c in names if c not in ORDER]
-    for i, name in enumerate(names):
+    lines = []  # (cells, bold, last of its class)
+    for name in names:
         for j, ((label, _, _), run_rows) in enumerate(zip(runs, rows, strict=True)):
             row = run_rows.get(name)
-            cells = [_fmt(row[key]) if row else "-" for _, key in COLUMNS]
-            table.add_row(
-                name if j == 0 else "",
-                *([label] if several else []),
-                *cells,
-                style="bold" if name == ALL else None,
-                end_section=several and j == len(runs) - 1 and i < len(names) - 1,
-            )
+            cells = [name if j == 0 else "", *([label] if several else [])]
+            cells += [_fmt(row[key]) if row else "-" for _, key in COLUMNS]
+            lines.append((cells, name == ALL, j == len(runs) - 1))
+    table = Table(
+        title=title,
+        title_justify="left",
+        caption=UNITS + _caption({label: scale for label, _, scale in runs}),
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,  # no vertical rules: room for the numbers at 80 columns
+        show_edge=False,
+        padding=(0, 0),  # the rule's blank columns part the figures
+    )
+    # Too narrow a terminal folds a header or a figure onto two lines, never cuts one (`101,3…`);
+    # the class and the run keep their width.
+    for k, name in enumerate(["class", "run"] if several else ["class"]):
+        table.add_column(name, no_wrap=True, min_width=max(len(cells[k]) for cells, _, _ in lines))
+    for header, _ in COLUMNS:
+        table.add_column(header, justify="right", overflow="fold")
+    for n, (cells, bold, last) in enumerate(lines):
+        table.add_row(
+            *cells, style="bold" if bold else None, end_section=several and last and n < len(lines) - 1
+        )
     return table

@@ -159,3 +159,23 @@ def test_a_run_where_every_request_fails_says_why_in_the_terminal(
     doc = orjson.loads(_cli("report", "--json", str(out)).stdout)
     (failures,) = doc["runs"][0]["failures"]
     assert failures["count"] == 9 and failures["status"] == "http_error"
+
+
+def test_at_80_columns_no_figure_is_cut(tmp_path: Path) -> None:
+    """rich cuts a cell it cannot fit (`101,3…`): the side-by-side table must fit 80 columns whole."""
+    from rich.console import Console
+
+    from replay.metrics.results import read_results
+    from replay.report.table import runs_table
+
+    classes = ("switch", "compaction", "concurrent")
+    lines = [_ok(i, classes[i % 3], 1234.5, 91_599) for i in range(1, 10)]
+    runs = [
+        (label, read_results(_results(tmp_path / f"{label}.jsonl", label, lines)).summary, 1000.0)
+        for label in ("24G-20480", "64G")
+    ]
+    console = Console(width=80, record=True)
+    console.print(runs_table(runs))
+    text = console.export_text()
+    assert "…" not in text and "91,599" in text and "24G-20480" in text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
