@@ -125,7 +125,9 @@ def runs_table(
     # Too narrow a terminal folds a header or a figure onto two lines, never cuts one (`101,3…`);
     # the class and the run keep their width.
     for k, name in enumerate(["class", "run"] if several else ["class"]):
-        table.add_column(name, no_wrap=True, min_width=max(len(cells[k]) for cells, _, _ in lines))
+        table.add_column(
+            name, no_wrap=True, min_width=max((len(cells[k]) for cells, _, _ in lines), default=0)
+        )
     for header, _ in COLUMNS:
         table.add_column(header, justify="right", overflow="fold")
     for n, (cells, bold, last) in enumerate(lines):
