@@ -103,7 +103,7 @@ def _sqlite_tables(head: Head) -> set[str]:
     if not head.raw.startswith(b"SQLite format 3\x00"):
         return set()
     try:
-        conn = sqlite3.connect(f"file:{head.path}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"{head.path.resolve().as_uri()}?mode=ro", uri=True)
         try:
             return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:
