@@ -33,99 +33,123 @@ Force = Annotated[
 
 
 @app.command()
-def validate(trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")]) -> None:
+def validate(
+    trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
+    ctx: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TOKENS",
+            help="The server's context, e.g. 131072: a prompt past it fails the check "
+            "(default: warn past the default model's 262,144).",
+        ),
+    ] = None,
+) -> None:
     """Check a trace; report `file:line: problem` for the first bad line."""
     from replay.commands.trace import ValidateArgs, validate
 
-    raise typer.Exit(validate(ValidateArgs(trace=trace), console))
+    raise typer.Exit(validate(ValidateArgs(trace=trace, ctx=ctx), console))
+
+
+# `replay run --help` in panels: what to replay against, how to schedule it, what to send, how to
+# spread the client, where the results go.
+SERVER, SCHEDULE, REQUESTS, CLIENT, OUTPUT = "Server", "Schedule", "Requests", "Client", "Output"
 
 
 @app.command()
 def run(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
     target: Annotated[
-        str | None, typer.Option(help="Server base URL, or 'sim[:preset]' to start the simulator (default).")
+        str | None,
+        typer.Option(help="Server URL, or sim[:preset]: the simulator (default).", rich_help_panel=SERVER),
     ] = None,
     server: Annotated[
         Path | None,
-        typer.Option(help="Target TOML (kind, binary or checkout, model, flags): the tool starts it."),
+        typer.Option(help="Target TOML: the tool starts that server.", rich_help_panel=SERVER),
     ] = None,
     service: Annotated[
         Path | None,
-        typer.Option(help="Daily-service TOML: stop it (and pause its jobs) for the run, restore after."),
+        typer.Option(help="Daily-service TOML: stopped for the run, restored after.", rich_help_panel=SERVER),
     ] = None,
-    workdir: Annotated[Path | None, typer.Option(help="Where started servers keep logs and caches.")] = None,
-    dry_run: Annotated[bool, typer.Option(help="Print every action the run would take; take none.")] = False,
-    out: Annotated[Path, typer.Option(help="Results file (JSONL), written as requests finish.")] = Path(
-        "results.jsonl"
-    ),
-    plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = "alternate",
+    workdir: Annotated[
+        Path | None, typer.Option(help="Where started servers keep logs and caches.", rich_help_panel=SERVER)
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option(help="Print what the run would do; do none of it.", rich_help_panel=SERVER)
+    ] = False,
+    out: Annotated[
+        Path, typer.Option(help="Results file (JSONL), written as requests finish.", rich_help_panel=OUTPUT)
+    ] = Path("results.jsonl"),
+    plan: Annotated[
+        str, typer.Option(help="alternate | overlap | timed | closed-loop", rich_help_panel=SCHEDULE)
+    ] = "alternate",
     concurrency: Annotated[
         int | None,
-        typer.Option(
-            help="Requests in flight for overlap (and a cap for timed); with --workers, the total "
-            "over all workers, split between them."
-        ),
+        typer.Option(help="In flight: overlap's, timed's cap; all workers' total.", rich_help_panel=SCHEDULE),
     ] = None,
-    speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
+    speed: Annotated[
+        float, typer.Option(help="Time scale of timed and closed-loop.", rich_help_panel=SCHEDULE)
+    ] = 1.0,
     round_robin: Annotated[
-        bool, typer.Option(help="alternate: sessions take turns instead of trace order.")
+        bool, typer.Option(help="alternate: sessions take turns.", rich_help_panel=SCHEDULE)
     ] = False,
     api: Annotated[
-        str | None, typer.Option(help="openai | anthropic | openai-responses (default: each session's api).")
+        str | None,
+        typer.Option(
+            help="openai | anthropic | openai-responses (default: the session's).", rich_help_panel=REQUESTS
+        ),
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model name to send (default: each session's).")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Model name to send (default: the session's).", rich_help_panel=REQUESTS),
+    ] = None,
     history: Annotated[
-        str, typer.Option(help="live: splice the server's replies; recorded: resend the trace.")
+        str,
+        typer.Option(help="live: splice the server's replies; recorded: resend.", rich_help_panel=REQUESTS),
     ] = "live",
-    think: Annotated[str, typer.Option(help="off | on | auto (auto sends no thinking switch).")] = "off",
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
-    max_duration: Annotated[float | None, typer.Option(help="Stop the run after this many seconds.")] = None,
+    think: Annotated[
+        str, typer.Option(help="off | on | auto (no thinking switch).", rich_help_panel=REQUESTS)
+    ] = "off",
+    timeout: Annotated[float, typer.Option(help="Per request, seconds.", rich_help_panel=REQUESTS)] = 1800.0,
+    max_duration: Annotated[
+        float | None, typer.Option(help="Stop the run after this many seconds.", rich_help_panel=SCHEDULE)
+    ] = None,
     sim_args: Annotated[
         str,
         typer.Option(
-            "--sim-args", help="Extra simulator flags for --target sim, e.g. '--kv-disk-space-mb 65536'."
+            "--sim-args", help="Simulator flags, e.g. '--kv-disk-space-mb 65536'.", rich_help_panel=SERVER
         ),
     ] = "",
     workers: Annotated[
-        int,
-        typer.Option(
-            help="Processes to spread the sessions over (--concurrency is split between them); "
-            "their histograms merge exactly."
-        ),
+        int, typer.Option(help="Processes the sessions are spread over.", rich_help_panel=CLIENT)
     ] = 1,
     shard: Annotated[
         str | None,
-        typer.Option(
-            help="Replay only shard i/N of the sessions (one host of N; auto/N: the Kubernetes "
-            "completion index); merge with report."
-        ),
+        typer.Option(help="Only shard i/N of the sessions (auto/N: Kubernetes').", rich_help_panel=CLIENT),
     ] = None,
     start_at: Annotated[
         str | None,
         typer.Option(
-            metavar="TIME", help="Begin the schedule at this ISO 8601 instant (all shards at once)."
+            metavar="TIME", help="Begin at this ISO 8601 instant (shards).", rich_help_panel=SCHEDULE
         ),
     ] = None,
     loop: Annotated[
-        str,
-        typer.Option(
-            help="Event loop: auto (asyncio), asyncio or uvloop (the fast extra; loses resets before data)."
-        ),
+        str, typer.Option(help="auto (asyncio) | asyncio | uvloop (faster).", rich_help_panel=CLIENT)
     ] = "auto",
     connections: Annotated[
         str,
-        typer.Option(
-            help="Keep connections open: auto (per target, as its server does), reuse, or fresh (one per request)."
-        ),
+        typer.Option(help="auto (as the server) | reuse | fresh (one a request).", rich_help_panel=CLIENT),
     ] = "auto",
-    quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
-    force: Force = False,
+    quiet: Annotated[
+        bool, typer.Option(help="No progress display and no report.", rich_help_panel=OUTPUT)
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing --out.", rich_help_panel=OUTPUT)
+    ] = False,
     fail_on_errors: Annotated[
         bool,
         typer.Option(
-            help="Exit 1 when any request failed; --no-fail-on-errors: a run that finished exits 0 "
-            "(its failed requests are in its results)."
+            help="Exit 1 when any request failed; --no-fail-on-errors: a finished run exits 0.",
+            rich_help_panel=OUTPUT,
         ),
     ] = True,
 ) -> None:
@@ -166,19 +190,22 @@ def run(
 
 @app.command()
 def report(
-    results: Annotated[list[Path], typer.Argument(help="One or more results files; they are merged.")],
+    results: Annotated[list[Path], typer.Argument(help="Results files: each is a run, shown side by side.")],
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     html: Annotated[
         Path | None,
         typer.Option(help="Also write a self-contained HTML report (and summary.md) into this directory."),
     ] = None,
+    merge: Annotated[
+        bool, typer.Option(help="Pool the files into one table (the shards or parts of one run).")
+    ] = False,
     force: Force = False,
 ) -> None:
     """Per-switch-class table (TTFT percentiles, re-processed and cached tokens, errors)."""
     from replay.commands.report import ReportArgs
     from replay.commands.report import report as replay_report
 
-    args = ReportArgs(results=results, as_json=json, html=html, force=force)
+    args = ReportArgs(results=results, as_json=json, html=html, force=force, merge=merge)
     raise typer.Exit(replay_report(args, console))
 
 
@@ -335,7 +362,8 @@ def size_sweep(
     slots: Annotated[str, typer.Option(help="Resident slot counts to try, e.g. 1,2.")] = "1",
     routing: Annotated[str, typer.Option(help="upstream,reuse-aware")] = "upstream",
     target: Annotated[
-        str | None, typer.Option(help="Goal: no switch re-reads more than this, e.g. 20K.")
+        str | None,
+        typer.Option(metavar="TOKENS", help="Goal: no switch re-reads more than this many tokens, e.g. 20K."),
     ] = None,
     stale: Annotated[
         str | None, typer.Option(help="Earlier days' checkpoints already on disk, e.g. 8.6G.")
@@ -343,6 +371,10 @@ def size_sweep(
     hidden_reasoning: Annotated[
         bool, typer.Option(help="Replies carry reasoning the client never resends.")
     ] = False,
+    ctx: Annotated[
+        str | None,
+        typer.Option(metavar="TOKENS", help="Context tokens of the model, e.g. 1M (default: the preset's)."),
+    ] = None,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -367,6 +399,7 @@ def size_sweep(
         target=target,
         stale=stale,
         hidden_reasoning=hidden_reasoning,
+        ctx=ctx,
         workers=workers,
         as_json=json,
     )
@@ -377,7 +410,10 @@ def size_sweep(
 def demo(
     out: Annotated[
         Path | None,
-        typer.Option(help="Where the traces, results and HTML report go (default: a new replay-demo/run-N)."),
+        typer.Option(
+            metavar="DIR",
+            help="Folder the traces, results and HTML report go into (default: a new replay-demo/run-N).",
+        ),
     ] = None,
     force: Force = False,
 ) -> None:
@@ -436,7 +472,8 @@ def scenario_run(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Where results and the HTML report go (default: a new replay-scenario/NAME/run-N)."
+            metavar="DIR",
+            help="Folder the arms' results and the HTML report go into (default: a new replay-scenario/NAME/run-N).",
         ),
     ] = None,
     arm: Annotated[list[str] | None, typer.Option(help="Run only these arms (repeatable).")] = None,
@@ -460,7 +497,9 @@ def scenario_check(
         list[str] | None, typer.Argument(help="Scenarios to check (default: all with expectations).")
     ] = None,
     json: Annotated[bool, typer.Option("--json", help="The verdicts as JSON.")] = False,
-    out: Annotated[Path | None, typer.Option(help="Keep the arms' results here.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(metavar="DIR", help="Keep the arms' results in this folder.")
+    ] = None,
     force: Force = False,
 ) -> None:
     """Run the scenarios' arms and compare each field figure with the modelled one (exit 1 if any fails)."""
@@ -481,7 +520,8 @@ def probe(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="Where the trace, results, slot files and logs go (default: a new replay-probe/run-N)."
+            metavar="DIR",
+            help="Folder the trace, results, slot files and logs go into (default: a new replay-probe/run-N).",
         ),
     ] = None,
     slot: Annotated[
@@ -766,6 +806,10 @@ METAVARS = {
     "shard": "i/N|auto/N",
     "start_at": "TIME",
     "budgets": "SIZES",
+    "sim_args": "FLAGS",
+    "loop": "MODE",
+    "connections": "MODE",
+    "max_body": "SIZE",
     "tokens": "TOKENS",
     "start": "TOKENS",
     "param": "KEY=VALUE",
@@ -811,6 +855,9 @@ def command() -> Any:
         for param in cmd.params:
             if param.metavar is None and (shown := _metavar(param)) is not None:
                 param.metavar = shown
+            if getattr(param, "is_flag", False) and param.default is False:
+                param.secondary_opts = []  # a flag is off unless given: no `--no-dry-run` twin,
+                param.show_default = False  # and no `[default: no-dry-run]`
     return root
 
 

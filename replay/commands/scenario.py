@@ -6,6 +6,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 from rich.console import Console
@@ -23,6 +24,7 @@ from replay.scenario.check import ArmView, Verdict, evaluate
 from replay.scenario.expect import REQUEST_METRICS
 from replay.scenario.show import describe, list_table
 from replay.scenario.spec import Scenario, parse_params
+from replay.sim.model.config import DEFAULT_PRESET, PRESETS
 
 
 def list_(console: Console) -> int:
@@ -52,7 +54,8 @@ class GenerateArgs:
 
 def generate(args: GenerateArgs, console: Console) -> int:
     """Write the trace (whole, then renamed into place) and say what is in it."""
-    spec = find_scenario(args.name, parse_params(args.params))
+    overrides = parse_params(args.params)
+    spec = find_scenario(args.name, overrides)
     path = args.out or Path(f"{spec.name}.jsonl")
     check_file(path, option="--out", force=args.force)
     with replacing(path) as written:
@@ -64,7 +67,40 @@ def generate(args: GenerateArgs, console: Console) -> int:
     )
     if result.notice:
         console.print(f"[yellow]note:[/yellow] {result.notice}", highlight=False)
+    if (warning := context_warning(spec, path, overrides)) is not None:
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     return 0
+
+
+def context_warning(spec: Scenario, trace: Path, overrides: dict[str, Any]) -> str | None:
+    """What to say when the trace's prompts do not fit the context of the simulator the scenario's
+    arms run (the smallest, where arms differ): `scenario run` would see them fail, `size sweep`
+    refuse them. It names the parameters that made the trace long: the ones given with --param,
+    else all of the spec's."""
+    from replay.sim.server.options import parse as parse_sim_flags
+    from replay.trace.prompts import trace_overflow
+
+    contexts = {}
+    for arm in spec.arms:
+        try:
+            cfg = parse_sim_flags(list(arm.sim))[0]
+        except (ReplayError, SystemExit):  # flags `scenario run` itself would refuse
+            continue
+        contexts[cfg.ctx] = cfg.preset
+    ctx, preset = min(contexts.items()) if contexts else (PRESETS[DEFAULT_PRESET].ctx, DEFAULT_PRESET)
+    found = trace_overflow(trace, ctx)
+    if found is None:
+        return None
+    named = overrides or spec.params
+    params = ", ".join(f"{k}={v}" for k, v in named.items())
+    why = (
+        f"You set {params}: lower it" if overrides else f"Its parameters are {params}: lower one with --param"
+    )
+    return (
+        f"{trace}: {found.describe(f'the {ctx:,}-token context of the scenario simulator ({preset})')}. "
+        f"{why} (or give the server a larger context: `--ctx {found.suggested_ctx()}` in "
+        "`replay size sweep`, in `--sim-args` of `replay run`)"
+    )
 
 
 def digest_table(written: Written, title: str) -> Table:

@@ -135,7 +135,7 @@ def collect_commands(run: ShardedRun) -> list[str]:
         f"until {job} -o jsonpath='{{.status.conditions[?(@.status==\"True\")].type}}' "
         f"| grep -qwE 'Complete|Failed'; do sleep 30; done; {job}",
         f"kubectl cp{ns} {run.name}-collect:{RESULTS_DIR} ./{run.name}-results",
-        f"replay report ./{run.name}-results/{RESULTS_GLOB} --html ./{run.name}-report",
+        f"replay report --merge ./{run.name}-results/{RESULTS_GLOB} --html ./{run.name}-report",
         f"kubectl delete{ns} job,pod,configmap,pvc -l {selector(run)}",
     ]
 

@@ -8,7 +8,7 @@ writes an ordinary results file; merging adds their encoded HDR histograms, whic
 percentiles as one process that saw every request.
 
 Across hosts: host k runs `replay run TRACE --shard k/N --out part-k.jsonl` (shards are numbered
-1..N) and `replay report part-*.jsonl` merges the files.
+1..N) and `replay report --merge part-*.jsonl` pools the files.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import orjson
 
 from replay.errors import TraceError
 from replay.trace.model import APIS, FORMAT, Request, Session, Trace, TraceHeader
+from replay.trace.sniff import sniff
 
 KINDS = ("trace", "session", "blob", "request", "unrecorded", "rejected")
 _MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -274,7 +275,13 @@ def _open(path: str | Path) -> BinaryIO:
     try:
         return open(path, "rb")  # noqa: SIM115 - the callers close it
     except OSError as exc:
-        raise TraceError(str(path), 0, f"cannot open: {exc.strerror}") from None
+        raise TraceError(str(path), 0, sniff(path) or f"cannot open: {exc.strerror}") from None
+
+
+def _refuse(check: _Checker, problem: str) -> TraceError:
+    """`problem` at the current line; before the `trace` header, a file of another tool gets the
+    command that takes it instead (`replay import sharegpt`, `replay report`)."""
+    return check.fail((None if check.header_seen else sniff(check.path)) or problem)
 
 
 def iter_records(path: str | Path, share: bool = False) -> Iterator[tuple[_Checker, dict[str, Any]]]:
@@ -292,14 +299,14 @@ def iter_records(path: str | Path, share: bool = False) -> Iterator[tuple[_Check
             except orjson.JSONDecodeError as exc:
                 if not bytes(raw).strip():
                     continue  # a blank line
-                raise check.fail(f"bad JSON: {exc}") from None
+                raise _refuse(check, f"bad JSON: {exc}") from None
             if not isinstance(obj, dict):
-                raise check.fail("each line must be a JSON object")
+                raise _refuse(check, "each line must be a JSON object")
             kind = obj.get("kind")
             if kind not in KINDS:
-                raise check.fail(f"unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
+                raise _refuse(check, f"unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
             if not check.header_seen and kind != "trace":
-                raise check.fail("the first line must be the 'trace' header")
+                raise _refuse(check, "the first line must be the 'trace' header")
             yield check, _validate(check, kind, obj)
     finally:
         handle.close()
