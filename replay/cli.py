@@ -148,7 +148,7 @@ def run(
     fail_on_errors: Annotated[
         bool,
         typer.Option(
-            help="Exit 1 when any request failed; --no-fail-on-errors: a finished run exits 0.",
+            help="Exit 1 if a request failed (the --no- form: 0 once the run finished).",
             rich_help_panel=OUTPUT,
         ),
     ] = True,
