@@ -310,8 +310,26 @@ def size_sweep(
         str, typer.Option(help="Budgets to try, e.g. 4G,24G,64G.")
     ] = "4G,8G,16G,24G,32G,48G,64G",
     preset: Annotated[str, typer.Option(help="Model preset: qwen38-q2 | deepseek-v4-flash")] = "qwen38-q2",
-    plan: Annotated[str, typer.Option(help="sequential | timed")] = "sequential",
-    speed: Annotated[float, typer.Option(help="Time scale for the timed plan.")] = 1.0,
+    plan: Annotated[
+        str,
+        typer.Option(
+            help="How requests are sent, as `replay run --plan`: alternate (= sequential) | overlap | "
+            "timed | closed-loop. Under the last three the order depends on modelled time and each "
+            "budget walks the event-loop model."
+        ),
+    ] = "alternate",
+    speed: Annotated[
+        float,
+        typer.Option(help="Trace seconds per modelled second (timed, closed-loop), as `replay run --speed`."),
+    ] = 1.0,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Requests in flight at most (overlap: K, default 2).")
+    ] = None,
+    round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns.")] = False,
+    think: Annotated[str, typer.Option(help="off | on | auto, as `replay run --think`.")] = "auto",
+    sim_args: Annotated[
+        str, typer.Option(help="Simulator flags, as `replay run --sim-args` (e.g. '--build sept').")
+    ] = "",
     history: Annotated[str, typer.Option(help="live | recorded")] = "live",
     slots: Annotated[str, typer.Option(help="Resident slot counts to try, e.g. 1,2.")] = "1",
     routing: Annotated[str, typer.Option(help="upstream,reuse-aware")] = "upstream",
@@ -342,6 +360,10 @@ def size_sweep(
         preset=preset,
         plan=plan,
         speed=speed,
+        concurrency=concurrency,
+        round_robin=round_robin,
+        think=think,
+        sim_args=sim_args,
         history=history,
         slots=slots,
         routing=routing,

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from replay.commands import print_json
 from replay.errors import UsageError
+from replay.sim.model.config import SimConfig
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,8 +47,12 @@ class SweepArgs:
     trace: Path
     budgets: str = "4G,8G,16G,24G,32G,48G,64G"
     preset: str = "qwen38-q2"
-    plan: str = "sequential"
+    plan: str = "alternate"
     speed: float = 1.0
+    concurrency: int | None = None
+    round_robin: bool = False
+    think: str = "auto"
+    sim_args: str = ""  # simulator flags (`replay sim serve`'s), e.g. '--build sept'
     history: str = "live"
     slots: str = "1"
     routing: str = "upstream"
@@ -66,6 +71,8 @@ def sweep(args: SweepArgs, console: Console) -> int:
     from replay.sizing.parallel import auto_workers
 
     cfg = size.size_config(args.preset, hidden_reasoning=args.hidden_reasoning or None)
+    if args.sim_args.strip():
+        cfg = _sim_config(args.preset, args.sim_args, args.hidden_reasoning)
     sizes = size.parse_budgets(args.budgets)
     if not args.trace.is_file():
         raise UsageError(f"{args.trace}: no such trace file")
@@ -90,8 +97,11 @@ def sweep(args: SweepArgs, console: Console) -> int:
             sizes,
             cfg=cfg,
             history=args.history,
+            think=args.think,
             plan=args.plan,
             speed=args.speed,
+            concurrency=args.concurrency,
+            round_robin=args.round_robin,
             slots=size.parse_slots(args.slots),
             routings=[r.strip() for r in args.routing.split(",") if r.strip()],
             target_reread=parse_tokens(args.target) if args.target else None,
@@ -106,3 +116,20 @@ def sweep(args: SweepArgs, console: Console) -> int:
     else:
         console.print(size.sweep_table(found))
     return 0
+
+
+def _sim_config(preset: str, sim_args: str, hidden_reasoning: bool) -> SimConfig:
+    """The cache model as `replay sim serve` would run with these flags (the budget aside: each
+    budget of the sweep replaces `--kv-disk-space-mb`)."""
+    import shlex
+
+    from replay.sim.server.options import flag_problem, parse
+
+    argv = ["--preset", preset, *shlex.split(sim_args), "--kv-disk-dir", "unused"]
+    if hidden_reasoning:
+        argv.append("--hidden-reasoning")
+    problem = flag_problem(argv)
+    if problem is not None:
+        raise UsageError(f"--sim-args: {problem}")
+    cfg, _ = parse(argv)
+    return cfg

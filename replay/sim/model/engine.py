@@ -613,11 +613,11 @@ class CacheModel:
         def written() -> None:
             outcome = disk.store(seq, reason, key, self.now, trimmed)
             for cp in outcome.evicted_before:
-                self._emit(ev.Evicted(self.now, cp))
+                self._emit(ev.Evicted(self.now, cp, job_id))
             if outcome.stored is not None:
                 self._emit(ev.Stored(self.now, job_id, slot.index, outcome.stored, reason, save_s))
             for cp in outcome.evicted_after:
-                self._emit(ev.Evicted(self.now, cp))
+                self._emit(ev.Evicted(self.now, cp, job_id))
             then()
 
         self._io(slot, save_s, written)
