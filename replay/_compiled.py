@@ -36,6 +36,7 @@ MODEL: tuple[str, ...] = (
     "replay.sim.model.render",
     "replay.sim.model.reply",
     "replay.sim.model.config",
+    "replay.sim.model.builds",
     "replay.sim.model.job",
     "replay.sim.model.checkpoint",
     "replay.sim.model.policy",

@@ -408,12 +408,21 @@ def scenario_list() -> None:
 
 @scenario_app.command("show")
 def scenario_show(
-    name: Annotated[str, typer.Argument(help="Scenario name or spec file.")], param: Params = None
+    name: Annotated[str, typer.Argument(help="Scenario name or spec file.")],
+    param: Params = None,
+    inputs: Annotated[
+        bool,
+        typer.Option(
+            "--inputs",
+            help="Every input with its value, the report's words or why it is assumed, and how far "
+            "each row moves across its plausible range (measured on the model: a minute or so).",
+        ),
+    ] = False,
 ) -> None:
     """What a scenario reproduces, what to look for, the expected outcome, the flags it is about."""
     from replay.commands.scenario import ShowArgs, show
 
-    raise typer.Exit(show(ShowArgs(name=name, params=param or []), console))
+    raise typer.Exit(show(ShowArgs(name=name, params=param or [], inputs=inputs), console))
 
 
 @scenario_app.command("generate")

@@ -34,11 +34,57 @@ def list_(console: Console) -> int:
 class ShowArgs:
     name: str  # scenario name or spec file
     params: list[str] = field(default_factory=list)  # k=v overrides
+    inputs: bool = False  # the inputs table, each with its measured sensitivity
 
 
 def show(args: ShowArgs, console: Console) -> int:
-    console.print(describe(find_scenario(args.name, parse_params(args.params))))
+    spec = find_scenario(args.name, parse_params(args.params))
+    if args.inputs:
+        console.print(inputs_table(spec, console))
+        return 0
+    console.print(describe(spec))
     return 0
+
+
+def inputs_table(spec: Scenario, console: Console) -> Table:
+    """Every input of the spec: its value, the report's words or why it is assumed, and how far
+    each row moves across its plausible range (walked in modelled time, a few seconds each)."""
+    import tempfile
+
+    from replay.runs.sensitivity import current_value, sensitivity, walk_rows
+
+    table = Table(
+        title=f"{spec.name}: inputs, their sources, and how far each row moves across an input's range",
+        title_justify="left",
+        show_lines=True,
+    )
+    for name in ("input", "value", "source or assumed", "range", "sensitivity (low | as written | high)"):
+        table.add_column(name)
+    for arm in spec.arms:
+        table.add_row(f"arm {arm.name}", " ".join(arm.sim) or "defaults", arm.source or arm.about, "", "")
+    with tempfile.TemporaryDirectory(prefix="replay-inputs-") as scratch:
+        base = walk_rows(spec, Path(scratch)) if spec.expects else []
+    with console.status("measuring each input's range on the model...") as status:
+        for inp in spec.inputs:
+            moves = sensitivity(spec, inp, base, say=lambda m: status.update(f"walking the rows at {m}"))
+            if inp.range is None:
+                moved = "-" if inp.name != "run.time_scale" else "no row: rows are judged in modelled time"
+            elif not moves:
+                moved = "no row moves"
+            else:
+                moved = "\n".join(f"{m.row}: {m.low} | {m.base} | {m.high}" for m in moves)
+            span = "" if inp.range is None else f"{inp.range[0]:g}-{inp.range[1]:g}"
+            source = inp.provenance + (f"\n[dim]{inp.note}[/dim]" if inp.note else "")
+            table.add_row(inp.name, _value(current_value(spec, inp)), source, span, moved)
+    return table
+
+
+def _value(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -134,7 +134,8 @@ class ArmView:
                 prev = self._prev.get(rec["seq"])
                 if prev is None:
                     return None
-                growth = rec["prompt_tokens"] - prev["prompt_tokens"]
+                # what the session added itself: its prompt's growth less the reply it carries back
+                growth = rec["prompt_tokens"] - prev["prompt_tokens"] - (prev.get("output_tokens") or 0)
                 return float(rec["reprocessed_tokens"] - growth)
             case "prefill_tps":
                 prefill = float(m.get("prefill_s") or 0.0)
@@ -173,6 +174,13 @@ class ArmView:
                 return float(self.initial_files + stores - len(evicted) - consumed)
             case "slots_used":
                 return float(len({(r.get("modelled") or {}).get("slot") for r in self.requests}))
+            case "span_s":
+                if not selected:
+                    return None
+                ends = [
+                    self.sent_at(r) + float((r.get("modelled") or {}).get("total_s") or 0.0) for r in selected
+                ]
+                return max(ends) - min(self.sent_at(r) for r in selected)
             case "second_half_ratio" | "second_half_prefill_ratio":
                 half = len(selected) // 2
                 amount = "reprocessed_tokens" if metric == "second_half_ratio" else "prefill_s"

@@ -145,8 +145,8 @@ class _Layout:
         live = self.live_slots.admit(job)
         self.misses += live.miss
         self._part(job, live)
-        walks: dict[tuple[int, int], Walk | None] = {}
-        ends: dict[tuple[int, int, float], tuple[float, float]] = {}
+        walks: dict[tuple[int, int, bool], Walk | None] = {}
+        ends: dict[tuple[int, int, bool, float], tuple[float, float]] = {}
         if live.source is None:  # to the disk: every lane on its own
             for tally in self.lanes:
                 _serve(job, live, tally, switch, walks, ends)
@@ -193,28 +193,30 @@ def _serve(
     live: Live,
     tally: _LaneTally,
     switch: bool,
-    walks: dict[tuple[int, int], Walk | None],
-    ends: dict[tuple[int, int, float], tuple[float, float]],
+    walks: dict[tuple[int, int, bool], Walk | None],
+    ends: dict[tuple[int, int, bool, float], tuple[float, float]],
 ) -> float | None:
     """One job at one budget: its own disk step (evict save, restore), then the prompt and reply.
     Those take the same steps at every budget that starts them from the same cached position with
     its last save at the same position, as long as they save nothing: walked once (`walks`), then
-    replayed on the other clocks, and added up once per start (`ends`). Returns the job's wait when
-    it touched no disk, else None."""
+    replayed on the other clocks, and added up once per start (`ends`); a start from a restore
+    walks apart from a live one (its first quantum pays the resumed prefill's fixed cost). Returns
+    the job's wait when it touched no disk, else None."""
     lane, slot = tally.lane, live.slot
     P = len(job.prompt.seq)  # noqa: N806 - ds4's name for the prompt length
     start = lane.begin(job, live)
     t0, t, cached = start.t0, start.t, start.cached
     saved_at = lane.last_store[slot]
-    walk = walks.get((cached, saved_at), _UNWALKED)
+    restored = start.source == "disk-text"
+    walk = walks.get((cached, saved_at, restored), _UNWALKED)
     if walk is None or walk is _UNWALKED:
         t_decode, t_end = lane.run(job, slot, start)
         if walk is _UNWALKED:
-            walks[cached, saved_at] = walk = lane.walk
+            walks[cached, saved_at, restored] = walk = lane.walk
     else:
-        end = ends.get((cached, saved_at, t))
+        end = ends.get((cached, saved_at, restored, t))
         if end is None:
-            end = ends[cached, saved_at, t] = walk.replay(t)
+            end = ends[cached, saved_at, restored, t] = walk.replay(t)
         t_decode, t_end = end
         lane.advance(t_end)
     wait = (t_end - t0) - max(0.0, t_end - t_decode)  # a `Result`'s total_s - decode_s

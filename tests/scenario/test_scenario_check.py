@@ -20,7 +20,15 @@ from replay.scenario.check import ArmView, evaluate
 from replay.scenario.expect import Expect, clock_window
 
 # The built-in scenarios that reproduce numeric rows of seed figures sections 1-3.
-FIELD_SCENARIOS = ("slow-morning", "three-overnight", "switching", "batched-routing", "cold-ab")
+FIELD_SCENARIOS = (
+    "slow-morning",
+    "three-overnight",
+    "switching",
+    "batched-routing",
+    "batched-starvation",
+    "cold-ab",
+    "prewarm",
+)
 
 SPEC = """
 [scenario]
@@ -58,7 +66,7 @@ def test_every_field_scenario_has_expectations_with_a_source() -> None:
     for name in FIELD_SCENARIOS:
         assert specs[name].expects, name
         for e in specs[name].expects:
-            assert re.match(r"seed-figures [123]\b", e.source), (name, e.source)
+            assert re.match(r"00[023], ", e.source), (name, e.source)  # the report it comes from
             if e.gap is not None:  # a known gap is explained, and the spec's notes point at it
                 assert len(e.gap) > 20 and "gap" in specs[name].notes, name
 
@@ -171,7 +179,8 @@ def test_check_runs_the_arms_and_states_each_figure(tmp_path: Path) -> None:
     code = check(CheckArgs(names=["cold-ab"], out=tmp_path), console)
     text = out.getvalue()
     assert code == 0, text
-    assert "seed-figures 3" in text and "0.187" in text and "known gap" in text
+    assert "000, A/B" in text and "0.187" in text and "known gap" in text
+    assert "spread cold-ab/on-2nd: 0.0%" in text  # alternate-plan arms: the run is the walk
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert check(CheckArgs(names=["batched-routing"], json=True, out=tmp_path / "j"), console) == 0
