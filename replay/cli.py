@@ -315,9 +315,10 @@ def size_sweep(
         typer.Option(
             help="How requests are sent, as `replay run --plan`: alternate (= sequential) | overlap | "
             "timed | closed-loop. Under the last three the order depends on modelled time and each "
-            "budget walks the event-loop model."
+            "budget walks the event-loop model. auto: a built-in scenario's trace as `scenario run` "
+            "replays it (its plan, server flags and earlier day's files), any other alternate."
         ),
-    ] = "alternate",
+    ] = "auto",
     speed: Annotated[
         float,
         typer.Option(help="Trace seconds per modelled second (timed, closed-loop), as `replay run --speed`."),

@@ -26,7 +26,7 @@ from replay.sim.model import events as ev
 from replay.sim.model.config import MiB, SimConfig, config_for
 from replay.sim.model.job import Job
 from replay.sizing.jobs import History, jobs_from_trace, read_requests, scheduled_from_trace
-from replay.sizing.lanes import sweep_sequential
+from replay.sizing.lanes import OnDisk, sweep_sequential
 from replay.sizing.parallel import sweep_in_workers
 from replay.sizing.rows import (
     StaleFile,
@@ -94,6 +94,7 @@ def sweep(
     routings: Sequence[str] | None = None,
     target_reread: int | None = None,
     stale: Sequence[StaleFile] = (),
+    on_disk: OnDisk | None = None,
 ) -> SweepReport:
     """A row per (budget, slot count, routing), all fed the same jobs.
 
@@ -103,7 +104,8 @@ def sweep(
     it in modelled time (`replay.sizing.timeline`: `timed` at trace time / `speed`, closed-loop
     after its previous reply plus its tool time, overlapping up to the cap). `jobs` are
     `Scheduled` entries (from `scheduled_from_trace`), or (send time, job) pairs that wait for
-    nothing. `stale` files are on disk before the first request (they can only take space).
+    nothing. `stale` files are on disk before the first request (they can only take space), and
+    so are `on_disk(config)`'s (real checkpoints: a scenario's earlier day, say).
     """
     base = cfg or config_for()
     schedule = schedule_for(plan, speed=speed, concurrency=concurrency, round_robin=round_robin)
@@ -122,16 +124,22 @@ def sweep(
         )
     else:
         entries = [e if isinstance(e, Scheduled) else Scheduled(e[0], e[1]) for e in jobs]
-        rows = [_walk_row(entries, budget, vcfg, schedule, stale) for budget, vcfg in variants]
+        rows = [_walk_row(entries, budget, vcfg, schedule, stale, on_disk) for budget, vcfg in variants]
     return SweepReport(rows, target_reread, best_budget(rows, target_reread), walker, why)
 
 
 def _walk_row(
-    entries: list[Scheduled], budget: int, cfg: SimConfig, schedule: Schedule, stale: Sequence[StaleFile]
+    entries: list[Scheduled],
+    budget: int,
+    cfg: SimConfig,
+    schedule: Schedule,
+    stale: Sequence[StaleFile],
+    on_disk: OnDisk | None,
 ) -> SweepRow:
     """One variant's row: the event-loop model fed the requests as the plan sends them."""
     tally = _Tally(SweepRow(budget, cfg.slots, cfg.routing))
-    timeline = Timeline(entries, cfg, schedule, stale_checkpoints(stale, cfg))
+    files = stale_checkpoints(stale, cfg) + (on_disk(cfg) if on_disk is not None else [])
+    timeline = Timeline(entries, cfg, schedule, files)
     for happened in timeline:
         tally.add(happened)
     disk = timeline.model.disk
@@ -197,7 +205,8 @@ def sweep_trace(
     """`sweep` over a trace file, read as it goes (`read_requests`); with `workers` > 1 and a
     plan the sequential lanes serve, this process reads and renders and the others split the
     budgets (`replay.sizing.parallel`); `progress(line, lines)` hears how far into the trace the
-    sweep is. `think` is the run's `--think` (see `jobs_from_trace`)."""
+    sweep is (files `on_disk` keep it in one process). `think` is the run's `--think` (see
+    `jobs_from_trace`)."""
     cfg = cfg or config_for()
     schedule = schedule_for(
         kwargs.get("plan", "sequential"),
@@ -211,7 +220,7 @@ def sweep_trace(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        if workers > 1 and budgets and sequential:
+        if workers > 1 and budgets and sequential and kwargs.get("on_disk") is None:
             options = dict(kwargs, cfg=cfg, history=history, think=think)
             found = sweep_in_workers(path, budgets, workers, options, _rows_of, progress)
             rows = [SweepRow(**row) for row in found]

@@ -272,3 +272,37 @@ def test_the_sweep_says_which_walk_ran_and_why(tmp_path: Path) -> None:
     from replay.sizing import sweep_json
 
     assert orjson.loads(orjson.dumps(sweep_json(other)))["walker"] == "event loop"
+
+
+def test_a_scenarios_trace_is_swept_as_scenario_run_replays_it(tmp_path: Path) -> None:
+    """`replay size sweep` on the slow morning's trace, as a new user would run it: the
+    scenario's plan, server flags and earlier day's files, so each budget's row is the arm's
+    walk in modelled time (which `scenario check` judges and a wall-clock run matches within 2%)."""
+    import contextlib
+    import io
+
+    from rich.console import Console
+
+    from replay.commands.size import SweepArgs
+    from replay.commands.size import sweep as sweep_command
+    from replay.runs.modelled import model_arm
+    from replay.scenario import find_scenario
+
+    spec = find_scenario("slow-morning")
+    trace = tmp_path / "morning.jsonl"
+    generate(spec, trace)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert (
+            sweep_command(
+                SweepArgs(trace=trace, budgets="24G,64G", as_json=True), Console(file=io.StringIO())
+            )
+            == 0
+        )
+    rows = orjson.loads(out.getvalue())
+    assert rows["walker"] == "event loop" and "closed-loop" in rows["why"]
+    for row, arm in zip(rows["rows"], ("24G", "64G"), strict=True):
+        walked = model_arm(spec, spec.arm(arm), trace)
+        assert row["reprocessed_tokens"] == sum(r["reprocessed_tokens"] for r in walked.requests)
+        assert row["restores"] == sum(1 for s in walked.server if s["event"] == "restore")
+        assert row["evictions"] == sum(1 for s in walked.server if s["event"] == "evict")
