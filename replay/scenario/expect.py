@@ -2,7 +2,7 @@
 
 A row names the arm it is about, which requests it looks at (the steps whose label starts with a
 text, a window of modelled clock time, a session, a tag, a switch class, the last N), the metric and how the requests' values are summed up, the field
-figure (one value or a range) with its tolerance, and the seed-figures section it comes from. A
+figure (one value or a range) with its tolerance, and the report and section it comes from. A
 figure the model cannot reach carries `gap = "why"`: it is shown, never counted as a failure, and
 the spec's notes say why. Rows are written from the report, never tuned to what the model gives.
 """

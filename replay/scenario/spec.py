@@ -591,7 +591,9 @@ def _expects(where: _Where, rows: list[Any], arms: list[Arm], clock_s: float | N
         if raw["arm"] not in names:
             raise t.fail("arm", f"unknown arm {raw['arm']!r} (arms: {', '.join(sorted(names))})")
         if not raw["source"]:
-            raise t.fail("source", "every expectation names its source (a seed-figures section)")
+            raise t.fail(
+                "source", "every expectation names its source (the report and its section, e.g. 003, the fix)"
+            )
         try:
             out.append(parse_expect(raw, clock_s))
         except ValueError as exc:
