@@ -154,7 +154,9 @@ def _as_its_scenario(args: SweepArgs) -> tuple[str, str, str, Any, str | None]:
     from replay.scenario.catalog import SCENARIOS_DIR, find_scenario
     from replay.trace.reader import iter_records
 
-    first = next(iter_records(args.trace), None)  # the header line, read alone
+    records = iter_records(args.trace)
+    first = next(records, None)  # the header line, read alone
+    records.close()
     source = (
         str(first[1].get("source") or "") if first is not None and first[1].get("kind") == "trace" else ""
     )
