@@ -27,8 +27,8 @@ from types import ModuleType
 from typing import Any
 
 # The pure cache model (every module of `replay.sim.model`), what a sweep reads it with from
-# `replay.trace`, and the sweep's own per-request path (`replay.sizing`: jobs made from the trace,
-# the budgets' lanes, the hand-over to worker processes), which runs once per request and budget
+# `replay.trace`, and the sweep's own per-request path (`replay.sizing`: requests sent in modelled
+# time, jobs made from the trace, the budgets' lanes, the hand-over to worker processes), which runs once per request and budget
 # and so must be compiled with the model it drives.
 MODEL: tuple[str, ...] = (
     "replay.sim.model.tokenizer",
@@ -36,6 +36,7 @@ MODEL: tuple[str, ...] = (
     "replay.sim.model.render",
     "replay.sim.model.reply",
     "replay.sim.model.config",
+    "replay.sim.model.builds",
     "replay.sim.model.job",
     "replay.sim.model.checkpoint",
     "replay.sim.model.policy",
@@ -51,6 +52,7 @@ TRACE: tuple[str, ...] = (
     "replay.trace.synth",
 )
 SWEEP: tuple[str, ...] = (
+    "replay.sizing.timeline",
     "replay.sizing.jobs",
     "replay.sizing.lanes",
     "replay.sizing.parallel",
