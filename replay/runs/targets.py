@@ -19,7 +19,7 @@ from drivers.launch import Served, describe_plan, plan_target, start_target
 from drivers.target import Target, load_target, target_from_dict
 from replay.errors import UsageError
 from replay.sim.model.config import PRESETS
-from replay.sim.server.options import flag_problem
+from replay.sim.server.flags import flag_problem
 
 # Modelled time runs this many times faster than a real server would, unless the user says.
 DEFAULT_SIM_TIME_SCALE = 200.0
