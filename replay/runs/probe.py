@@ -39,7 +39,7 @@ from replay.errors import DriverError, TargetError, UsageError
 from replay.metrics.record import RequestRecord
 from replay.runs.pipeline import Hooks, ReplayJob, RunOptions, finish, replay
 from replay.runs.pipeline import segments as cut
-from replay.runs.serverlog import effective_settings
+from replay.runs.serverlog import effective_settings, log_kind
 from replay.scenario.build import generate, plan_requests
 from replay.scenario.catalog import find_scenario
 from replay.trace.model import Request, Trace
@@ -48,6 +48,13 @@ from replay.trace.select import PROBE_TAG
 
 SLOT_FILE = "probe-{rid}.bin"
 SLOT_KINDS = ("llamacpp",)  # kinds with llama-server's slot save/restore API
+
+
+def has_slot_files(target: Target) -> bool:
+    """llama-server, or the simulator playing it (`--server llama`): slots saved and restored by API."""
+    return log_kind(target.kind, target.flags) in SLOT_KINDS
+
+
 Say = Callable[[str], None]
 
 
@@ -173,7 +180,7 @@ def run_cache_probe(
 
 def _with_slot_dir(target: Target, slots: Path) -> Target:
     """llama-server saves slot files only under `--slot-save-path`; give it one unless the file did."""
-    if target.kind not in SLOT_KINDS or has_flag(target.flags, "--slot-save-path"):
+    if not has_slot_files(target) or has_flag(target.flags, "--slot-save-path") or target.kv_disk_dir:
         return target
     slots.mkdir(parents=True, exist_ok=True)
     return dataclasses.replace(target, flags=(*target.flags, "--slot-save-path", str(slots.resolve())))
@@ -209,7 +216,7 @@ def _run(
         def restart(old: Served, rid: int) -> tuple[Served, dict[str, Any]]:
             say(_progress_line(measured))
             chosen = slot
-            if chosen is None and target.kind in SLOT_KINDS:
+            if chosen is None and has_slot_files(target):
                 chosen = find_slot(old.url, by_id[rid].session, measured, old.log_path)
             measured.clear()
             done, new, logs[-1] = _restart(server, old, target, workdir, rid, chosen, say)
@@ -241,8 +248,8 @@ def _run(
         steps=[ProbeStep.from_record(r) for r in done.records],
         restarts=restarts,
         logs=kept,
-        settings=[effective_settings(target.kind, p) for p in logs],
-        log_events=[_log_events(target.kind, p) for p in logs],
+        settings=[effective_settings(log_kind(target.kind, target.flags), p) for p in logs],
+        log_events=[_log_events(log_kind(target.kind, target.flags), p) for p in logs],
         metrics=done.metrics,
     )
 
@@ -261,7 +268,7 @@ def _restart(
     if served.process is None:
         raise DriverError(f"{target.where}: the server was not started by the tool; cannot restart it")
     filename = SLOT_FILE.format(rid=rid)
-    uses_slots = target.kind in SLOT_KINDS and slot is not None
+    uses_slots = has_slot_files(target) and slot is not None
     save = _slot_action(served.url, slot, "save", filename) if uses_slots and slot is not None else {}
     stopped = served.process.stop()
     stack.close()  # leaves start_target's block; the process is already stopped
