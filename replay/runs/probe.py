@@ -37,7 +37,7 @@ from drivers.target import Target, load_target
 from replay.engine.plans import Alternate
 from replay.errors import DriverError, TargetError, UsageError
 from replay.metrics.record import RequestRecord
-from replay.runs.pipeline import Hooks, ReplayJob, RunOptions, finish, replay
+from replay.runs.pipeline import Hooks, Replayed, ReplayJob, RunOptions, finish, replay
 from replay.runs.pipeline import segments as cut
 from replay.runs.serverlog import effective_settings, log_kind
 from replay.scenario.build import generate, plan_requests
@@ -186,19 +186,26 @@ def _with_slot_dir(target: Target, slots: Path) -> Target:
     return dataclasses.replace(target, flags=(*target.flags, "--slot-save-path", str(slots.resolve())))
 
 
-def _run(
+@dataclass(slots=True)
+class _Probed:
+    done: Replayed
+    restarts: list[Restart]
+    logs: list[Path | None]  # one per server process, in order
+
+
+def _replay_with_restarts(
     target: Target,
     trace: Trace,
     labels: dict[int, str],
-    out: Path,
-    name: str,
+    results: Path,
+    workdir: Path,
     slot: int | None,
     timeout_s: float,
     say: Say,
-) -> ProbeReport:
+    plan: Any = None,
+    header: dict[str, Any] | None = None,
+) -> _Probed:
     """The trace through the one replay pipeline, with a restart hook before each probe."""
-    results = out / f"{name}.results.jsonl"
-    workdir = out / "work"
     restarts: list[Restart] = []
     logs: list[Path | None] = []
     measured: list[RequestRecord] = []  # this server process's records, for the progress line
@@ -227,9 +234,10 @@ def _run(
         job = ReplayJob(
             served=served,
             trace=trace,
-            options=RunOptions(Alternate(), timeout=timeout_s),
+            options=RunOptions(plan or Alternate(), timeout=timeout_s),
             out=results,
             workdir=workdir,
+            header=header or {},
         )
         hooks = Hooks(
             restart_before=is_probe,
@@ -239,6 +247,23 @@ def _run(
         )
         (done,) = replay([job], hooks=hooks, say=say)
         say(_progress_line(measured))
+    return _Probed(done, restarts, logs)
+
+
+def _run(
+    target: Target,
+    trace: Trace,
+    labels: dict[int, str],
+    out: Path,
+    name: str,
+    slot: int | None,
+    timeout_s: float,
+    say: Say,
+) -> ProbeReport:
+    """The probe: the replay with restarts, its counters and memory, and the per-step numbers."""
+    results = out / f"{name}.results.jsonl"
+    probed = _replay_with_restarts(target, trace, labels, results, out / "work", slot, timeout_s, say)
+    done, restarts, logs = probed.done, probed.restarts, probed.logs
     finish(done, None)  # the counters and memory of every server process
     kept = [p for p in logs if p is not None]
     return ProbeReport(
@@ -252,6 +277,32 @@ def _run(
         log_events=[_log_events(log_kind(target.kind, target.flags), p) for p in logs],
         metrics=done.metrics,
     )
+
+
+def replay_restarting(
+    target: Target,
+    trace: Trace,
+    labels: dict[int, str],
+    results: Path,
+    log: Path,
+    workdir: Path,
+    timeout_s: float,
+    plan: Any = None,
+    header: dict[str, Any] | None = None,
+    say: Say | None = None,
+) -> Replayed:
+    """A scenario arm whose trace has `probe` requests, on a server that keeps slot files: every
+    server process's log is joined into `log` (llama.cpp's clock restarts at each; the parser
+    carries on), and the run's `server` records are read from it."""
+    probed = _replay_with_restarts(
+        target, trace, labels, results, workdir, None, timeout_s, say or (lambda _m: None), plan, header
+    )
+    with open(log, "wb") as joined:
+        for part in probed.logs:
+            if part is not None and Path(part).exists():
+                joined.write(Path(part).read_bytes())
+    finish(probed.done, log)
+    return probed.done
 
 
 def _restart(
