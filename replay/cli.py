@@ -37,7 +37,10 @@ def validate(trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")])
 def run(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
     target: Annotated[
-        str | None, typer.Option(help="Server base URL, or 'sim[:preset]' to start the simulator (default).")
+        str | None,
+        typer.Option(
+            help="Server base URL, or 'sim[:preset]' to start the simulator (default); 'sim:llama[:preset]' plays llama-server."
+        ),
     ] = None,
     server: Annotated[
         Path | None,
@@ -248,7 +251,10 @@ def ab(
     raise typer.Exit(replay_ab(args, console))
 
 
-sim_app = typer.Typer(no_args_is_help=True, help="The embedded simulator of ds4-server's cache policy.")
+sim_app = typer.Typer(
+    no_args_is_help=True,
+    help="The embedded simulator of ds4-server's cache policy (or llama-server's: --server llama).",
+)
 app.add_typer(sim_app, name="sim")
 
 
@@ -258,7 +264,7 @@ app.add_typer(sim_app, name="sim")
     add_help_option=False,
 )
 def sim_serve(ctx: typer.Context) -> None:
-    """Serve the simulator on 127.0.0.1 (ds4's flags; `replay sim serve --help` lists them)."""
+    """Serve the simulator on 127.0.0.1 (ds4's flags, or llama-server's with --server llama; --help lists them)."""
     from replay.commands.sim import SimServeArgs, serve
 
     raise typer.Exit(serve(SimServeArgs(argv=list(ctx.args))))

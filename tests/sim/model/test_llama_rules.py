@@ -187,3 +187,21 @@ def test_a_prompt_over_the_slot_context_fails_after_its_slot_was_chosen() -> Non
         and "exceeds the available context size (1024 tokens)" in results[1].error
     )
     assert any(isinstance(e, ev.PromptSaved) for e in events)  # the slot changed hands first
+
+
+def test_the_model_takes_the_settings_a_servers_startup_log_shows() -> None:
+    """`from_settings` with what `llamacpp_settings` reads from a real startup log (the captured
+    np2 session: two slots, 8192 each, no host cache) and a build number."""
+    from pathlib import Path
+
+    from drivers.logs import llamacpp as ll
+    from drivers.logs.effective import llamacpp_settings
+    from replay.sim.model.llama.config import from_settings
+
+    log = Path(__file__).resolve().parents[2] / "data" / "llama" / "llama_server_np2.log"
+    settings = llamacpp_settings(ll.parse_files([log]).events)
+    cfg = from_settings(llama_config("tiny-llama"), dict(settings))
+    assert (cfg.n_slots, cfg.unified, cfg.n_ctx_slot, cfg.prompt_cache_on) == (2, False, 8192, False)
+    assert cfg.rules.build == 11549  # the log says b0-unknown: the wheel's build stands
+    old = from_settings(cfg, {"build": 11063, "cache_ram_mib": 4096})
+    assert old.rules.build == 11063 and not old.rules.slot_file_checkpoints and old.cache_ram_mib == 4096

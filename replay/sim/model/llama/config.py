@@ -237,3 +237,48 @@ def llama_config(preset: str = DEFAULT_PRESET, **overrides: object) -> LlamaConf
     p = PRESETS[preset]
     base = LlamaConfig(arch=p.arch, speeds=p.speeds, preset=preset, model_id=p.model_id, build=p.build)
     return replace(base, **{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+
+
+def from_settings(base: LlamaConfig, settings: dict[str, object]) -> LlamaConfig:
+    """`base` as a real server's startup log shows it running (the names of
+    `drivers.logs.effective.llamacpp_settings`: `n_parallel`, `kv_unified`, `n_ctx_slot`,
+    `cache_ram_mib`, `ctx_checkpoints`, `checkpoint_min_step`, `cache_idle_slots`, `swa_full`,
+    `cache_reuse`, `build`), so the model runs with the settings in force, not the ones asked for.
+    A setting the log does not show keeps `base`'s value; build 0 (a build that does not know its
+    number, as xllamacpp's) keeps `base`'s."""
+
+    def num(key: str) -> int | None:
+        v = settings.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    def flag(key: str) -> bool | None:
+        v = settings.get(key)
+        return v if isinstance(v, bool) else None
+
+    cfg = base
+    n_parallel = num("n_parallel")
+    unified = flag("kv_unified")
+    if n_parallel is not None:
+        cfg = cfg.with_(n_parallel=n_parallel)
+    if unified is not None:
+        cfg = cfg.with_(kv_unified=unified)
+    n_ctx_slot = num("n_ctx_slot")
+    if n_ctx_slot is not None:
+        cfg = cfg.with_(n_ctx=n_ctx_slot if cfg.unified else n_ctx_slot * cfg.n_slots)
+    for key, name in (
+        ("cache_ram_mib", "cache_ram_mib"),
+        ("ctx_checkpoints", "ctx_checkpoints"),
+        ("checkpoint_min_step", "checkpoint_min_step"),
+        ("cache_reuse", "cache_reuse"),
+    ):
+        value = num(key)
+        if value is not None:
+            cfg = cfg.with_(**{name: value})
+    for key in ("cache_idle_slots", "swa_full"):
+        on = flag(key)
+        if on is not None:
+            cfg = cfg.with_(**{key: on})
+    build = num("build")
+    if build:
+        cfg = cfg.with_(build=build)
+    return cfg
