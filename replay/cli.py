@@ -23,6 +23,13 @@ app = typer.Typer(
 # rich's 80-column default; a terminal, or COLUMNS, sets the width as usual.
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200)
 err = Console(stderr=True)
+# Every command that writes a user's file refuses to replace one without it (`replay.outputs`).
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Replace an existing output file, or write into a folder that is not empty."
+    ),
+]
 
 
 @app.command()
@@ -116,6 +123,14 @@ def run(
         ),
     ] = "auto",
     quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
+    force: Force = False,
+    fail_on_errors: Annotated[
+        bool,
+        typer.Option(
+            help="Exit 1 when any request failed; --no-fail-on-errors: a run that finished exits 0 "
+            "(its failed requests are in its results)."
+        ),
+    ] = True,
 ) -> None:
     """Replay a trace against a server and write per-request results."""
     from replay.commands.run import RunArgs
@@ -146,6 +161,8 @@ def run(
         loop=loop,
         connections=connections,
         quiet=quiet,
+        force=force,
+        fail_on_errors=fail_on_errors,
     )
     raise typer.Exit(replay_run(args, console))
 
@@ -158,12 +175,14 @@ def report(
         Path | None,
         typer.Option(help="Also write a self-contained HTML report (and summary.md) into this directory."),
     ] = None,
+    force: Force = False,
 ) -> None:
     """Per-switch-class table (TTFT percentiles, re-processed and cached tokens, errors)."""
     from replay.commands.report import ReportArgs
     from replay.commands.report import report as replay_report
 
-    raise typer.Exit(replay_report(ReportArgs(results=results, as_json=json, html=html), console))
+    args = ReportArgs(results=results, as_json=json, html=html, force=force)
+    raise typer.Exit(replay_report(args, console))
 
 
 @app.command()
@@ -362,15 +381,17 @@ def size_sweep(
 
 @app.command()
 def demo(
-    out: Annotated[Path, typer.Option(help="Where the traces, results and HTML report go.")] = Path(
-        "replay-demo"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Where the traces, results and HTML report go (default: a new replay-demo/run-N)."),
+    ] = None,
+    force: Force = False,
 ) -> None:
     """Replay two agents switching on the simulator at a 4 GB and a 64 GB disk budget, and compare."""
     from replay.commands.demo import DemoArgs
     from replay.commands.demo import demo as replay_demo
 
-    raise typer.Exit(replay_demo(DemoArgs(out=out), console))
+    raise typer.Exit(replay_demo(DemoArgs(out=out, force=force), console))
 
 
 scenario_app = typer.Typer(
@@ -407,28 +428,35 @@ def scenario_generate(
         Path | None, typer.Option("--out", "-o", help="Trace to write (default NAME.jsonl).")
     ] = None,
     param: Params = None,
+    force: Force = False,
 ) -> None:
     """Write the scenario's trace (deterministic: same spec, same bytes)."""
     from replay.commands.scenario import GenerateArgs, generate
 
-    raise typer.Exit(generate(GenerateArgs(name=name, out=out, params=param or []), console))
+    raise typer.Exit(generate(GenerateArgs(name=name, out=out, params=param or [], force=force), console))
 
 
 @scenario_app.command("run")
 def scenario_run(
     name: Annotated[str, typer.Argument(help="Scenario name or spec file.")],
-    out: Annotated[Path, typer.Option(help="Where results and the HTML report go.")] = Path(
-        "replay-scenario"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where results and the HTML report go (default: a new replay-scenario/NAME/run-N)."
+        ),
+    ] = None,
     arm: Annotated[list[str] | None, typer.Option(help="Run only these arms (repeatable).")] = None,
     param: Params = None,
     time_scale: Annotated[float | None, typer.Option(help="Simulator speed-up over modelled time.")] = None,
+    force: Force = False,
 ) -> None:
     """Run every arm of a scenario on the simulator, compare them, write the report."""
     from replay.commands.scenario import ScenarioRunArgs
     from replay.commands.scenario import run as replay_scenario
 
-    args = ScenarioRunArgs(name=name, out=out, params=param or [], arms=arm, time_scale=time_scale)
+    args = ScenarioRunArgs(
+        name=name, out=out, params=param or [], arms=arm, time_scale=time_scale, force=force
+    )
     raise typer.Exit(replay_scenario(args, console))
 
 
@@ -439,11 +467,12 @@ def scenario_check(
     ] = None,
     json: Annotated[bool, typer.Option("--json", help="The verdicts as JSON.")] = False,
     out: Annotated[Path | None, typer.Option(help="Keep the arms' results here.")] = None,
+    force: Force = False,
 ) -> None:
     """Run the scenarios' arms and compare each field figure with the modelled one (exit 1 if any fails)."""
     from replay.commands.scenario import CheckArgs, check
 
-    raise typer.Exit(check(CheckArgs(names=names or [], json=json, out=out), console))
+    raise typer.Exit(check(CheckArgs(names=names or [], json=json, out=out, force=force), console))
 
 
 @app.command()
@@ -455,9 +484,12 @@ def probe(
     sim_args: Annotated[str, typer.Option("--sim-args", help="Extra simulator flags.")] = "",
     scenario: Annotated[str, typer.Option(help="Probe scenario (name or spec file).")] = "cache-probe",
     param: Params = None,
-    out: Annotated[Path, typer.Option(help="Where the trace, results, slot files and logs go.")] = Path(
-        "replay-probe"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the trace, results, slot files and logs go (default: a new replay-probe/run-N)."
+        ),
+    ] = None,
     slot: Annotated[
         int | None,
         typer.Option(
@@ -466,6 +498,7 @@ def probe(
     ] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    force: Force = False,
 ) -> None:
     """E1-E5 cache probe on a real server: what it re-reads after small changes, and after a restart."""
     from replay.commands.probe import ProbeArgs
@@ -481,6 +514,7 @@ def probe(
         slot=slot,
         timeout=timeout,
         as_json=json,
+        force=force,
     )
     raise typer.Exit(replay_probe(args, console))
 
@@ -518,6 +552,7 @@ def record(
     log: Annotated[
         Path | None, typer.Option(help="Append a line per call: method, path, status, bytes, recorded.")
     ] = None,
+    force: Force = False,
 ) -> None:
     """Pass an agent's traffic through to the server unchanged, and write it as a trace."""
     from replay.commands.record import RecordArgs
@@ -536,6 +571,7 @@ def record(
         keep_alive_timeout=keep_alive_timeout,
         max_connections=max_connections,
         log=log,
+        force=force,
     )
     raise typer.Exit(replay_record(args, console))
 
@@ -545,12 +581,13 @@ def anonymize(
     src: Annotated[Path, typer.Argument(help="Trace to anonymize.")],
     dst: Annotated[Path, typer.Argument(help="Anonymized trace to write.")],
     key: Annotated[str, typer.Option(help="Secret: equal text stays equal, different stays different.")],
+    force: Force = False,
 ) -> None:
     """Replace every text with synthetic text of the same token count, keeping structure and timing."""
     from replay.commands.trace import AnonymizeArgs
     from replay.commands.trace import anonymize as replay_anonymize
 
-    raise typer.Exit(replay_anonymize(AnonymizeArgs(src=src, dst=dst, key=key), console))
+    raise typer.Exit(replay_anonymize(AnonymizeArgs(src=src, dst=dst, key=key, force=force), console))
 
 
 @app.command("import")
@@ -576,6 +613,7 @@ def import_(
     list_: Annotated[
         bool, typer.Option("--list", help="Show each format and where each agent keeps its files.")
     ] = False,
+    force: Force = False,
 ) -> None:
     """Turn what an agent left on disk (or another tool's traces) into a replayable trace."""
     from replay.commands.trace import ImportArgs, import_trace
@@ -589,6 +627,7 @@ def import_(
         sessions=tuple(session or ()),
         shared_system=shared_system,
         list_formats=list_,
+        force=force,
     )
     raise typer.Exit(import_trace(args, console))
 
@@ -598,11 +637,12 @@ def export(
     fmt: Annotated[str, typer.Argument(help="mooncake")],
     src: Annotated[Path, typer.Argument(help="Trace to export.")],
     out: Annotated[Path, typer.Argument(help="File to write.")],
+    force: Force = False,
 ) -> None:
     """Write a trace in another tool's format (Mooncake: for AIPerf and SGLang)."""
     from replay.commands.trace import ExportArgs, export_trace
 
-    raise typer.Exit(export_trace(ExportArgs(fmt=fmt, src=src, out=out), console))
+    raise typer.Exit(export_trace(ExportArgs(fmt=fmt, src=src, out=out, force=force), console))
 
 
 llama_app = typer.Typer(no_args_is_help=True, help="A real llama.cpp server as a target: tiny test models.")
@@ -619,11 +659,14 @@ def llama_make_model(
     ctx: Annotated[int, typer.Option(help="Training context length.")] = 16384,
     seed: Annotated[int, typer.Option(help="Weights seed; same arguments give the same bytes.")] = 0,
     slow: Annotated[bool, typer.Option(help="8 layers x 512 dims: a cache miss costs seconds.")] = False,
+    force: Force = False,
 ) -> None:
     """Write a random-weight GGUF whose output is printable and always runs to max_tokens."""
     from replay.commands.llama import MakeModelArgs, make_model
 
-    args = MakeModelArgs(path=path, layers=layers, dim=dim, arch=arch, swa=swa, ctx=ctx, seed=seed, slow=slow)
+    args = MakeModelArgs(
+        path=path, layers=layers, dim=dim, arch=arch, swa=swa, ctx=ctx, seed=seed, slow=slow, force=force
+    )
     raise typer.Exit(make_model(args, console))
 
 
@@ -671,10 +714,21 @@ def k8s_render(
     results_claim: Annotated[
         str | None, typer.Option(metavar="PVC", help="A ReadWriteMany claim for results (default: made).")
     ] = None,
+    storage_class: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CLASS", help="Storage class of the results claim made (one that gives ReadWriteMany)."
+        ),
+    ] = None,
+    fail_on_errors: Annotated[
+        bool,
+        typer.Option(help="A shard whose requests partly failed fails its index (default: it is a result)."),
+    ] = False,
     run_arg: Annotated[
         list[str] | None, typer.Option(metavar="ARG", help="More `replay run` arguments, one per option.")
     ] = None,
     out: Annotated[Path | None, typer.Option(metavar="FILE", help="Write here instead of stdout.")] = None,
+    force: Force = False,
 ) -> None:
     """Manifests for a run sharded over N pods (an Indexed Job), for `kubectl apply -f -`."""
     from replay.commands.k8s import RenderOptions, render
@@ -690,8 +744,11 @@ def k8s_render(
         start_in=start_in,
         trace_claim=trace_claim,
         results_claim=results_claim,
+        storage_class=storage_class,
+        fail_on_errors=fail_on_errors,
         run_args=tuple(run_arg or ()),
         out=out,
+        force=force,
         **({"image": image} if image else {}),
     )
     raise typer.Exit(render(options, err))

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from replay.commands import print_json
 from replay.metrics.results import merged_summary, read_results, time_scale
+from replay.outputs import check_folder
 from replay.report.table import class_table, summary_rows
 from replay.runs.barrier import spread_s
 from replay.runs.serverlog import records_beside
@@ -19,12 +20,15 @@ class ReportArgs:
     results: list[Path]
     as_json: bool = False
     html: Path | None = None  # also write the HTML report (and summary.md) here
+    force: bool = False  # write into an --html folder that is not empty
 
 
 def report(args: ReportArgs, console: Console) -> int:
     from replay.report.ab_html import is_ab, show_ab
 
     paths = args.results
+    if args.html is not None:
+        check_folder(args.html, option="--html", force=args.force)
     if len(paths) == 1 and is_ab(paths[0]):  # an A/B summary (ab.json) or its folder
         show_ab(paths[0], as_json=args.as_json, console=console, html=args.html)
         return 0

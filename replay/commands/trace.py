@@ -38,11 +38,13 @@ class ImportArgs:
     sessions: tuple[str, ...] = ()
     shared_system: bool = False
     list_formats: bool = False
+    force: bool = False  # replace an existing OUT (once the new trace is complete)
 
 
 def import_trace(args: ImportArgs, console: Console) -> int:
     """`--list`: the formats and where agents keep their files; else import with the filters."""
     from replay.errors import UsageError
+    from replay.outputs import check_file
     from replay.record.importers import list_formats, run_import
     from replay.record.importing import ImportOptions, parse_when
 
@@ -51,6 +53,7 @@ def import_trace(args: ImportArgs, console: Console) -> int:
         return 0
     if args.fmt is None or args.src is None or args.out is None:
         raise UsageError("replay import needs FORMAT SRC OUT (or --list)")
+    check_file(args.out, option="OUT", force=args.force, inputs=[args.src])
     options = ImportOptions(
         since=parse_when(args.since),
         until=parse_when(args.until),
@@ -66,11 +69,14 @@ class ExportArgs:
     fmt: str
     src: Path
     out: Path
+    force: bool = False  # replace an existing OUT (once the new file is complete)
 
 
 def export_trace(args: ExportArgs, console: Console) -> int:
+    from replay.outputs import check_file
     from replay.record.importers import run_export
 
+    check_file(args.out, option="OUT", force=args.force, inputs=[args.src])
     console.print(run_export(args.fmt, args.src, args.out), highlight=False)
     return 0
 
@@ -80,10 +86,13 @@ class AnonymizeArgs:
     src: Path
     dst: Path
     key: str
+    force: bool = False  # replace an existing DST (once the new trace is complete)
 
 
 def anonymize(args: AnonymizeArgs, console: Console) -> int:
+    from replay.outputs import check_file
     from replay.record.anonymize import run_anonymize
 
+    check_file(args.dst, option="DST", force=args.force, inputs=[args.src])
     console.print(run_anonymize(args.src, args.dst, args.key), highlight=False)
     return 0
