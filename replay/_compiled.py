@@ -44,6 +44,20 @@ MODEL: tuple[str, ...] = (
     "replay.sim.model.events",
     "replay.sim.model.engine",
     "replay.sim.model.sequential",
+    # llama-server's model (`replay.sim.model.llama`), in import order.
+    "replay.sim.model.llama.build",
+    "replay.sim.model.llama.arch",
+    "replay.sim.model.llama.config",
+    "replay.sim.model.llama.spm",
+    "replay.sim.model.llama.prompt",
+    "replay.sim.model.llama.memory",
+    "replay.sim.model.llama.checkpoints",
+    "replay.sim.model.llama.prompt_cache",
+    "replay.sim.model.llama.events",
+    "replay.sim.model.llama.context",
+    "replay.sim.model.llama.task",
+    "replay.sim.model.llama.engine",
+    "replay.sim.model.llama.sequential",
 )
 TRACE: tuple[str, ...] = (
     "replay.trace.model",

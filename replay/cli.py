@@ -60,7 +60,10 @@ def run(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
     target: Annotated[
         str | None,
-        typer.Option(help="Server URL, or sim[:preset]: the simulator (default).", rich_help_panel=SERVER),
+        typer.Option(
+            help="Server URL, or sim[:preset]: the simulator (default); sim:llama[:preset] plays llama-server.",
+            rich_help_panel=SERVER,
+        ),
     ] = None,
     server: Annotated[
         Path | None,
@@ -294,7 +297,10 @@ def ab(
     raise typer.Exit(replay_ab(args, console))
 
 
-sim_app = typer.Typer(no_args_is_help=True, help="The embedded simulator of ds4-server's cache policy.")
+sim_app = typer.Typer(
+    no_args_is_help=True,
+    help="The embedded simulator of ds4-server's cache policy (or llama-server's: --server llama).",
+)
 app.add_typer(sim_app, name="sim")
 
 
@@ -304,7 +310,7 @@ app.add_typer(sim_app, name="sim")
     add_help_option=False,
 )
 def sim_serve(ctx: typer.Context) -> None:
-    """Serve the simulator on 127.0.0.1 (ds4's flags; `replay sim serve --help` lists them)."""
+    """Serve the simulator on 127.0.0.1 (ds4's flags, or llama-server's with --server llama; --help lists them)."""
     from replay.commands.sim import SimServeArgs, serve
 
     raise typer.Exit(serve(SimServeArgs(argv=list(ctx.args))))

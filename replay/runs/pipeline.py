@@ -41,7 +41,13 @@ from replay.runs.recording import (
     run_recordings,
     run_trace,
 )
-from replay.runs.serverlog import DS4_FORMAT_KINDS, effective_settings, server_records, setting_warnings
+from replay.runs.serverlog import (
+    DS4_FORMAT_KINDS,
+    effective_settings,
+    log_kind,
+    server_records,
+    setting_warnings,
+)
 from replay.runs.servermetrics import metrics_url, server_memory, watch_counters
 from replay.runs.workers import run_workers
 from replay.trace.model import Request, Trace
@@ -175,8 +181,9 @@ def target_header(job: ReplayJob, say: Say) -> dict[str, Any]:
     """The run header's `target`: what answered, the settings its log shows in force, and a
     warning (printed too) for every requested cache setting it does not show."""
     served, kind = job.served, job.kind
-    settings = effective_settings(kind, served.log_path)
-    warnings = setting_warnings(kind, served.build.get("argv") or [], settings)
+    argv = served.build.get("argv") or []
+    settings = effective_settings(log_kind(kind, argv), served.log_path)
+    warnings = setting_warnings(log_kind(kind, argv), argv, settings)
     for line in warnings:
         say(f"[yellow]warning:[/yellow] {line}")
     target = {
@@ -257,7 +264,8 @@ def reads_records(served: Served) -> bool:
 def finish(done: Replayed, log_path: Path | None) -> None:
     """Append the lines that follow the summary: counters, memory, and the server log's records
     (read from `log_path`: the stopped server's log, or the stretch of it this replay wrote)."""
-    kind = done.processes[-1].target.kind
+    last = done.processes[-1]
+    kind = log_kind(last.target.kind, last.build.get("argv") or [])
     append_records(done.out, [*done.metrics, *done.memory, *server_records(kind, log_path, done.records)])
 
 

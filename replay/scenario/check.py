@@ -181,6 +181,41 @@ class ArmView:
                     self.sent_at(r) + float((r.get("modelled") or {}).get("total_s") or 0.0) for r in selected
                 ]
                 return max(ends) - min(self.sent_at(r) for r in selected)
+            case "checkpoints_made" | "checkpoint_depth_min" | "checkpoint_depth_max":
+                prompts = {r["seq"]: r.get("prompt_tokens") or 0 for r in selected}
+                made = [
+                    s
+                    for s in served
+                    if s["event"] == "store"
+                    and s.get("reason") == "checkpoint"
+                    and s.get("tokens") is not None
+                ]
+                if metric == "checkpoints_made":
+                    return float(len(made))
+                depths = [
+                    prompts[s["request_seq"]] - s["tokens"] for s in made if s.get("request_seq") in prompts
+                ]
+                if not depths:
+                    return None
+                return float(min(depths) if metric == "checkpoint_depth_min" else max(depths))
+            case "host_cache_gib":
+                stored = [
+                    s["mib"] for s in served if s["event"] == "store" and s.get("reason") == "host_cache"
+                ]
+                return max(stored) / 1024 if stored else None
+            case "slot_file_gib" | "slot_save_s" | "slot_restore_s":
+                restarts = self.res.restarts
+                if not restarts:
+                    return None
+                save, restore = restarts[0].get("save") or {}, restarts[0].get("restore") or {}
+                if metric == "slot_file_gib":
+                    return save["n_written"] / 2**30 if "n_written" in save else None
+                ms = save.get("save_ms") if metric == "slot_save_s" else restore.get("restore_ms")
+                return ms / 1000 if ms is not None else None
+            case "cache_reuse_in_effect":
+                effective = (self.res.run.get("target") or {}).get("effective") or {}
+                value = effective.get("cache_reuse")
+                return float(value) if isinstance(value, int | float) else None
             case "second_half_ratio" | "second_half_prefill_ratio":
                 half = len(selected) // 2
                 amount = "reprocessed_tokens" if metric == "second_half_ratio" else "prefill_s"

@@ -48,6 +48,21 @@ RUN_METRICS: tuple[str, ...] = (
     # the same ratio of their modelled prompt times (ds4's `prompt done`: the prefill and the saves
     # written during it, not the disk load before it), as a report that timed its rounds measured it
     "second_half_prefill_ratio",
+    # llama-server: context checkpoints the selected requests created (`created context checkpoint`),
+    # and how many tokens before their prompt's end the nearest and the farthest of them lie
+    "checkpoints_made",
+    "checkpoint_depth_min",
+    "checkpoint_depth_max",
+    # llama-server: the largest state the host prompt cache stored (`saving prompt ... total state
+    # size`), GiB
+    "host_cache_gib",
+    # llama-server slot files around a restart (the probe's E5): the file's size (GiB) and the
+    # modelled seconds of its save and its restore
+    "slot_file_gib",
+    "slot_save_s",
+    "slot_restore_s",
+    # llama-server: `--cache-reuse` as the startup log shows it in effect (0 when turned off)
+    "cache_reuse_in_effect",
 )
 METRICS: tuple[str, ...] = REQUEST_METRICS + RUN_METRICS
 STATS: tuple[str, ...] = ("all", "min", "max", "median", "mean", "sum", "count")

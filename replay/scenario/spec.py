@@ -99,6 +99,7 @@ class Step:
     fraction: float = 0.5
     text: str = ""
     restart: bool = False
+    latest: bool = False  # resend: the prompt the session sent last, not its first
     label: str = ""
     tag: str | None = None
     when: str | None = None
@@ -709,6 +710,7 @@ def _step(where: _Where, i: int, data: Any, sessions: dict[str, SessionSpec], pa
         fraction=t.number("fraction", 0.5),
         text=t.text("text", "A line inserted here changes everything after it."),
         restart=t.flag("restart"),
+        latest=t.flag("latest"),
         label=t.text("label"),
         tag=t.get("tag", str, None, "a string"),
         when=when,

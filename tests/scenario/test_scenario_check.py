@@ -239,3 +239,61 @@ def test_show_inputs_lists_every_input_with_its_source_and_how_far_rows_move() -
     assert 'assumed: "それぞれ約 12,000 文字の system' in text and '000: "chat ctx=6144..6657:513' in text
     # the logged request's run decides the resumed prefill's cost: the cold-on ratios move with it
     assert "on-2nd: cold saves on, second run" in text and "0.191" in text
+
+
+def test_llama_server_figures_come_from_its_log_records_and_slot_files() -> None:
+    """Checkpoints (`store`, reason checkpoint: how far before the prompt's end), the host cache's
+    largest state, the slot file of a restart, and `--cache-reuse` as the startup log shows it."""
+    requests = [_request(1, "doc", 32_155, 0, 160.0), _request(2, "doc", 32_155, 32_151, 0.7)]
+    server = [
+        {
+            "kind": "server",
+            "event": "store",
+            "request_seq": 1,
+            "line": 5,
+            "reason": "checkpoint",
+            "tokens": 31_639,
+        },
+        {
+            "kind": "server",
+            "event": "store",
+            "request_seq": 1,
+            "line": 6,
+            "reason": "checkpoint",
+            "tokens": 32_151,
+        },
+        {
+            "kind": "server",
+            "event": "store",
+            "request_seq": 2,
+            "line": 9,
+            "reason": "checkpoint",
+            "tokens": 32_151,
+        },
+        {
+            "kind": "server",
+            "event": "store",
+            "request_seq": 2,
+            "line": 8,
+            "reason": "host_cache",
+            "mib": 2867.2,
+        },
+    ]
+    restart = {
+        "kind": "probe_restart",
+        "save": {"n_written": 730_144_440, "save_ms": 3600.0},
+        "restore": {"restore_ms": 300.0},
+    }
+    run = {"target": {"time_scale": 1.0, "effective": {"cache_reuse": 0}}}
+    view = ArmView(RunResults(path="x", run=run, requests=requests, server=server, restarts=[restart]))
+    first = [view.requests[0]]
+    assert view.run_value("checkpoints_made", first, scoped=True) == 2
+    assert view.run_value("checkpoint_depth_min", first, scoped=True) == 4
+    assert view.run_value("checkpoint_depth_max", first, scoped=True) == 516
+    assert view.run_value("checkpoints_made", view.requests) == 3
+    assert view.run_value("host_cache_gib", view.requests) == 2.8
+    assert view.run_value("slot_file_gib", []) == 730_144_440 / 2**30
+    assert (view.run_value("slot_save_s", []), view.run_value("slot_restore_s", [])) == (3.6, 0.3)
+    assert view.run_value("cache_reuse_in_effect", []) == 0
+    bare = ArmView(RunResults(path="x", run={"target": {}}, requests=requests))
+    assert bare.run_value("slot_save_s", []) is None and bare.run_value("cache_reuse_in_effect", []) is None

@@ -52,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="A simulated ds4-server: ds4's cache policy, slots and log lines, no model needed.",
     )
     g = p.add_argument_group("server")
+    g.add_argument(
+        "--server",
+        choices=["ds4", "llama"],
+        default="ds4",
+        help="which server to simulate: ds4-server (these flags) or llama-server "
+        "(`replay sim serve --server llama --help` lists its flags)",
+    )
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument(
         "--port", type=int, default=8000, help="0 picks a free port (printed in the listening line)"
