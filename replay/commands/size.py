@@ -91,8 +91,6 @@ def sweep(args: SweepArgs, console: Console) -> int:
     plan, think, sim_args, on_disk, origin = args.plan, args.think, args.sim_args, None, None
     if plan == "auto":
         plan, think, sim_args, on_disk, origin = _as_its_scenario(args)
-        if origin is not None and not args.as_json:
-            console.print(origin, highlight=False)
     cfg = size.size_config(args.preset, hidden_reasoning=args.hidden_reasoning or None, ctx=ctx)
     if sim_args.strip():
         ctx_flag = f" --ctx {ctx}" if ctx is not None else ""
@@ -101,6 +99,8 @@ def sweep(args: SweepArgs, console: Console) -> int:
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
     _check_context(args.trace, cfg.ctx, ctx is not None, args.preset)
+    if origin is not None and not args.as_json:
+        console.print(origin, highlight=False)  # said once the sweep can go ahead
     processes = args.workers or auto_workers(args.trace, len(sizes))
     bar = Progress(
         "[progress.description]{task.description}",

@@ -83,9 +83,17 @@ def _opencode(head: Head) -> bool:
     return _any_line(head, lambda o: o.get("type") in kinds and "sessionID" in o)
 
 
+# A line a server log begins with (after a timestamp or level prefix, if the server adds one):
+# ds4-server's, llama-server's slot and server lines, llama.cpp's loader lines. Prose or a README
+# mentioning `llama_` or a slot somewhere in a sentence is not a log.
+_LOG_LINE = re.compile(
+    r"^.{0,32}?(?:ds4-server: |slot +\w+: +id +\d+ \| task |srv +\w+: |llama_\w+: |main: server is listening)",
+    re.MULTILINE,
+)
+
+
 def _server_log(head: Head) -> bool:
-    text = head.text()
-    return "ds4-server: " in text or ("slot " in text and "| task " in text) or "llama_" in text
+    return _LOG_LINE.search(head.text()) is not None
 
 
 def _toml(head: Head) -> dict[str, Any]:

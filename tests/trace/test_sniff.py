@@ -100,6 +100,15 @@ def _log(tmp: Path) -> Path:
     return path
 
 
+def _llama_log(tmp: Path) -> Path:
+    path = tmp / "llama.log"
+    path.write_text(
+        "0.00.052.101 I main: server is listening on http://127.0.0.1:8080\n"
+        "0.01.002.412 I slot launch_slot_: id  0 | task 0 | processing task\n"
+    )
+    return path
+
+
 def _gzip(tmp: Path) -> Path:
     import gzip
 
@@ -113,6 +122,7 @@ OTHERS: list[tuple[str, Callable[[Path], Path]]] = [
     ("replay report {src}", _results),
     ("replay report {src}", _ab),
     ("replay logs summary {src}", _log),
+    ("replay logs summary {src}", _llama_log),
     ("replay scenario generate {src}", lambda tmp: ROOT / "traces" / "scenarios" / "switching.toml"),
     ("replay run TRACE --server {src}", lambda tmp: ROOT / "examples" / "servers" / "ds4.toml"),
     ("replay run TRACE --server {src}", lambda tmp: ROOT / "examples" / "servers" / "sim-64g.toml"),
