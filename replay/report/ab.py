@@ -511,8 +511,22 @@ def _stats_table(doc: dict[str, Any]) -> Table:
     return t
 
 
+def short_value(value: Any) -> str:
+    """A difference's value as read: a sha256 cut to 12 hex digits, nothing as `(not set)`."""
+    if value is None:
+        return "(not set)"
+    text = str(value)
+    return text[:12] if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else text
+
+
+def difference_text(d: dict[str, Any]) -> str:
+    """`--cache-ram: 0 -> 8192`, `library.libllama.so: 4fc8d2911c26 -> 9a1f03c2b7de`."""
+    return d.get("detail") or f"{d['field']}: {short_value(d['a'])} -> {short_value(d['b'])}"
+
+
 def identity_lines(doc: dict[str, Any]) -> list[str]:
-    """Which build each arm ran (binary and library hashes, package, checkout) and how the arms differ."""
+    """Which build each arm ran (binary and library hashes, package, checkout) and how the arms
+    differ, one difference a line."""
     lines = []
     for arm in ARMS:
         ident = ((doc.get("identity") or {}).get(arm)) or {}
@@ -520,8 +534,8 @@ def identity_lines(doc: dict[str, Any]) -> list[str]:
             lines.append(f"{arm}: {ident.get('summary', '')}")
     diffs = doc.get("differences") or []
     if diffs:
-        shown = [f"{d['field']}: " + (d.get("detail") or f"{d['a']} -> {d['b']}") for d in diffs]
-        lines.append("arms differ in: " + "; ".join(shown))
+        lines.append(f"arms differ in {len(diffs)} field(s):")
+        lines += [f"  {difference_text(d)}" for d in diffs]
     return lines
 
 

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from replay.errors import UsageError
 from replay.report import plots
-from replay.report.ab import FORMATS, render
+from replay.report.ab import FORMATS, render, short_value
 from replay.report.html import CSS, _table, load_run
 
 SUMMARY_FILE = "ab.json"
@@ -129,7 +129,19 @@ def _identity(doc: dict[str, Any]) -> list[list[str]]:
 
 
 def _diff_rows(doc: dict[str, Any]) -> list[list[str]]:
-    return [[d["field"], _f(d["a"]), _f(d["b"]), d.get("detail") or ""] for d in doc.get("differences") or ()]
+    """Field, A, B: hashes cut to 12 digits (the full ones are in ab.json), flags by name."""
+    rows = []
+    for d in doc.get("differences") or ():
+        field = d["field"].removeprefix("flag ")
+        rows.append([field, short_value(d["a"]), short_value(d["b"])])
+    return rows
+
+
+# Paths and long values wrap inside the page instead of widening it.
+_AB_CSS = (
+    ".wrap table { table-layout: fixed; width: 100%; } "
+    ".wrap td { word-break: break-all; text-align: left; } .wrap td:first-child { width: 26%; }"
+)
 
 
 def outputs_text(out: dict[str, Any]) -> str:
@@ -152,7 +164,7 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+        f"<title>{esc(title)}</title><style>{CSS}{_AB_CSS}</style></head><body>",
         f"<h1>{esc(title)}</h1>",
         f'<p class="verdict" id="verdict">{esc(verdict)}</p>',
     ]
@@ -160,11 +172,12 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
         parts.append(f'<p class="verdict" style="border-color:#c0392b">warning: {esc(w)}</p>')
     parts += [
         '<section id="arms"><h2>The arms</h2>',
-        _table(_identity(doc), ["arm", "name", "build"]),
+        '<div class="wrap">' + _table(_identity(doc), ["arm", "name", "build"]) + "</div>",
     ]
     diffs = _diff_rows(doc)
     parts.append(
-        "<h3>Every difference between the arms</h3>" + _table(diffs, ["field", "A", "B", "change"])
+        "<h3>Every difference between the arms</h3>"
+        + f'<div class="wrap">{_table(diffs, ["field", "A", "B"])}</div>'
         if diffs
         else '<p class="note">The arms do not differ (an A/A noise check).</p>'
     )
@@ -223,7 +236,7 @@ def ab_markdown(doc: dict[str, Any]) -> str:
     out += ["", "## The arms", "", _md_table(_identity(doc), ["arm", "name", "build"]), ""]
     diffs = _diff_rows(doc)
     out += (
-        ["Every difference:", "", _md_table(diffs, ["field", "A", "B", "change"])]
+        ["Every difference:", "", _md_table(diffs, ["field", "A", "B"])]
         if diffs
         else ["The arms do not differ (an A/A noise check)."]
     )

@@ -143,7 +143,7 @@ def test_cold_saves_on_beat_off_in_order_abba_on_fresh_caches(
     assert doc["verdict"]["text"].endswith("outputs identical")
     assert "bootstrap" in doc["method"]
     # The arms differ only in the flag B adds, and the report says so.
-    assert [d["field"] for d in doc["differences"]] == ["flags"]
+    assert [d["field"] for d in doc["differences"]] == ["flag --kv-cache-cold-max-tokens"]
     assert doc["identity"]["A"]["summary"].startswith("sim: ")
     assert doc["arms"]["B"]["classes"]["switch"]["mean_cached"] == 0
     assert doc["arms"]["A"]["classes"]["switch"]["mean_cached"] > 1500
@@ -154,7 +154,7 @@ def test_cold_saves_on_beat_off_in_order_abba_on_fresh_caches(
     text = console.export_text()
     assert text.index("verdict:") < text.index("B / A per switch class") < text.index("Within-run ratios")
     assert text.index("Within-run ratios") < text.index("Per run pair") < text.index("Per switch class")
-    assert "arms differ in: flags: B adds --kv-cache-cold-max-tokens 0" in text
+    assert "arms differ in 1 field(s):\n  --kv-cache-cold-max-tokens: (not set) -> 0" in text
     assert "page cache" in text and "order A B B A" in text
     assert "outputs at temperature 0:" in text
     # The simulator's replies depend only on the prompt: both arms must say the same.
@@ -410,3 +410,23 @@ def test_replay_report_reads_a_version_1_ab_json_without_a_verdict(tmp_path: Pat
     assert "no verdict" in (tmp_path / "report" / "index.html").read_text()
     (tmp_path / "other.json").write_bytes(orjson.dumps({"format": "something-else"}))
     assert not is_ab(tmp_path / "other.json")
+
+
+def test_flags_are_compared_by_name_whatever_their_order() -> None:
+    from replay.runs.ab_arms import arm_view, differences, flag_values
+
+    assert flag_values(
+        ["-c", "4096", "--swa-full", "--temp", "-1", "--x=y", "--lora", "a", "--lora", "b"]
+    ) == {
+        "-c": ["4096"],
+        "--swa-full": [None],
+        "--temp": ["-1"],
+        "--x": ["y"],
+        "--lora": ["a", "b"],
+    }
+    a = target_from_dict(
+        {"kind": "sim", "flags": ["-c", "16384", "-np", "1", "--cache-ram", "0", "--swa-full"]}
+    )
+    b = target_from_dict({"kind": "sim", "flags": ["-np", "1", "--cache-ram", "8192", "-c", "16384"]})
+    diffs = differences({"A": arm_view(a, {}), "B": arm_view(b, {})})
+    assert [d["detail"] for d in diffs] == ["--cache-ram: 0 -> 8192", "--swa-full: (set) -> (not set)"]
