@@ -163,11 +163,20 @@ def class_figures(summary: Summary, records: list[dict[str, Any]]) -> dict[str, 
     return out
 
 
+def log_parse(res: RunResults) -> dict[str, Any] | None:
+    """How much of the server's log was understood (its `log_parse` record), if it was read."""
+    found = [s for s in res.server if s.get("event") == "log_parse"]
+    if not found:
+        return None
+    return {k: found[-1].get(k) for k in ("lines", "recognised", "unrecognised", "unrecognised_cache")}
+
+
 def run_figures(run: ArmRun) -> dict[str, Any]:
     res = run.results
     source, per_round = rounds(res)
     restores = [s for s in res.server if s.get("event") == "restore"]
     return {
+        "log": log_parse(res),
         "index": run.index,
         "arm": run.arm,
         "results": res.path,
@@ -339,6 +348,13 @@ def analyze(
             "rerun with --history recorded to compare the same prompts"
         )
     warnings = list((header or {}).get("warnings") or [])
+    for fig in figures:
+        unknown = (fig.get("log") or {}).get("unrecognised_cache")
+        if unknown:
+            warnings.append(
+                f"run {fig['index']:02d} ({fig['arm']}): the server log has {unknown} line(s) about its caches "
+                "that this tool does not recognise; its stores, restores and evictions may be undercounted"
+            )
     n_pairs = len(runs) // 2
     if n_pairs < 2:
         warnings.append(

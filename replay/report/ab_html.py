@@ -194,7 +194,9 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
         "</section>",
         '<section id="timeline"><h2>Timelines, one run pair per row (A left, B right)</h2>',
         '<p class="note">One lane per session; each bar a request split into queue, disk work, prefill and '
-        "decode; underneath, when the server's log was read, disk KV in use, restores and evictions.</p>",
+        "decode; underneath, when the server's log was read, the cache it keeps between requests: disk KV in "
+        "use (ds4, the simulator) or, for llama-server, its host-RAM prompt cache (--cache-ram), with restores "
+        "and evictions.</p>",
     ]
     runs = [r for r in doc.get("runs") or () if _results_path(r, base).is_file()]
     views = [load_run(_results_path(r, base)) for r in runs]

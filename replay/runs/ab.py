@@ -158,7 +158,8 @@ def run_arm(
             header=header,
         )
         (done,) = replay([job], say=say)
-    finish(done, served.log_path)
+    for warning in finish(done, served.log_path):
+        say(f"[bold yellow]warning:[/bold yellow] {plan.name}: {warning}")
     files, size = _dir_usage(kv)
     removed = False
     if kv is not None and plan.fresh and not keep_cache and kv.is_dir() and kv.is_relative_to(plan.workdir):

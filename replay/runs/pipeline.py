@@ -41,7 +41,13 @@ from replay.runs.recording import (
     run_recordings,
     run_trace,
 )
-from replay.runs.serverlog import DS4_FORMAT_KINDS, effective_settings, server_records, setting_warnings
+from replay.runs.serverlog import (
+    DS4_FORMAT_KINDS,
+    effective_settings,
+    log_warnings,
+    server_records,
+    setting_warnings,
+)
 from replay.runs.servermetrics import metrics_url, server_memory, watch_counters
 from replay.runs.workers import run_workers
 from replay.trace.model import Request, Trace
@@ -252,11 +258,14 @@ def reads_records(served: Served) -> bool:
     return served.target.kind in DS4_FORMAT_KINDS or metrics_url(served) is not None
 
 
-def finish(done: Replayed, log_path: Path | None) -> None:
+def finish(done: Replayed, log_path: Path | None) -> list[str]:
     """Append the lines that follow the summary: counters, memory, and the server log's records
-    (read from `log_path`: the stopped server's log, or the stretch of it this replay wrote)."""
+    (read from `log_path`: the stopped server's log, or the stretch of it this replay wrote).
+    Returns what the caller must say about them (cache lines of the log not recognised)."""
     kind = done.processes[-1].target.kind
-    append_records(done.out, [*done.metrics, *done.memory, *server_records(kind, log_path, done.records)])
+    server = server_records(kind, log_path, done.records)
+    append_records(done.out, [*done.metrics, *done.memory, *server])
+    return log_warnings(server)
 
 
 def _warn_disagreements(metrics: dict[str, Any], say: Say) -> None:
