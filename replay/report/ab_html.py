@@ -19,7 +19,7 @@ from rich.console import Console
 
 from replay.errors import UsageError
 from replay.report import plots
-from replay.report.ab import FORMATS, render, short_value
+from replay.report.ab import FORMATS, STATS_COLUMNS, render, short_value, stats_cells
 from replay.report.html import CSS, _table, load_run
 
 SUMMARY_FILE = "ab.json"
@@ -57,29 +57,11 @@ def _f(value: Any, digits: int = 3) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def _result(row: dict[str, Any]) -> str:
-    if not row["difference"]:
-        return "no difference detected"
-    return "B higher (worse)" if row["ratio"] > 1 else "B lower (better)"
+def stats_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    return stats_cells(rows)
 
 
-def stats_rows(doc: dict[str, Any]) -> list[list[str]]:
-    return [
-        [
-            r["class"],
-            r["metric"],
-            _f(r["a"]),
-            _f(r["b"]),
-            _f(r["ratio"]),
-            "-" if r["low"] is None else f"{_f(r['low'])}-{_f(r['high'])}",
-            f"{r['pairs']}" + (" (few)" if r["few_pairs"] else ""),
-            _result(r),
-        ]
-        for r in doc.get("stats") or ()
-    ]
-
-
-STATS_HEADER = ["class", "metric", "A", "B", "B/A", "interval", "pairs", "result"]
+STATS_HEADER = list(STATS_COLUMNS)
 
 
 def order_rows(doc: dict[str, Any]) -> list[list[str]]:
@@ -184,8 +166,11 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
     parts += [
         "</section>",
         '<section id="ratios"><h2>B / A with intervals</h2>',
-        _table(stats_rows(doc), STATS_HEADER),
-        f'<p class="note">{esc(doc.get("method", ""))}. Lower is better for every metric.</p>',
+        _table(stats_rows(doc.get("stats") or []), STATS_HEADER),
+        f'<p class="note">{esc(doc.get("method", ""))}. Lower is better except decode tok/s and throughput; '
+        "decode tok/s is the server's own figure where it reports one (llama-server's "
+        "timings.predicted_per_second), else the stream's; run-level rows have one value per run.</p>",
+        *_drift_table(doc),
         f'<p class="note">{esc(outputs_text(doc.get("outputs") or {}))}</p>',
         f'<p class="note">{esc(doc.get("note", ""))}</p>',
         "</section>",
@@ -213,6 +198,20 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
         parts.append("</div>")
     parts += ["</section>", "</body></html>"]
     return "\n".join(parts) + "\n"
+
+
+def _drift_table(doc: dict[str, Any]) -> list[str]:
+    rows = doc.get("stats_with_drift") or []
+    if not rows:
+        return []
+    drift = doc.get("drift") or {}
+    return [
+        "<h3>Including the requests after a reply that differed (live history)</h3>",
+        f'<p class="note">The table above uses the {drift.get("clean")} of {drift.get("pairs")} request pairs '
+        "whose prompts were the same in both arms; these rows use them all, so they mix the build with "
+        "the drift of the replies.</p>",
+        _table(stats_rows(rows), STATS_HEADER),
+    ]
 
 
 def _results_path(run: dict[str, Any], base: Path) -> Path:
@@ -246,7 +245,7 @@ def ab_markdown(doc: dict[str, Any]) -> str:
         "",
         "## B / A with intervals",
         "",
-        _md_table(stats_rows(doc), STATS_HEADER),
+        _md_table(stats_rows(doc.get("stats") or []), STATS_HEADER),
         "",
         f"Method: {doc.get('method', '-')}.",
         "",

@@ -212,7 +212,7 @@ def run_ab(
     arms = check_arms(targets, out_dir / "work" / "plan", allow_identical)
     for w in arms["warnings"]:
         say(f"[bold yellow]warning:[/bold yellow] {w}")
-    options = options or RunOptions(plan=make_plan("alternate"))
+    options = options or RunOptions(plan=make_plan("alternate"), history="recorded")
     temp0 = {r.id for r in loaded.requests if not r.params.get("temperature")}
     header = {
         "trace": str(trace),
