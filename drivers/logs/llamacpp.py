@@ -442,6 +442,14 @@ class PromptCacheLoadFailed(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class IdleSlotSave(SlotEvent):
+    """`saving idle slot to prompt cache` (`--cache-idle-slots`): the save lines that follow are this
+    slot's, not the one just selected."""
+
+    kind: ClassVar[str] = "idle_slot_save"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SlotPurged(Event):
     """`purging slot S with N tokens`: a unified KV out of room empties an idle slot."""
 
@@ -574,8 +582,9 @@ STARTUP_KINDS = (
 # `key = value, ...` list by key, so a field inserted by a newer build moves nothing.
 
 _TS = re.compile(r"(?:^|\s)(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) (?:[IWEDT] )?")
-_SLOT = re.compile(r"(?:^|\s)slot\s+\w+: id\s+(-?\d+) \| task (-?\d+) \| ?(.*)$")
-_SRV = re.compile(r"(?:^|\s)srv\s+\w+: ?(.*)$")
+# The function name is `__func__` cut to 12 characters: a lambda's is `operator()`, not a word.
+_SLOT = re.compile(r"(?:^|\s)slot\s+[^\s:]+: id\s+(-?\d+) \| task (-?\d+) \| ?(.*)$")
+_SRV = re.compile(r"(?:^|\s)srv\s+[^\s:]+: ?(.*)$")
 _NUM = r"-?\d+(?:\.\d+)?"
 _KV = re.compile(rf"(\w+) = ({_NUM})")
 _SIZE_MIB = re.compile(rf"size = ({_NUM}) MiB")
@@ -782,6 +791,7 @@ ROWS: tuple[Row, ...] = (
     _row(r"failed to restore state with size (?P<size_bytes>\d+)", PromptCacheLoadFailed),
     _row(r"failed to load prompt from cache", PromptCacheLoadFailed),
     _row(r"purging slot (?P<purged_slot>\d+) with (?P<n_tokens>\d+) tokens", SlotPurged),
+    _row(r"saving idle slot to prompt cache", IdleSlotSave),
     _row(
         r"failed to find free space in the KV cache, retrying with smaller batch size, off = -?\d+, "
         r"n_batch = (?P<n_batch>-?\d+), ret = (?P<ret>-?\d+)",
@@ -832,7 +842,7 @@ _IGNORED = re.compile(
     r"updating prompt cache|sampler chain|sampler params|release: id|"
     r"slot\s+\w+: id\s+-?\d+ \| task -?\d+ \|\s*$|"
     r"use `--cache-ram|for more info see|model loaded|loading model|all slots are idle|"
-    r"saving idle slot|clearing slot with|cancel task|stopped by|"
+    r"clearing slot with|cancel task|stopped by|"
     r"- skipping, |n_past was set to|conv_id=|chat template|preserve_reasoning|"
     r"initializing \.\.\.|build_info:|threads for HTTP server|security: |local path |"
     r"no implementations specified for speculative|cleaning up before exit|~Server: |"
@@ -843,7 +853,10 @@ _IGNORED = re.compile(
     r"--kv-unified-per-slot|capping per-slot context|speculative decoding (?:will use checkpoints|"
     r"context initialized|not supported)|"
     # Router mode's model instances and the web UI's files: caches of models and pages, not of KV.
-    r"name=|cached model presets|serve nocache"
+    r"name=|cached model presets|serve nocache|"
+    # Newer builds' start-up: the chat format picked, the CORS warning box, how the port is bound.
+    r"chat format: |CORS is set to allow|this can be a security risk|more info: https?://|"
+    r"llama_server: -{5,}|binding port with"
 )
 # Words of a line about a cache: an unrecognised one means the server said something about its
 # caches this parser does not know, and the run's cache figures may be incomplete.
@@ -876,7 +889,7 @@ _CROSS_CHECKS = (
     ("full_reprocess", "forcing full prompt re-processing"),
     ("cache_reuse_disabled", "cache_reuse is not supported"),
     ("prompt_cache_save", "saving prompt with length"),
-    ("prompt_progress", "prompt processing progress"),
+    ("prompt_progress", "progress = "),  # `prompt processing progress, ...` and `prompt processing, ...`
 )
 
 

@@ -67,7 +67,7 @@ class DiskPoint:
 
     t: float
     used_mib: float
-    event: str  # store | evict | restore
+    event: str  # store | evict | restore | host_cache_state (the server's own figure)
     tokens: int
     hits: int | None = None
     reason: str | None = None
@@ -249,7 +249,10 @@ def _disk(res: RunResults, requests: list[RequestView], kind: str) -> list[DiskP
     by_seq = {r.seq: r for r in requests}
     events = [s for s in res.server if s.get("event") in ("store", "evict", "restore")]
     if kind == "host":
-        events = [s for s in events if is_host_cache(s)]
+        # The server's own `cache state` lines put the level back on its figure: sizes in the log
+        # are rounded, and a long run would otherwise drift by their rounding.
+        events = [s for s in res.server if is_host_cache(s) or s.get("event") == "host_cache_state"]
+        events = [s for s in events if s.get("event") in ("store", "evict", "restore", "host_cache_state")]
     events.sort(key=lambda s: _int(s.get("line")))
     owned: dict[Any, list[dict[str, Any]]] = {}
     for s in events:
@@ -273,6 +276,8 @@ def _disk(res: RunResults, requests: list[RequestView], kind: str) -> list[DiskP
             used += mib
         elif event == "evict" or (event == "restore" and s.get("taken")):
             used = max(0.0, used - mib)
+        elif event == "host_cache_state":
+            used = mib
         hits = s.get("hits")
         out.append(
             DiskPoint(

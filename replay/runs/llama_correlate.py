@@ -63,6 +63,10 @@ def assemble(events: Sequence[ll.Event]) -> tuple[list[LlamaTask], list[ll.Event
             selected[ev.slot] = ev
             continue
         if isinstance(ev, ll.NewPrompt) and ev.task is not None:
+            opened = open_by_id.get(ev.task)
+            if opened is not None and opened.prompt is None:
+                opened.prompt = ev.n_tokens  # a line of the task came first (a LoRA change, say)
+                continue
             sel = selected.pop(ev.slot, None)
             task = LlamaTask(
                 index=len(tasks),

@@ -133,8 +133,8 @@ class HostCache:
         """Follow one slot's checkpoints (server-context.cpp `create_checkpoint`, `update_slots`);
         True when `ev` was about them."""
         ckpts = self._slot_checkpoints.setdefault(ev.slot, [])
-        if isinstance(ev, ll.SlotSelected):
-            self._slot = ev.slot
+        if isinstance(ev, ll.SlotSelected | ll.IdleSlotSave):
+            self._slot = ev.slot  # the slot whose prompt the next save line stores
             return False
         if isinstance(ev, ll.CheckpointCreated) and ev.n_tokens is not None:
             ckpts.append((ev.n_tokens, ev.mib or 0.0))

@@ -284,7 +284,7 @@ def test_unknown_lines_and_cross_check() -> None:
         "llama_model_loader: - kv   0: general.architecture str = llama",
         slot("get_availabl", 0, -1, "selected slot by a brand new rule"),
         slot("update_slots", 0, 3, "created context checkpoint one of many"),
-        slot("update_slots", 0, 3, "prompt processing progress, n_tokens = many"),
+        slot("update_slots", 0, 3, "prompt processing progress, n_tokens = many, progress = all"),
     ]
     log = events(lines)
     # the two variants no pattern knows (build and loader lines are known startup output)
@@ -483,6 +483,7 @@ NEWER_LINES: list[tuple[Any, str, tuple[Any, ...], str, tuple[str | None, ...], 
         {"action": "restore", "fault": "draft_mismatch"},
     ),
     (_slot, LOAD_FAILED, (), "prompt_cache_load_failed", (), {"size_bytes": None}),
+    (_slot, "saving idle slot to prompt cache", (), "idle_slot_save", (), {}),
     (_srv, CACHE_PRESENT, (), "prompt_cache_skip", (), {"cause": "present"}),
     (_srv, CACHE_TOO_BIG, (MIB, MIB), "prompt_cache_skip", ("mib", "limit_mib"), {"cause": "too_big"}),
     (_srv, CACHE_NO_MEMORY, (FILE,), "prompt_cache_skip", (None,), {"cause": "no_memory"}),
