@@ -56,13 +56,17 @@ class Metric:
     key: str  # field of a matched unit's values
     name: str  # as shown
     unit: str  # "tokens" | "seconds" | "rate": picks the floor
-    stat: str  # "sum" (ratio of sums = ratio of means) or "pNN" (ratio of percentiles)
+    # "sum" (ratio of sums = ratio of means), "hmean" (ratio of harmonic means: a rate averaged
+    # over the time it took, tokens over seconds) or "pNN" (ratio of percentiles)
+    stat: str
     better: str = "lower"  # "higher" for rates
 
 
 REPROCESSED = Metric("reprocessed", "re-processed tokens per request", "tokens", "sum")
 TTFT_P99 = Metric("ttft_s", "TTFT p99", "seconds", "p99")
-DECODE = Metric("decode_tps", "decode tok/s per request", "rate", "sum", "higher")
+# A mean of per-request rates is ruled by the fastest requests and a mean of seconds by the slowest;
+# the harmonic mean is the decode speed over the time decoding took.
+DECODE = Metric("decode_tps", "decode tok/s per request", "rate", "hmean", "higher")
 LATENCY = Metric("latency_s", "end-to-end s per request", "seconds", "sum")
 METRICS = (
     REPROCESSED,
@@ -145,9 +149,12 @@ def _drifted(a_recs: Sequence[dict[str, Any]], b_recs: Sequence[dict[str, Any]])
 
 
 def _statistic(values: np.ndarray, stat: str) -> float:
-    """Sum, or the NN-th percentile (inverted CDF: a value that occurred, as in the resamples)."""
+    """Sum, harmonic mean, or the NN-th percentile (inverted CDF: a value that occurred, as in the
+    resamples)."""
     if stat == "sum":
         return float(values.sum())
+    if stat == "hmean":
+        return float(len(values) / (1.0 / values).sum())
     return float(np.percentile(values, float(stat[1:]), method="inverted_cdf"))
 
 
@@ -172,6 +179,8 @@ class _Cell:
         vals, order = (self.a, self.order_a) if side == "a" else (self.b, self.order_b)
         if self.metric.stat == "sum":
             return float((c * vals).sum())
+        if self.metric.stat == "hmean":
+            return float(total / (c / vals).sum())
         cum = np.cumsum(c[order])
         rank = max(1, math.ceil(float(self.metric.stat[1:]) / 100 * total))
         return float(vals[order][int(np.searchsorted(cum, rank))])
@@ -318,7 +327,7 @@ def _row(
 
 def pairs_for_percentile(stat: str) -> int | None:
     """Matched pairs a `pNN` interval needs: `TAIL_MIN` of them beyond the percentile."""
-    if stat == "sum":
+    if not stat.startswith("p"):
         return None
     q = float(stat[1:]) / 100
     return math.ceil(TAIL_MIN / min(q, 1 - q) - 1e-9)

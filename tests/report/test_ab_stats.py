@@ -237,7 +237,7 @@ def test_same_values_in_both_arms_never_differ(blocks: list[list[tuple[int, floa
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.tuples(st.floats(0, 1e4), st.integers(0, 4)), min_size=1, max_size=30),
-    st.sampled_from(["sum", "p50", "p99"]),
+    st.sampled_from(["sum", "hmean", "p50", "p99"]),
 )
 def test_a_resample_by_counts_equals_the_statistic_of_the_drawn_values(
     drawn: list[tuple[float, int]], stat: str
@@ -246,7 +246,7 @@ def test_a_resample_by_counts_equals_the_statistic_of_the_drawn_values(
 
     from replay.report.ab_stats import Metric, _Cell, _statistic
 
-    vals = np.array([v for v, _ in drawn])
+    vals = np.array([v + 0.001 for v, _ in drawn])  # rates are positive
     counts = np.array([c for _, c in drawn])
     cell = _Cell(
         "all",
