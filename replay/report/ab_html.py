@@ -121,8 +121,9 @@ def _diff_rows(doc: dict[str, Any]) -> list[list[str]]:
 
 # Paths and long values wrap inside the page instead of widening it.
 _AB_CSS = (
-    ".wrap table { table-layout: fixed; width: 100%; } "
-    ".wrap td { word-break: break-all; text-align: left; } .wrap td:first-child { width: 26%; }"
+    ".wrap table { table-layout: fixed; width: 100%; } .wrap td { word-break: break-all; text-align: left; } "
+    ".ident th:nth-child(1) { width: 3em; } .ident th:nth-child(2) { width: 12em; } "
+    ".diffs th:nth-child(1) { width: 16em; }"
 )
 
 
@@ -154,12 +155,12 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
         parts.append(f'<p class="verdict" style="border-color:#c0392b">warning: {esc(w)}</p>')
     parts += [
         '<section id="arms"><h2>The arms</h2>',
-        '<div class="wrap">' + _table(_identity(doc), ["arm", "name", "build"]) + "</div>",
+        '<div class="wrap ident">' + _table(_identity(doc), ["arm", "name", "build"]) + "</div>",
     ]
     diffs = _diff_rows(doc)
     parts.append(
         "<h3>Every difference between the arms</h3>"
-        + f'<div class="wrap">{_table(diffs, ["field", "A", "B"])}</div>'
+        + f'<div class="wrap diffs">{_table(diffs, ["field", "A", "B"])}</div>'
         if diffs
         else '<p class="note">The arms do not differ (an A/A noise check).</p>'
     )
@@ -247,6 +248,17 @@ def ab_markdown(doc: dict[str, Any]) -> str:
         "",
         _md_table(stats_rows(doc.get("stats") or []), STATS_HEADER),
         "",
+        *(
+            [
+                "Including the requests after a reply that differed (live history: these mix the build "
+                "with the drift):",
+                "",
+                _md_table(stats_rows(doc["stats_with_drift"]), STATS_HEADER),
+                "",
+            ]
+            if doc.get("stats_with_drift")
+            else []
+        ),
         f"Method: {doc.get('method', '-')}.",
         "",
         outputs_text(doc.get("outputs") or {}),

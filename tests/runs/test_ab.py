@@ -412,6 +412,7 @@ def test_in_live_history_the_verdict_rests_on_the_requests_before_a_reply_differ
     and the headline credited the build with '1.09x fewer tokens per switch'. Requests after a
     session's first differing reply are drift: left out of the verdict, shown apart."""
     from replay.report.ab import analyze
+    from replay.report.ab_html import ab_markdown
 
     ids = range(1, 9)
     a = {i: f"a{i}" for i in ids}
@@ -439,6 +440,8 @@ def test_in_live_history_the_verdict_rests_on_the_requests_before_a_reply_differ
     console = Console(record=True, width=300)
     render(live, console)
     assert "For reference, every request pair" in console.export_text()
+    md = ab_markdown(live)
+    assert "these mix the build with the drift" in md
     # Recorded history sends the same prompts whatever the replies: no drift to set apart.
     recorded = analyze(runs, None, {"history": "recorded"})
     assert recorded["drift"] is None and recorded["stats_with_drift"] == []
@@ -480,3 +483,23 @@ def test_flags_are_compared_by_name_whatever_their_order() -> None:
     b = target_from_dict({"kind": "sim", "flags": ["-np", "1", "--cache-ram", "8192", "-c", "16384"]})
     diffs = differences({"A": arm_view(a, {}), "B": arm_view(b, {})})
     assert [d["detail"] for d in diffs] == ["--cache-ram: 0 -> 8192", "--swa-full: (set) -> (not set)"]
+
+
+def test_a_run_whose_log_has_unknown_cache_lines_says_so() -> None:
+    """Issue #40: 17 lines of a newer build were dropped silently; now each run's log_parse record
+    counts them, `replay run`/`replay ab` print it, and ab.json carries it as a warning."""
+    from replay.report.ab import analyze
+    from replay.runs.serverlog import log_warnings
+
+    parse = {"kind": "server", "event": "log_parse", "lines": 500, "recognised": 200, "unrecognised": 17}
+    runs = [_run(1, "A", {1: "a"}), _run(2, "B", {1: "a"})]
+    runs[0].results.server.append({**parse, "unrecognised_cache": 0})
+    runs[1].results.server.append({**parse, "unrecognised_cache": 17})
+    doc = analyze(runs, None, {})
+    assert doc["runs"][1]["log"]["unrecognised_cache"] == 17
+    said = [w for w in doc["warnings"] if "line(s) about its caches" in w]
+    assert said == [
+        "run 02 (B): the server log has 17 line(s) about its caches that this tool does not recognise; "
+        "its stores, restores and evictions may be undercounted"
+    ]
+    assert log_warnings(runs[0].results.server) == [] and len(log_warnings(runs[1].results.server)) == 1
