@@ -431,7 +431,9 @@ def _no_interval(row: dict[str, Any]) -> str:
 
 
 def _where(row: dict[str, Any]) -> str:
-    return "" if row["class"] in (ALL, "switch", RUN) else f" ({row['class']})"
+    if row["class"] == "switch":
+        return " (switches)"
+    return "" if row["class"] in (ALL, RUN) else f" ({row['class']})"
 
 
 def phrase(row: dict[str, Any]) -> str:

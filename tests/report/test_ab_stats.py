@@ -43,7 +43,7 @@ def test_identical_arms_show_no_difference_in_any_metric() -> None:
     rows = compare(matched_units(pairs))
     assert rows and all(not r["difference"] and r["ratio"] == 1.0 for r in rows)
     assert verdict(rows, {"status": "match"})["text"] == (
-        "no difference detected in any metric with an interval; TTFT p99: 1.00x, no interval "
+        "no difference detected in any metric with an interval; TTFT p99 (switches): 1.00x, no interval "
         "(48 pairs; a p99 needs 500 pairs: about --repeat 21); outputs identical"
     )
 
@@ -62,11 +62,14 @@ def test_eight_times_more_reprocessing_is_named_with_its_interval() -> None:
     # 80 pairs hold no p99 interval: said, with the repeats that would; no difference named
     p99 = rows[("switch", "TTFT p99")]
     assert (p99["low"], p99["difference"], p99["pairs_needed"]) == (None, False, 500)
-    assert phrase(p99) == "TTFT p99: 4.0x, no interval (80 pairs; a p99 needs 500 pairs: about --repeat 13)"
+    assert (
+        phrase(p99)
+        == "TTFT p99 (switches): 4.0x, no interval (80 pairs; a p99 needs 500 pairs: about --repeat 13)"
+    )
     p50 = rows[("switch", "TTFT p50")]  # 4x in every request: every resample says 4.00
     assert p50["interval_note"] == "same in every resample" and p50["difference"]
     text = verdict(list(rows.values()), {"status": "match"})["text"]
-    assert text.startswith("B re-processes 8.0x") and "TTFT p99: 4.0x, no interval" in text
+    assert text.startswith("B re-processes 8.0x") and "TTFT p99 (switches): 4.0x, no interval" in text
     assert text.endswith("outputs identical")
 
 
