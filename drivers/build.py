@@ -15,12 +15,30 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from drivers.process import run_to_end
 from drivers.target import Target
 from replay.errors import DriverError, UsageError
+
+# Set by `binaries_may_be_missing` (a dry run): binaries not on PATH are listed here, not refused.
+_MISSING: ContextVar[list[str] | None] = ContextVar("missing_binaries", default=None)
+
+
+@contextmanager
+def binaries_may_be_missing() -> Iterator[list[str]]:
+    """While planning a dry run: a binary not on PATH is planned under its bare name and its name
+    added to the list this yields, so the dry run can show what it would run and say what is missing."""
+    missing: list[str] = []
+    token = _MISSING.set(missing)
+    try:
+        yield missing
+    finally:
+        _MISSING.reset(token)
 
 
 def resolve_binary(target: Target, default: str) -> str:
@@ -35,7 +53,14 @@ def resolve_binary(target: Target, default: str) -> str:
         return str(path.resolve())
     found = shutil.which(name)
     if found is None:
-        raise UsageError(f"{target.where}: binary {name!r} is not on PATH (set binary = '/path/to/{name}')")
+        missing = _MISSING.get()
+        if missing is None:
+            raise UsageError(
+                f"{target.where}: binary {name!r} is not on PATH (set binary = '/path/to/{name}')"
+            )
+        if name not in missing:
+            missing.append(name)
+        return name
     return found
 
 

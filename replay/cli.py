@@ -23,96 +23,135 @@ app = typer.Typer(
 # rich's 80-column default; a terminal, or COLUMNS, sets the width as usual.
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200)
 err = Console(stderr=True)
+# Every command that writes a user's file refuses to replace one without it (`replay.outputs`).
+Force = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Replace an existing output file, or write into a folder that is not empty."
+    ),
+]
 
 
 @app.command()
-def validate(trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")]) -> None:
+def validate(
+    trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
+    ctx: Annotated[
+        str | None,
+        typer.Option(
+            metavar="TOKENS",
+            help="The server's context, e.g. 131072: a prompt past it fails the check "
+            "(default: warn past the default model's 262,144).",
+        ),
+    ] = None,
+) -> None:
     """Check a trace; report `file:line: problem` for the first bad line."""
     from replay.commands.trace import ValidateArgs, validate
 
-    raise typer.Exit(validate(ValidateArgs(trace=trace), console))
+    raise typer.Exit(validate(ValidateArgs(trace=trace, ctx=ctx), console))
+
+
+# `replay run --help` in panels: what to replay against, how to schedule it, what to send, how to
+# spread the client, where the results go.
+SERVER, SCHEDULE, REQUESTS, CLIENT, OUTPUT = "Server", "Schedule", "Requests", "Client", "Output"
 
 
 @app.command()
 def run(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
     target: Annotated[
-        str | None, typer.Option(help="Server base URL, or 'sim[:preset]' to start the simulator (default).")
+        str | None,
+        typer.Option(help="Server URL, or sim[:preset]: the simulator (default).", rich_help_panel=SERVER),
     ] = None,
     server: Annotated[
         Path | None,
-        typer.Option(help="Target TOML (kind, binary or checkout, model, flags): the tool starts it."),
+        typer.Option(help="Target TOML: the tool starts that server.", rich_help_panel=SERVER),
     ] = None,
     service: Annotated[
         Path | None,
-        typer.Option(help="Daily-service TOML: stop it (and pause its jobs) for the run, restore after."),
+        typer.Option(help="Daily-service TOML: stopped for the run, restored after.", rich_help_panel=SERVER),
     ] = None,
-    workdir: Annotated[Path | None, typer.Option(help="Where started servers keep logs and caches.")] = None,
-    dry_run: Annotated[bool, typer.Option(help="Print every action the run would take; take none.")] = False,
-    out: Annotated[Path, typer.Option(help="Results file (JSONL), written as requests finish.")] = Path(
-        "results.jsonl"
-    ),
-    plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = "alternate",
+    workdir: Annotated[
+        Path | None, typer.Option(help="Where started servers keep logs and caches.", rich_help_panel=SERVER)
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option(help="Print what the run would do; do none of it.", rich_help_panel=SERVER)
+    ] = False,
+    out: Annotated[
+        Path, typer.Option(help="Results file (JSONL), written as requests finish.", rich_help_panel=OUTPUT)
+    ] = Path("results.jsonl"),
+    plan: Annotated[
+        str, typer.Option(help="alternate | overlap | timed | closed-loop", rich_help_panel=SCHEDULE)
+    ] = "alternate",
     concurrency: Annotated[
         int | None,
-        typer.Option(
-            help="Requests in flight for overlap (and a cap for timed); with --workers, the total "
-            "over all workers, split between them."
-        ),
+        typer.Option(help="In flight: overlap's, timed's cap; all workers' total.", rich_help_panel=SCHEDULE),
     ] = None,
-    speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
+    speed: Annotated[
+        float, typer.Option(help="Time scale of timed and closed-loop.", rich_help_panel=SCHEDULE)
+    ] = 1.0,
     round_robin: Annotated[
-        bool, typer.Option(help="alternate: sessions take turns instead of trace order.")
+        bool, typer.Option(help="alternate: sessions take turns.", rich_help_panel=SCHEDULE)
     ] = False,
     api: Annotated[
-        str | None, typer.Option(help="openai | anthropic | openai-responses (default: each session's api).")
+        str | None,
+        typer.Option(
+            help="openai | anthropic | openai-responses (default: the session's).", rich_help_panel=REQUESTS
+        ),
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model name to send (default: each session's).")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Model name to send (default: the session's).", rich_help_panel=REQUESTS),
+    ] = None,
     history: Annotated[
-        str, typer.Option(help="live: splice the server's replies; recorded: resend the trace.")
+        str,
+        typer.Option(help="live: splice the server's replies; recorded: resend.", rich_help_panel=REQUESTS),
     ] = "live",
-    think: Annotated[str, typer.Option(help="off | on | auto (auto sends no thinking switch).")] = "off",
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
-    max_duration: Annotated[float | None, typer.Option(help="Stop the run after this many seconds.")] = None,
+    think: Annotated[
+        str, typer.Option(help="off | on | auto (no thinking switch).", rich_help_panel=REQUESTS)
+    ] = "off",
+    timeout: Annotated[float, typer.Option(help="Per request, seconds.", rich_help_panel=REQUESTS)] = 1800.0,
+    max_duration: Annotated[
+        float | None, typer.Option(help="Stop the run after this many seconds.", rich_help_panel=SCHEDULE)
+    ] = None,
     sim_args: Annotated[
         str,
         typer.Option(
-            "--sim-args", help="Extra simulator flags for --target sim, e.g. '--kv-disk-space-mb 65536'."
+            "--sim-args", help="Simulator flags, e.g. '--kv-disk-space-mb 65536'.", rich_help_panel=SERVER
         ),
     ] = "",
     workers: Annotated[
-        int,
-        typer.Option(
-            help="Processes to spread the sessions over (--concurrency is split between them); "
-            "their histograms merge exactly."
-        ),
+        int, typer.Option(help="Processes the sessions are spread over.", rich_help_panel=CLIENT)
     ] = 1,
     shard: Annotated[
         str | None,
-        typer.Option(
-            help="Replay only shard i/N of the sessions (one host of N; auto/N: the Kubernetes "
-            "completion index); merge with report."
-        ),
+        typer.Option(help="Only shard i/N of the sessions (auto/N: Kubernetes').", rich_help_panel=CLIENT),
     ] = None,
     start_at: Annotated[
         str | None,
         typer.Option(
-            metavar="TIME", help="Begin the schedule at this ISO 8601 instant (all shards at once)."
+            metavar="TIME", help="Begin at this ISO 8601 instant (shards).", rich_help_panel=SCHEDULE
         ),
     ] = None,
     loop: Annotated[
-        str,
-        typer.Option(
-            help="Event loop: auto (asyncio), asyncio or uvloop (the fast extra; loses resets before data)."
-        ),
+        str, typer.Option(help="auto (asyncio) | asyncio | uvloop (faster).", rich_help_panel=CLIENT)
     ] = "auto",
     connections: Annotated[
         str,
-        typer.Option(
-            help="Keep connections open: auto (per target, as its server does), reuse, or fresh (one per request)."
-        ),
+        typer.Option(help="auto (as the server) | reuse | fresh (one a request).", rich_help_panel=CLIENT),
     ] = "auto",
-    quiet: Annotated[bool, typer.Option(help="No progress display and no report.")] = False,
+    quiet: Annotated[
+        bool, typer.Option(help="No progress display and no report.", rich_help_panel=OUTPUT)
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an existing --out.", rich_help_panel=OUTPUT)
+    ] = False,
+    fail_on_errors: Annotated[
+        bool,
+        typer.Option(
+            help="Exit 1 when any request failed; --no-fail-on-errors: a finished run exits 0.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = True,
 ) -> None:
     """Replay a trace against a server and write per-request results."""
     from replay.commands.run import RunArgs
@@ -143,24 +182,31 @@ def run(
         loop=loop,
         connections=connections,
         quiet=quiet,
+        force=force,
+        fail_on_errors=fail_on_errors,
     )
     raise typer.Exit(replay_run(args, console))
 
 
 @app.command()
 def report(
-    results: Annotated[list[Path], typer.Argument(help="One or more results files; they are merged.")],
+    results: Annotated[list[Path], typer.Argument(help="Results files: each is a run, shown side by side.")],
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     html: Annotated[
         Path | None,
         typer.Option(help="Also write a self-contained HTML report (and summary.md) into this directory."),
     ] = None,
+    merge: Annotated[
+        bool, typer.Option(help="Pool the files into one table (the shards or parts of one run).")
+    ] = False,
+    force: Force = False,
 ) -> None:
     """Per-switch-class table (TTFT percentiles, re-processed and cached tokens, errors)."""
     from replay.commands.report import ReportArgs
     from replay.commands.report import report as replay_report
 
-    raise typer.Exit(replay_report(ReportArgs(results=results, as_json=json, html=html), console))
+    args = ReportArgs(results=results, as_json=json, html=html, force=force, merge=merge)
+    raise typer.Exit(replay_report(args, console))
 
 
 @app.command()
@@ -322,7 +368,8 @@ def size_sweep(
     slots: Annotated[str, typer.Option(help="Resident slot counts to try, e.g. 1,2.")] = "1",
     routing: Annotated[str, typer.Option(help="upstream,reuse-aware")] = "upstream",
     target: Annotated[
-        str | None, typer.Option(help="Goal: no switch re-reads more than this, e.g. 20K.")
+        str | None,
+        typer.Option(metavar="TOKENS", help="Goal: no switch re-reads more than this many tokens, e.g. 20K."),
     ] = None,
     stale: Annotated[
         str | None, typer.Option(help="Earlier days' checkpoints already on disk, e.g. 8.6G.")
@@ -330,6 +377,10 @@ def size_sweep(
     hidden_reasoning: Annotated[
         bool, typer.Option(help="Replies carry reasoning the client never resends.")
     ] = False,
+    ctx: Annotated[
+        str | None,
+        typer.Option(metavar="TOKENS", help="Context tokens of the model, e.g. 1M (default: the preset's)."),
+    ] = None,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -354,6 +405,7 @@ def size_sweep(
         target=target,
         stale=stale,
         hidden_reasoning=hidden_reasoning,
+        ctx=ctx,
         workers=workers,
         as_json=json,
     )
@@ -362,15 +414,20 @@ def size_sweep(
 
 @app.command()
 def demo(
-    out: Annotated[Path, typer.Option(help="Where the traces, results and HTML report go.")] = Path(
-        "replay-demo"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="Folder the traces, results and HTML report go into (default: a new replay-demo/run-N).",
+        ),
+    ] = None,
+    force: Force = False,
 ) -> None:
     """Replay two agents switching on the simulator at a 4 GB and a 64 GB disk budget, and compare."""
     from replay.commands.demo import DemoArgs
     from replay.commands.demo import demo as replay_demo
 
-    raise typer.Exit(replay_demo(DemoArgs(out=out), console))
+    raise typer.Exit(replay_demo(DemoArgs(out=out, force=force), console))
 
 
 scenario_app = typer.Typer(
@@ -407,28 +464,36 @@ def scenario_generate(
         Path | None, typer.Option("--out", "-o", help="Trace to write (default NAME.jsonl).")
     ] = None,
     param: Params = None,
+    force: Force = False,
 ) -> None:
     """Write the scenario's trace (deterministic: same spec, same bytes)."""
     from replay.commands.scenario import GenerateArgs, generate
 
-    raise typer.Exit(generate(GenerateArgs(name=name, out=out, params=param or []), console))
+    raise typer.Exit(generate(GenerateArgs(name=name, out=out, params=param or [], force=force), console))
 
 
 @scenario_app.command("run")
 def scenario_run(
     name: Annotated[str, typer.Argument(help="Scenario name or spec file.")],
-    out: Annotated[Path, typer.Option(help="Where results and the HTML report go.")] = Path(
-        "replay-scenario"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="Folder the arms' results and the HTML report go into (default: a new replay-scenario/NAME/run-N).",
+        ),
+    ] = None,
     arm: Annotated[list[str] | None, typer.Option(help="Run only these arms (repeatable).")] = None,
     param: Params = None,
     time_scale: Annotated[float | None, typer.Option(help="Simulator speed-up over modelled time.")] = None,
+    force: Force = False,
 ) -> None:
     """Run every arm of a scenario on the simulator, compare them, write the report."""
     from replay.commands.scenario import ScenarioRunArgs
     from replay.commands.scenario import run as replay_scenario
 
-    args = ScenarioRunArgs(name=name, out=out, params=param or [], arms=arm, time_scale=time_scale)
+    args = ScenarioRunArgs(
+        name=name, out=out, params=param or [], arms=arm, time_scale=time_scale, force=force
+    )
     raise typer.Exit(replay_scenario(args, console))
 
 
@@ -438,12 +503,15 @@ def scenario_check(
         list[str] | None, typer.Argument(help="Scenarios to check (default: all with expectations).")
     ] = None,
     json: Annotated[bool, typer.Option("--json", help="The verdicts as JSON.")] = False,
-    out: Annotated[Path | None, typer.Option(help="Keep the arms' results here.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(metavar="DIR", help="Keep the arms' results in this folder.")
+    ] = None,
+    force: Force = False,
 ) -> None:
     """Run the scenarios' arms and compare each field figure with the modelled one (exit 1 if any fails)."""
     from replay.commands.scenario import CheckArgs, check
 
-    raise typer.Exit(check(CheckArgs(names=names or [], json=json, out=out), console))
+    raise typer.Exit(check(CheckArgs(names=names or [], json=json, out=out, force=force), console))
 
 
 @app.command()
@@ -455,9 +523,13 @@ def probe(
     sim_args: Annotated[str, typer.Option("--sim-args", help="Extra simulator flags.")] = "",
     scenario: Annotated[str, typer.Option(help="Probe scenario (name or spec file).")] = "cache-probe",
     param: Params = None,
-    out: Annotated[Path, typer.Option(help="Where the trace, results, slot files and logs go.")] = Path(
-        "replay-probe"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="Folder the trace, results, slot files and logs go into (default: a new replay-probe/run-N).",
+        ),
+    ] = None,
     slot: Annotated[
         int | None,
         typer.Option(
@@ -466,6 +538,7 @@ def probe(
     ] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    force: Force = False,
 ) -> None:
     """E1-E5 cache probe on a real server: what it re-reads after small changes, and after a restart."""
     from replay.commands.probe import ProbeArgs
@@ -481,6 +554,7 @@ def probe(
         slot=slot,
         timeout=timeout,
         as_json=json,
+        force=force,
     )
     raise typer.Exit(replay_probe(args, console))
 
@@ -518,6 +592,7 @@ def record(
     log: Annotated[
         Path | None, typer.Option(help="Append a line per call: method, path, status, bytes, recorded.")
     ] = None,
+    force: Force = False,
 ) -> None:
     """Pass an agent's traffic through to the server unchanged, and write it as a trace."""
     from replay.commands.record import RecordArgs
@@ -536,6 +611,7 @@ def record(
         keep_alive_timeout=keep_alive_timeout,
         max_connections=max_connections,
         log=log,
+        force=force,
     )
     raise typer.Exit(replay_record(args, console))
 
@@ -545,12 +621,13 @@ def anonymize(
     src: Annotated[Path, typer.Argument(help="Trace to anonymize.")],
     dst: Annotated[Path, typer.Argument(help="Anonymized trace to write.")],
     key: Annotated[str, typer.Option(help="Secret: equal text stays equal, different stays different.")],
+    force: Force = False,
 ) -> None:
     """Replace every text with synthetic text of the same token count, keeping structure and timing."""
     from replay.commands.trace import AnonymizeArgs
     from replay.commands.trace import anonymize as replay_anonymize
 
-    raise typer.Exit(replay_anonymize(AnonymizeArgs(src=src, dst=dst, key=key), console))
+    raise typer.Exit(replay_anonymize(AnonymizeArgs(src=src, dst=dst, key=key, force=force), console))
 
 
 @app.command("import")
@@ -576,6 +653,7 @@ def import_(
     list_: Annotated[
         bool, typer.Option("--list", help="Show each format and where each agent keeps its files.")
     ] = False,
+    force: Force = False,
 ) -> None:
     """Turn what an agent left on disk (or another tool's traces) into a replayable trace."""
     from replay.commands.trace import ImportArgs, import_trace
@@ -589,6 +667,7 @@ def import_(
         sessions=tuple(session or ()),
         shared_system=shared_system,
         list_formats=list_,
+        force=force,
     )
     raise typer.Exit(import_trace(args, console))
 
@@ -598,11 +677,12 @@ def export(
     fmt: Annotated[str, typer.Argument(help="mooncake")],
     src: Annotated[Path, typer.Argument(help="Trace to export.")],
     out: Annotated[Path, typer.Argument(help="File to write.")],
+    force: Force = False,
 ) -> None:
     """Write a trace in another tool's format (Mooncake: for AIPerf and SGLang)."""
     from replay.commands.trace import ExportArgs, export_trace
 
-    raise typer.Exit(export_trace(ExportArgs(fmt=fmt, src=src, out=out), console))
+    raise typer.Exit(export_trace(ExportArgs(fmt=fmt, src=src, out=out, force=force), console))
 
 
 llama_app = typer.Typer(no_args_is_help=True, help="A real llama.cpp server as a target: tiny test models.")
@@ -619,11 +699,14 @@ def llama_make_model(
     ctx: Annotated[int, typer.Option(help="Training context length.")] = 16384,
     seed: Annotated[int, typer.Option(help="Weights seed; same arguments give the same bytes.")] = 0,
     slow: Annotated[bool, typer.Option(help="8 layers x 512 dims: a cache miss costs seconds.")] = False,
+    force: Force = False,
 ) -> None:
     """Write a random-weight GGUF whose output is printable and always runs to max_tokens."""
     from replay.commands.llama import MakeModelArgs, make_model
 
-    args = MakeModelArgs(path=path, layers=layers, dim=dim, arch=arch, swa=swa, ctx=ctx, seed=seed, slow=slow)
+    args = MakeModelArgs(
+        path=path, layers=layers, dim=dim, arch=arch, swa=swa, ctx=ctx, seed=seed, slow=slow, force=force
+    )
     raise typer.Exit(make_model(args, console))
 
 
@@ -671,10 +754,21 @@ def k8s_render(
     results_claim: Annotated[
         str | None, typer.Option(metavar="PVC", help="A ReadWriteMany claim for results (default: made).")
     ] = None,
+    storage_class: Annotated[
+        str | None,
+        typer.Option(
+            metavar="CLASS", help="Storage class of the results claim made (one that gives ReadWriteMany)."
+        ),
+    ] = None,
+    fail_on_errors: Annotated[
+        bool,
+        typer.Option(help="A shard whose requests partly failed fails its index (default: it is a result)."),
+    ] = False,
     run_arg: Annotated[
         list[str] | None, typer.Option(metavar="ARG", help="More `replay run` arguments, one per option.")
     ] = None,
     out: Annotated[Path | None, typer.Option(metavar="FILE", help="Write here instead of stdout.")] = None,
+    force: Force = False,
 ) -> None:
     """Manifests for a run sharded over N pods (an Indexed Job), for `kubectl apply -f -`."""
     from replay.commands.k8s import RenderOptions, render
@@ -690,8 +784,11 @@ def k8s_render(
         start_in=start_in,
         trace_claim=trace_claim,
         results_claim=results_claim,
+        storage_class=storage_class,
+        fail_on_errors=fail_on_errors,
         run_args=tuple(run_arg or ()),
         out=out,
+        force=force,
         **({"image": image} if image else {}),
     )
     raise typer.Exit(render(options, err))
@@ -715,6 +812,10 @@ METAVARS = {
     "shard": "i/N|auto/N",
     "start_at": "TIME",
     "budgets": "SIZES",
+    "sim_args": "FLAGS",
+    "loop": "MODE",
+    "connections": "MODE",
+    "max_body": "SIZE",
     "tokens": "TOKENS",
     "start": "TOKENS",
     "param": "KEY=VALUE",
@@ -760,6 +861,9 @@ def command() -> Any:
         for param in cmd.params:
             if param.metavar is None and (shown := _metavar(param)) is not None:
                 param.metavar = shown
+            if getattr(param, "is_flag", False) and param.default is False:
+                param.secondary_opts = []  # a flag is off unless given: no `--no-dry-run` twin,
+                param.show_default = False  # and no `[default: no-dry-run]`
     return root
 
 

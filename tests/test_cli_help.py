@@ -63,3 +63,37 @@ def test_the_simulator_describes_every_flag_with_its_default() -> None:
     text = " ".join(parser.format_help().split())
     assert "--kv-disk-space-mb N" in text and "--port N" in text
     assert "(default: 8000)" in text and "(default: 510.0 for qwen38-q2)" in text
+
+
+def _help(*path: str, columns: int = 120) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "replay", *path, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": str(columns)},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_each_value_is_named_for_what_it_is() -> None:
+    assert re.search(r"--target\s+TOKENS\s", _help("size", "sweep"))  # a token goal, not a server
+    for path in (("scenario", "run"), ("scenario", "check"), ("demo",), ("probe",)):
+        assert re.search(r"--out\s+DIR\s", _help(*path)), path  # each writes a folder
+    assert re.search(r"--max-body\s+SIZE\s", _help("record"))
+
+
+def test_sim_serve_help_looks_like_the_rest_and_writes_sizes_as_record_does() -> None:
+    text = _help("sim", "serve")
+    assert "╭─ Server" in text and "╭─ Client limits" in text and "╭─ Model" in text
+    assert re.search(r"--max-body\s+SIZE\s+Largest request body \(413 above\)\. \[default: 64MiB\]", text)
+    assert "67108864" not in text and "[default: 64MiB]" in _help("record")
+    assert "[default: 34.5KiB for qwen38-q2]" in text
+
+
+def test_run_help_reads_at_a_glance_at_80_columns() -> None:
+    text = _help("run", columns=80)
+    assert len(text.splitlines()) <= 70, len(text.splitlines())
+    assert "╭─ Server" in text and "╭─ Schedule" in text and "╭─ Client" in text
+    assert "--no-" not in text  # a flag is off unless given

@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.console import Console
 
 from replay.commands.scenario import digest_table, run_and_report
+from replay.outputs import output_folder
 from replay.report.html import digest
 from replay.scenario.catalog import find_scenario
 
@@ -21,14 +22,17 @@ SCENARIO = "switching"
 ARMS = ["4G", "64G"]
 
 
+RUNS = Path("replay-demo")  # where the demo makes run-N without --out
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DemoArgs:
-    out: Path = Path("replay-demo")  # traces, results and the HTML report
+    out: Path | None = None  # traces, results and the HTML report (default: a new replay-demo/run-N)
+    force: bool = False  # write into an --out folder that is not empty
 
 
 def demo(args: DemoArgs, console: Console) -> int:
     """Run both arms, print the comparison and the report path; returns the exit code."""
-    out_dir = args.out
     started = time.monotonic()
     spec = find_scenario(SCENARIO)
     console.print(f"[bold]{spec.name}[/bold]: {spec.title}", highlight=False)
@@ -37,7 +41,8 @@ def demo(args: DemoArgs, console: Console) -> int:
         f"{spec.run.time_scale:g}x faster than a real server) at two disk-KV budgets:",
         highlight=False,
     )
-    code, _, written = run_and_report(spec, out_dir, console, arms=ARMS)
+    with output_folder(args.out, RUNS, force=args.force) as out_dir:
+        code, _, written = run_and_report(spec, out_dir, console, arms=ARMS)
     if written is None:
         return code
     console.print(digest_table(written, "What each conversation switch cost (modelled seconds)"))

@@ -11,9 +11,12 @@ from rich.console import Console
 from replay.commands import print_json
 from replay.engine.run import check_options
 from replay.errors import UsageError
+from replay.outputs import output_folder
 from replay.runs.probe import probe_table, run_cache_probe
 from replay.runs.targets import resolve_target
 from replay.scenario.spec import parse_params
+
+RUNS = Path("replay-probe")  # where the probe makes run-N without --out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -23,7 +26,8 @@ class ProbeArgs:
     sim_args: str = ""
     scenario: str = "cache-probe"
     params: list[str] = field(default_factory=list)
-    out: Path = Path("replay-probe")
+    out: Path | None = None  # default: a new replay-probe/run-N
+    force: bool = False  # write into an --out folder that is not empty
     slot: int | None = None  # default: the slot holding the document (GET /slots, else the log)
     timeout: float = 1800.0
     as_json: bool = False
@@ -37,16 +41,17 @@ def probe(args: ProbeArgs, console: Console) -> int:
         raise UsageError(f"--slot must be a slot number (0 or more), not {args.slot}")
     # With --json, stdout holds the JSON document alone: progress goes to stderr.
     progress = Console(stderr=True) if args.as_json else console
-    resolved = resolve_target(args.target, args.server, shlex.split(args.sim_args), Path(args.out) / "sim")
-    report = run_cache_probe(
-        resolved,
-        args.out,
-        scenario=args.scenario,
-        params=parse_params(args.params),
-        slot=args.slot,
-        timeout_s=args.timeout,
-        say=lambda m: progress.print(m, highlight=False),
-    )
+    with output_folder(args.out, RUNS, force=args.force) as out:
+        resolved = resolve_target(args.target, args.server, shlex.split(args.sim_args), out / "sim")
+        report = run_cache_probe(
+            resolved,
+            out,
+            scenario=args.scenario,
+            params=parse_params(args.params),
+            slot=args.slot,
+            timeout_s=args.timeout,
+            say=lambda m: progress.print(m, highlight=False),
+        )
     if args.as_json:
         print_json(report.to_dict())
     else:

@@ -22,13 +22,23 @@ class RecordArgs:
     body_timeout: float = 120.0
     keep_alive_timeout: float = 5.0
     max_connections: int = 1024
+    force: bool = False  # replace an existing trace (once the socket is listening)
 
 
 def record(args: RecordArgs, console: Console) -> int:
+    """Check the trace and log paths, listen, then open the trace: a port in use, or any bad
+    option, leaves an existing file as it was (`replay.outputs`)."""
     from replay.errors import UsageError
+    from replay.outputs import check_file
     from replay.record.serve import record as run_record
     from replay.serving.guard import Limits
     from replay.sim.server.options import parse_bytes
+
+    check_file(args.out, option="--out", force=args.force)
+    if args.log is not None:
+        if args.log.resolve() == args.out.resolve():
+            raise UsageError("--log and --out name the same file")
+        check_file(args.log, option="--log", append=True)
 
     limits = Limits(
         max_body_bytes=parse_bytes(args.max_body),

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from replay.commands import print_json
-from replay.metrics.results import merged_summary, read_results, time_scale
-from replay.report.table import class_table, summary_rows
+from replay.metrics.results import RunResults, merged_summary, read_results, time_scale
+from replay.outputs import check_folder
+from replay.report.failures import failure_groups, failure_lines
+from replay.report.table import class_table, runs_table, summary_rows
+from replay.report.view import run_label
 from replay.runs.barrier import spread_s
 from replay.runs.serverlog import records_beside
 
@@ -19,12 +23,17 @@ class ReportArgs:
     results: list[Path]
     as_json: bool = False
     html: Path | None = None  # also write the HTML report (and summary.md) here
+    force: bool = False  # write into an --html folder that is not empty
+    merge: bool = False  # pool the files into one run (shards of one run), instead of side by side
 
 
 def report(args: ReportArgs, console: Console) -> int:
+    """Each results file is one run, shown beside the others; `merge` pools them (a run's shards)."""
     from replay.report.ab_html import is_ab, show_ab
 
     paths = args.results
+    if args.html is not None:
+        check_folder(args.html, option="--html", force=args.force)
     if len(paths) == 1 and is_ab(paths[0]):  # an A/B summary (ab.json) or its folder
         show_ab(paths[0], as_json=args.as_json, console=console, html=args.html)
         return 0
@@ -42,16 +51,42 @@ def report(args: ReportArgs, console: Console) -> int:
 
         written = write_report(paths, args.html, server_log=records_beside)
         console.print(f"report: {written.html}\nmarkdown summary: {written.markdown}", highlight=False)
-    summary = merged_summary(results)
+    labels = _labels(results)
     spread = spread_s([res.run for res in results])
+    failures = [failure_groups(res.requests) for res in results]
     if args.as_json:
-        print_json(
-            {"files": [str(p) for p in paths], "classes": summary_rows(summary), "start_spread_s": spread}
-        )
+        doc: dict[str, Any] = {"files": [str(p) for p in paths]}
+        if args.merge or len(results) == 1:
+            doc["classes"] = summary_rows(merged_summary(results))
+        doc["runs"] = [
+            {
+                "file": res.path,
+                "label": label,
+                "outcome": (res.summary_line or {}).get("outcome"),
+                "classes": summary_rows(res.summary),
+                "failures": [g.to_dict() for g in groups],
+            }
+            for res, label, groups in zip(results, labels, failures, strict=True)
+        ]
+        doc["start_spread_s"] = spread
+        print_json(doc)
         return 0
-    title = "Requests by switch class" + (f" ({len(paths)} files merged)" if len(paths) > 1 else "")
-    scales = {time_scale(res.run) for res in results}
-    console.print(class_table(summary, title=title, time_scale=scales.pop() if len(scales) == 1 else None))
+    if args.merge:
+        scales = {time_scale(res.run) for res in results}
+        title = "Requests by switch class" + (f" ({len(paths)} files merged)" if len(paths) > 1 else "")
+        scale = scales.pop() if len(scales) == 1 else None
+        console.print(class_table(merged_summary(results), title=title, time_scale=scale))
+    else:
+        title = "Requests by switch class" + (", run by run" if len(results) > 1 else "")
+        runs = [(label, res.summary, time_scale(res.run)) for res, label in zip(results, labels, strict=True)]
+        console.print(runs_table(runs, title=title))
+        if len(results) > 1 and all(res.run.get("shard") for res in results):
+            console.print(
+                "These are shards of one run: `--merge` pools them into one table.", highlight=False
+            )
+    for res, label, groups in zip(results, labels, failures, strict=True):
+        for line in failure_lines(groups, len(res.requests), label if len(results) > 1 else ""):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     for res in results:
         line = next((r for r in [res.summary_line] if r), None)
         if line and line.get("lag_p99_s") is not None:
@@ -68,6 +103,12 @@ def report(args: ReportArgs, console: Console) -> int:
             highlight=False,
         )
     return 0
+
+
+def _labels(results: list[RunResults]) -> list[str]:
+    """Each run's name (its arm, or its file's); the paths where two names are the same."""
+    labels = [run_label(res) for res in results]
+    return labels if len(set(labels)) == len(labels) else [res.path for res in results]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

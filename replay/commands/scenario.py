@@ -6,12 +6,14 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 
 from replay.errors import ReplayError
+from replay.outputs import check_file, check_folder, output_folder, replacing
 from replay.report.html import DIGEST_ROWS, Written, digest, write_report
 from replay.runs.scenario import ArmResult, run_arms
 from replay.runs.serverlog import records_beside
@@ -22,6 +24,7 @@ from replay.scenario.check import ArmView, Verdict, evaluate
 from replay.scenario.expect import REQUEST_METRICS
 from replay.scenario.show import describe, list_table
 from replay.scenario.spec import Scenario, parse_params
+from replay.sim.model.config import DEFAULT_PRESET, PRESETS
 
 
 def list_(console: Console) -> int:
@@ -46,13 +49,17 @@ class GenerateArgs:
     name: str
     out: Path | None = None  # default NAME.jsonl in the current directory
     params: list[str] = field(default_factory=list)
+    force: bool = False  # replace an existing trace (once the new one is complete)
 
 
 def generate(args: GenerateArgs, console: Console) -> int:
-    """Write the trace and say what is in it."""
-    spec = find_scenario(args.name, parse_params(args.params))
+    """Write the trace (whole, then renamed into place) and say what is in it."""
+    overrides = parse_params(args.params)
+    spec = find_scenario(args.name, overrides)
     path = args.out or Path(f"{spec.name}.jsonl")
-    result = write_trace(spec, path)
+    check_file(path, option="--out", force=args.force)
+    with replacing(path) as written:
+        result = write_trace(spec, written)
     tags = ", ".join(f"{n} {tag}" for tag, n in sorted(result.tags.items()))
     console.print(
         f"{path}: {result.requests} requests ({tags}) in {result.sessions} sessions from scenario {spec.name}",
@@ -60,7 +67,40 @@ def generate(args: GenerateArgs, console: Console) -> int:
     )
     if result.notice:
         console.print(f"[yellow]note:[/yellow] {result.notice}", highlight=False)
+    if (warning := context_warning(spec, path, overrides)) is not None:
+        Console(stderr=True).print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     return 0
+
+
+def context_warning(spec: Scenario, trace: Path, overrides: dict[str, Any]) -> str | None:
+    """What to say when the trace's prompts do not fit the context of the simulator the scenario's
+    arms run (the smallest, where arms differ): `scenario run` would see them fail, `size sweep`
+    refuse them. It names the parameters that made the trace long: the ones given with --param,
+    else all of the spec's."""
+    from replay.sim.server.options import parse as parse_sim_flags
+    from replay.trace.prompts import trace_overflow
+
+    contexts = {}
+    for arm in spec.arms:
+        try:
+            cfg = parse_sim_flags(list(arm.sim))[0]
+        except (ReplayError, SystemExit):  # flags `scenario run` itself would refuse
+            continue
+        contexts[cfg.ctx] = cfg.preset
+    ctx, preset = min(contexts.items()) if contexts else (PRESETS[DEFAULT_PRESET].ctx, DEFAULT_PRESET)
+    found = trace_overflow(trace, ctx)
+    if found is None:
+        return None
+    named = overrides or spec.params
+    params = ", ".join(f"{k}={v}" for k, v in named.items())
+    why = (
+        f"You set {params}: lower it" if overrides else f"Its parameters are {params}: lower one with --param"
+    )
+    return (
+        f"{trace}: {found.describe(f'the {ctx:,}-token context of the scenario simulator ({preset})')}. "
+        f"{why} (or give the server a larger context: `--ctx {found.suggested_ctx()}` in "
+        "`replay size sweep`, in `--sim-args` of `replay run`)"
+    )
 
 
 def digest_table(written: Written, title: str) -> Table:
@@ -102,20 +142,27 @@ def run_and_report(
     return 0, runs, written
 
 
+RUNS = Path("replay-scenario")  # where `scenario run` makes NAME/run-N without --out
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ScenarioRunArgs:
     name: str
-    out: Path = Path("replay-scenario")  # results and the HTML report
+    out: Path | None = None  # results and the HTML report (default: a new replay-scenario/NAME/run-N)
     params: list[str] = field(default_factory=list)
     arms: list[str] | None = None  # only these arms (default: every one)
     time_scale: float | None = None  # simulator speed-up over modelled time
+    force: bool = False  # write into an --out folder that is not empty
 
 
 def run(args: ScenarioRunArgs, console: Console) -> int:
     """`replay scenario run NAME`: every arm (or `--arm`s) on the simulator, compared, reported."""
     spec = find_scenario(args.name, parse_params(args.params))
+    for arm in args.arms or ():
+        spec.arm(arm)  # an unknown arm is refused before a folder is made
     console.print(f"[bold]{spec.name}[/bold]: {spec.title}", highlight=False)
-    code, _, written = run_and_report(spec, args.out, console, arms=args.arms, time_scale=args.time_scale)
+    with output_folder(args.out, RUNS / spec.name, force=args.force) as out:
+        code, _, written = run_and_report(spec, out, console, arms=args.arms, time_scale=args.time_scale)
     if written is None:
         return code
     console.print(digest_table(written, f"{spec.name}: what each switch cost"))
@@ -179,12 +226,15 @@ class CheckArgs:
     names: list[str] = field(default_factory=list)  # default: every scenario with expectations
     json: bool = False  # the verdicts as JSON
     out: Path | None = None  # keep the arms' results here
+    force: bool = False  # write into an --out folder that is not empty
 
 
 def check(args: CheckArgs, console: Console) -> int:
     """`replay scenario check [NAME ...]`: exit 0 when every expectation holds (known gaps aside)."""
     names, as_json, out_dir = args.names, args.json, args.out
     specs = [find_scenario(n) for n in names] if names else [s for s in list_scenarios() if s.expects]
+    if out_dir is not None:
+        check_folder(out_dir, option="--out", force=args.force)
     verdicts: list[Verdict] = []
     with tempfile.TemporaryDirectory(prefix="replay-check-") as scratch:
         for spec in specs:

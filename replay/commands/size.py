@@ -41,6 +41,17 @@ def chain(args: ChainArgs, console: Console) -> int:
     return 0
 
 
+def _check_context(trace: Path, ctx: int, given: bool, preset: str) -> None:
+    """Refuse a trace whose prompts do not fit the context before sweeping (the model would refuse
+    the first such request minutes in), naming the flag that fixes it."""
+    from replay.trace.prompts import trace_overflow
+
+    found = trace_overflow(trace, ctx)
+    if found is not None:
+        context = f"--ctx {ctx}" if given else f"the {ctx:,}-token context of preset {preset}"
+        raise UsageError(f"{trace}: {found.describe(context)}; give --ctx {found.suggested_ctx()}")
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SweepArgs:
     trace: Path
@@ -54,6 +65,7 @@ class SweepArgs:
     target: str | None = None  # goal: no switch re-reads more than this
     stale: str | None = None  # earlier days' checkpoints already on disk
     hidden_reasoning: bool = False
+    ctx: str | None = None  # context tokens (default: the preset's)
     workers: int | None = None  # default: one per core for big traces
     as_json: bool = False
 
@@ -65,12 +77,16 @@ def sweep(args: SweepArgs, console: Console) -> int:
     from replay.sim.model.config import parse_bytes, parse_tokens
     from replay.sizing.parallel import auto_workers
 
-    cfg = size.size_config(args.preset, hidden_reasoning=args.hidden_reasoning or None)
+    ctx = parse_tokens(args.ctx) if args.ctx is not None else None
+    if ctx is not None and ctx < 1:
+        raise UsageError("--ctx must be at least 1 token")
+    cfg = size.size_config(args.preset, hidden_reasoning=args.hidden_reasoning or None, ctx=ctx)
     sizes = size.parse_budgets(args.budgets)
     if not args.trace.is_file():
         raise UsageError(f"{args.trace}: no such trace file")
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    _check_context(args.trace, cfg.ctx, ctx is not None, args.preset)
     processes = args.workers or auto_workers(args.trace, len(sizes))
     bar = Progress(
         "[progress.description]{task.description}",

@@ -249,20 +249,25 @@ def read_results(path: str | Path) -> RunResults:
 _SUMMARY_START = b'{"kind":"summary"'  # how `ResultsWriter.close` starts the line (orjson, no spaces)
 
 
-def read_summary_line(path: str | Path, block: int = 1 << 20) -> dict[str, Any] | None:
+def read_summary_line(
+    path: str | Path, block: int = 1 << 20, within: int | None = None
+) -> dict[str, Any] | None:
     """The last `summary` line of a results file, read from its end (None: the file has none).
 
     How a run ended is in that one line: reading back a multi-million-line file for it costs
-    gigabytes of memory just after the run."""
+    gigabytes of memory just after the run. `within`: look only in the file's last `within`
+    bytes, for a file that may still be written (it has no summary yet: finding that out would
+    read all of it)."""
     try:
         handle = open(path, "rb")  # noqa: SIM115
     except OSError as exc:
         raise TraceError(str(path), 0, f"cannot open: {exc.strerror}") from None
     with handle:
         pos = handle.seek(0, 2)
+        stop = 0 if within is None else max(0, pos - within)
         carry = b""  # the start of a line the last block cut (read before it)
-        while pos > 0:
-            step = min(block, pos)
+        while pos > stop:
+            step = min(block, pos - stop)
             pos -= step
             handle.seek(pos)
             lines = (handle.read(step) + carry).split(b"\n")

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from replay.errors import TraceError, UsageError
+from replay.outputs import replacing
 from replay.record.tokens import PART_SEPARATOR_TOKENS, count_tokens, token_starts
 from replay.trace.model import FORMAT, Message
 from replay.trace.reader import validate
@@ -326,13 +327,17 @@ def anonymize_trace(
 
 
 def run_anonymize(src: str | Path, dst: str | Path, key: str) -> str:
-    """`replay anonymize IN OUT --key SECRET`: rewrite, check the output, say what was done."""
+    """`replay anonymize IN OUT --key SECRET`: rewrite into a temporary sibling of OUT, check it,
+    rename it to OUT; say what was done."""
     if not key:
         raise UsageError("--key must not be empty: it is what makes the synthetic text unguessable")
     if not Path(src).exists():
         raise UsageError(f"{src} does not exist")
-    counts = anonymize_trace(src, dst, key)
-    validate(dst)
+    if Path(src).resolve() == Path(dst).resolve():
+        raise TraceError(str(dst), 0, "output would overwrite the input")
+    with replacing(Path(dst)) as written:
+        counts = anonymize_trace(src, written, key)
+        validate(written)
     return (
         f"{dst}: {counts['requests']} requests in {counts['sessions']} sessions anonymized "
         f"({counts['messages']} messages, {counts['blobs']} blobs)"

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from replay.errors import ReplayError, UsageError
+from replay.errors import TraceError, UsageError
+from replay.outputs import replacing
 from replay.record.claude_code import import_claude_code
 from replay.record.codex import import_codex
 from replay.record.hermes import import_hermes
@@ -74,22 +75,36 @@ def _check(fmt: str, table: dict[str, Converter], verb: str, src: Path, out: Pat
 
 
 def run_import(fmt: str, src: Path, out: Path, options: ImportOptions | None = None) -> str:
-    """Convert, validate what was written, and say what came out in one line."""
+    """Convert into a temporary sibling of `out`, validate it, rename it to `out` (`replacing`):
+    a failed import leaves no partial trace and an existing `out` as it was. One line says what
+    came out."""
     convert = _check(fmt, IMPORTERS, "import", src, out)
-    try:
+    if (
+        fmt not in _WITH_OPTIONS
+        and options is not None
+        and (options.since or options.until or options.sessions)
+    ):
+        raise UsageError(f"{fmt} has no timestamps or session ids to filter by")
+    with replacing(out) as written:
         if fmt in _WITH_OPTIONS:
-            counts = convert(src, out, options=options or ImportOptions())
+            counts = convert(src, written, options=options or ImportOptions())
         else:
-            if options is not None and (options.since or options.until or options.sessions):
-                raise UsageError(f"{fmt} has no timestamps or session ids to filter by")
-            counts = convert(src, out)
-    except ReplayError:
-        out.unlink(missing_ok=True)  # a half-written trace is no trace
-        raise
-    checked = validate(out)
+            counts = convert(src, written)
+        checked = _validated(written, out)
     return (
         f"{out}: {checked['requests']} requests in {checked['sessions']} sessions from {fmt} ({_fmt(counts)})"
     )
+
+
+def _validated(written: Path, out: Path) -> dict[str, int]:
+    """What a converter wrote must validate; a failure names `out`, which is left as it was."""
+    try:
+        return validate(written)
+    except TraceError as exc:
+        if exc.path != str(written):
+            raise
+        problem = f"{exc.problem} (in the converted trace, so {out} was not written)"
+        raise TraceError(str(out), exc.line, problem) from None
 
 
 def list_formats() -> str:
@@ -107,7 +122,10 @@ def list_formats() -> str:
 
 
 def run_export(fmt: str, src: Path, out: Path) -> str:
-    counts = _check(fmt, EXPORTERS, "export", src, out)(src, out)
+    """Convert into a temporary sibling of `out`, renamed to `out` when complete."""
+    convert = _check(fmt, EXPORTERS, "export", src, out)
+    with replacing(out) as written:
+        counts = convert(src, written)
     return f"{out}: {fmt} ({_fmt(counts)})"
 
 

@@ -76,7 +76,11 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 class RecordingServer:
-    """Proxy + recorder + trace writer, served by uvicorn on a socket bound here."""
+    """Proxy + recorder + trace writer, served by uvicorn on a socket bound here.
+
+    The socket is bound and listening before the trace is opened: a port in use fails with the
+    trace untouched, and a client that connects from then on waits in the queue (`replay.outputs`).
+    """
 
     def __init__(
         self,
@@ -95,43 +99,50 @@ class RecordingServer:
             raise UsageError(f"--upstream must be an http(s) URL, not {upstream!r}")
         self.upstream = upstream.rstrip("/")
         self.out = str(out)
-        Path(self.out).parent.mkdir(parents=True, exist_ok=True)
-        notes = notes or f"recorded through replay record (upstream {self.upstream})"
-        self.writer = TraceWriter(self.out, source="record", notes=notes)
+        self.host = host
+        self._sock: socket.socket | None = self._listen(host, port)
+        self.port = self._sock.getsockname()[1]
+        calls = None
+        try:
+            calls = CallLog(log)
+            notes = notes or f"recorded through replay record (upstream {self.upstream})"
+            self.writer = TraceWriter(self.out, source="record", notes=notes)
+        except BaseException:
+            self._sock.close()
+            if calls is not None:
+                calls.close()
+            raise
         anonymizer = Anonymizer(anonymize_key) if anonymize_key else None
         self.recorder = Recorder(self.writer, inference, anonymizer, keep_rejected=keep_rejected)
         self.limits = limits or Limits()
         self.proxy = RecordingProxy(self.upstream, self.recorder, limits=self.limits)
-        if log is not None:
-            self.proxy.calls = CallLog(log)
-        self.host, self._port = host, port
-        self.port = 0
-        self._sock: socket.socket | None = None
+        self.proxy.calls = calls
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.stopped_by: str | None = None  # the signal that ended `serve_forever`
+
+    @staticmethod
+    def _listen(host: str, port: int) -> socket.socket:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+            sock.listen(2048)  # connections queue from here on, so "listening on" is true when printed
+        except OSError as exc:
+            sock.close()
+            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        return sock
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def bind(self) -> _Server:
-        """Bind the socket and make the uvicorn server (once); `port` is known from here on."""
+    def _uvicorn(self) -> _Server:
+        """The uvicorn server on the listening socket (made once)."""
         if self._server is not None:
             return self._server
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self._port))
-        except OSError as exc:
-            sock.close()
-            self.writer.close()
-            raise UsageError(f"cannot listen on {self.host}:{self._port}: {exc.strerror}") from None
-        sock.listen(2048)  # connections queue from here on, so "listening on" is true when printed
-        self.port = sock.getsockname()[1]
-        self._sock = sock
         uvicorn_log = logging.getLogger("uvicorn.error")
         if not any(isinstance(f, QuietUpstreamBroke) for f in uvicorn_log.filters):
             uvicorn_log.addFilter(QuietUpstreamBroke())
@@ -153,7 +164,7 @@ class RecordingServer:
 
     def start(self) -> RecordingServer:
         """Serve from a background thread of this process (tests, embedding)."""
-        server = self.bind()
+        server = self._uvicorn()
         self._thread = threading.Thread(
             target=server.run, kwargs={"sockets": [self._sock]}, name="replay-record", daemon=True
         )
@@ -197,7 +208,7 @@ class RecordingServer:
 
     def serve_forever(self, console: Console | None = None) -> None:
         """Serve in this (main) thread until Ctrl-C or SIGTERM, with the live table if given a console."""
-        server = self.bind()
+        server = self._uvicorn()
         try:
             if console is None:
                 server.run(sockets=[self._sock])
@@ -243,7 +254,6 @@ def record(
         log=log,
     )
     console = console or Console(stderr=True)
-    server.bind()
     console.print(
         f"listening on {server.url} -> {server.upstream}, writing {server.out}",
         highlight=False,

@@ -18,6 +18,7 @@ import orjson
 from rich.console import Console
 
 from replay.errors import UsageError
+from replay.outputs import write_text
 from replay.report import plots
 from replay.report.ab import FORMATS, STATS_COLUMNS, render, short_value, stats_cells
 from replay.report.html import CSS, _table, load_run
@@ -272,11 +273,11 @@ def ab_markdown(doc: dict[str, Any]) -> str:
 
 
 def write_ab_report(doc: dict[str, Any], out_dir: Path, base: Path | None = None) -> Path:
-    """`index.html` and `summary.md` in `out_dir`; returns the page's path."""
+    """`index.html` and `summary.md` in `out_dir` (each whole, then renamed into place); returns
+    the page's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    page = out_dir / "index.html"
-    page.write_text(render_ab_page(doc, base or out_dir.parent), encoding="utf-8")
-    (out_dir / "summary.md").write_text(ab_markdown(doc), encoding="utf-8")
+    page = write_text(out_dir / "index.html", render_ab_page(doc, base or out_dir.parent))
+    write_text(out_dir / "summary.md", ab_markdown(doc))
     return page
 
 

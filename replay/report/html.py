@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from replay.outputs import write_text
 from replay.report import plots
 from replay.report.glossary import GLOSSARY, TERMS
 from replay.report.table import summary_rows
@@ -333,12 +334,11 @@ def write_report(
     title: str | None = None,
     server_log: ServerLog | None = None,
 ) -> Written:
-    """Write `index.html` and `summary.md` into `out_dir`; each results file is one run (an arm)."""
+    """Write `index.html` and `summary.md` into `out_dir` (each whole, then renamed into place);
+    each results file is one run (an arm)."""
     runs = [load_run(p, server_log) for p in paths]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    page = out / "index.html"
-    page.write_text(render_page(runs, title), encoding="utf-8")
-    md = out / "summary.md"
-    md.write_text(summary_markdown(runs, title), encoding="utf-8")
+    page = write_text(out / "index.html", render_page(runs, title))
+    md = write_text(out / "summary.md", summary_markdown(runs, title))
     return Written(html=page, markdown=md, runs=runs)

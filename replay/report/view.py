@@ -120,7 +120,8 @@ class RunView:
 # --- building views --------------------------------------------------------------------------
 
 
-def _label(res: RunResults) -> str:
+def run_label(res: RunResults) -> str:
+    """An arm's name, or the file's name without `.jsonl` (and `.results`)."""
     target = res.run.get("target") or {}
     if target.get("arm"):
         return str(target["arm"])
@@ -308,7 +309,7 @@ def load_run(path: str | Path, server_log: ServerLog | None = None) -> RunView:
     budget = effective.get("cache_ram_mib" if kind == "host" else "kv_disk_budget_mib")
     return RunView(
         path=str(path),
-        label=_label(res),
+        label=run_label(res),
         clock=clock,
         requests=requests,
         disk=_disk(res, requests, kind),

@@ -36,6 +36,7 @@ from drivers.target import Target, load_target
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.metrics.results import read_results
+from replay.outputs import check_folder, write_text
 from replay.report.ab import ArmRun, analyze
 from replay.report.ab_html import write_ab_report
 from replay.report.ab_stats import CONFIDENCE
@@ -202,10 +203,9 @@ def run_ab(
     say = say or (lambda _msg: None)
     if not 0.5 <= confidence < 1:
         raise UsageError("--confidence must be in [0.5, 1), e.g. 0.95")
-    targets = {"A": load_target(a), "B": load_target(b)}
     out_dir = out_dir or Path(f"ab-{uuid.uuid4().hex[:8]}")
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise UsageError(f"{out_dir} is not empty; give a new --out-dir for each A/B")
+    check_folder(out_dir, option="--out-dir")  # new or empty: give a new --out-dir for each A/B
+    targets = {"A": load_target(a), "B": load_target(b)}
     plans = plan_runs(out_dir, repeat, reuse_cache)
     loaded = read_trace(trace)  # validated fully before any server starts
     targets = resolve_refs(targets, refs or {}, say=say)
@@ -266,6 +266,6 @@ def run_ab(
             confidence=confidence,
         )
         doc["run_times"] = run_times
-        summary_path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        write_text(summary_path, orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         write_ab_report(doc, out_dir / "report")
     return AbOutcome(doc, summary_path, code)

@@ -3,7 +3,9 @@
 Shards on N hosts share no clock but the wall clock, so the barrier is an instant of it
 (`--start-at 2026-12-01T16:30:00Z`), the one place where this tool reads wall time for timing.
 Each shard sleeps until the instant, notes when it really began, and writes both into its results
-header; `replay report` of the merged shards shows the spread.
+header; `replay report` of the merged shards shows the spread. A shard that reaches the instant
+only after it passed (its pod was scheduled late, or started again after a node drain) also says
+by how much in its log, as it starts: its load does not overlap the others' as planned.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from typing import Any
 from replay.errors import UsageError
 
 _SPIN_S = 0.002  # the last stretch is waited out in short sleeps: a long sleep may overshoot
+# Later than this after the instant is worth a warning: shards that start on time are a few ms
+# apart (the namespace e2e holds them within 100 ms), so a second is a pod that was not there.
+LATE_WARNING_S = 1.0
 
 
 def parse_instant(text: str, what: str = "--start-at") -> float:
@@ -44,6 +49,18 @@ def wait_until(start_at: float) -> dict[str, Any]:
         "actual": _iso(actual),
         "late_s": round(max(0.0, actual - start_at), 6),
     }
+
+
+def late_notice(start_at: float, now: float | None = None) -> str | None:
+    """The warning for a run that begins more than `LATE_WARNING_S` after its instant (None if on time)."""
+    late = (time.time() if now is None else now) - start_at
+    if late <= LATE_WARNING_S:
+        return None
+    return (
+        f"this shard starts {late:,.1f} s after --start-at {_iso(start_at)}: its schedule begins "
+        "now, not with the other shards' (a pod scheduled or started again late?); its results "
+        "header records by how much (start.late_s)"
+    )
 
 
 def spread_s(headers: list[dict[str, Any]]) -> float | None:

@@ -27,7 +27,7 @@ from replay.errors import TargetError, UsageError
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import append_records, read_results
 from replay.metrics.switch import SwitchTracker
-from replay.runs.barrier import wait_until
+from replay.runs.barrier import late_notice, wait_until
 from replay.runs.recording import (
     EXIT_FAILED,
     EXIT_OK,
@@ -216,6 +216,9 @@ def replay(
     for job in jobs:
         check_reachable(job.served.url)
     targets = [target_header(job, say) for job in jobs]
+    start_at = jobs[0].options.start_at
+    if start_at is not None and (late := late_notice(start_at)) is not None:
+        say(f"[yellow]warning:[/yellow] {late}")
     if hooks.restart is not None:
         return [_segmented(jobs[0], targets[0], hooks, say)]
     with ExitStack() as stack:
@@ -224,7 +227,6 @@ def replay(
         if jobs[0].workers > 1:
             outcomes = [_spread(jobs[0], targets[0])]
         else:
-            start_at = jobs[0].options.start_at
             start = wait_until(start_at) if start_at is not None else None
             recordings = [
                 Recording(
@@ -289,9 +291,11 @@ def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
     )
     merged = read_results(job.out)
     line = merged.summary_line or {}
+    # A worker that died wrote no part (or no summary): the run did not finish, whatever the others did.
+    lost = any(part.outcome == "failed" for part in spread.parts)
     return RunOutcome(
         out=str(job.out),
-        outcome=str(line.get("outcome", "cut-short")),
+        outcome="failed" if lost else str(line.get("outcome", "cut-short")),
         requests=spread.requests,
         errors=spread.errors,
         cancelled=int(line.get("cancelled") or 0),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from drivers.build import binaries_may_be_missing
 from drivers.guard import Guard, load_guard_config
 from drivers.launch import Served, describe_plan, plan_target, start_target
 from drivers.target import Target, load_target, target_from_dict
@@ -79,9 +80,20 @@ def open_target(
 
 
 def dry_run(target: Target, workdir: Path, service: Path | None, say: Callable[[str], None]) -> None:
-    """Print every action a run would take, and take none."""
+    """Print every action a run would take, and take none; a server binary that is not there is
+    said last, as the step where the run itself would stop."""
     if service is not None:
         with Guard(load_guard_config(service), dry_run=True, say=say):
             pass
-    for line in describe_plan(plan_target(target, workdir)):
+    with binaries_may_be_missing() as missing:
+        plan = plan_target(target, workdir)
+    for line in describe_plan(plan):
         say(line)
+    binary = plan.build.get("binary") or {}
+    if not missing and binary.get("exists") is False and target.build is None:
+        missing.append(str(binary.get("path")))
+    for name in missing:
+        say(
+            f"[yellow]warning:[/yellow] {name} is not installed here (not on PATH, or no such file): "
+            f"the run would stop before starting it; set binary = '/path/to/{Path(name).name}' in {target.where}"
+        )

@@ -8,7 +8,7 @@ writes an ordinary results file; merging adds their encoded HDR histograms, whic
 percentiles as one process that saw every request.
 
 Across hosts: host k runs `replay run TRACE --shard k/N --out part-k.jsonl` (shards are numbered
-1..N) and `replay report part-*.jsonl` merges the files.
+1..N) and `replay report --merge part-*.jsonl` pools the files.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from replay.engine.run import EngineConfig
 from replay.errors import ReplayError, UsageError
 from replay.metrics.hist import Summary
 from replay.metrics.results import FORMAT, read_results
+from replay.outputs import replacing
 from replay.runs.recording import percentile, run_trace
 from replay.trace.model import Request, Session, Trace, TraceHeader
 from replay.trace.select import split_workers
@@ -349,7 +350,8 @@ def run_workers(
 def merge_results(
     parts: list[Path], out: Path, workers: int | None = None, plan: dict[str, Any] | None = None
 ) -> Summary:
-    """Write one results file from several: the first header, every request, one merged summary."""
+    """Write one results file from several: the first header, every request, one merged summary.
+    Written whole into a temporary sibling and renamed, so a failed merge leaves `out` as it was."""
     summary = Summary()
     totals = {"requests": 0, "errors": 0, "cancelled": 0}
     outcomes: list[str] = []
@@ -360,7 +362,7 @@ def merge_results(
     cpus: list[float | None] = []
     warnings: list[str] = []
     header: dict[str, Any] | None = None
-    with open(out, "wb") as handle:
+    with replacing(Path(out)) as merged, open(merged, "wb") as handle:
         for part in parts:
             res = read_results(part)
             if header is None:

@@ -516,7 +516,12 @@ def generate(spec: Scenario, out: str | Path) -> GenerateResult:
     notes = spec.title + (". " + "; ".join(labels) if labels else "")
     probes = [p.rid for p in planned if p.tag == PROBE_TAG]
     with TraceWriter(
-        out, source=f"scenario:{spec.name}", notes=notes, created=spec.created, start=spec.clock
+        out,
+        source=f"scenario:{spec.name}",
+        notes=notes,
+        created=spec.created,
+        start=spec.clock,
+        shared_messages=True,  # a session's histories grow by appending the same message objects
     ) as writer:
         for sid, s in spec.sessions.items():
             if sid in used:

@@ -106,7 +106,7 @@ def jobs_from_trace(
                 thinking=thinking_requested(req.params),
             )
         except ContextTooLong as exc:
-            raise UsageError(f"request {req.id}: {exc}; give a larger context") from None
+            raise UsageError(f"request {req.id}: {exc}; give a larger one with --ctx") from None
         if history == "live":
             replies[req.id] = job.reply.message()
         yield req.t, job

@@ -31,7 +31,6 @@ server where a cache miss on a 4K-token prompt costs seconds and a hit tens of m
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -39,6 +38,7 @@ from typing import Literal
 import numpy as np
 
 from replay.errors import UsageError
+from replay.outputs import replacing
 
 Arch = Literal["llama", "gemma2"]
 
@@ -329,13 +329,6 @@ def make_model(
     if target.is_dir():
         raise UsageError(f"{target} is a directory: give a file name such as {target / 'tiny.gguf'}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tiny-", suffix=".gguf", dir=target.parent)
-    os.close(fd)
-    try:
-        _write(spec, build_vocab(), Path(tmp))
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a model file is ordinary data
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replacing(target) as tmp:
+        _write(spec, build_vocab(), tmp)
     return target

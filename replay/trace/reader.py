@@ -21,12 +21,15 @@ import orjson
 
 from replay.errors import TraceError
 from replay.trace.model import APIS, FORMAT, Request, Session, Trace, TraceHeader
+from replay.trace.sniff import sniff
 
 KINDS = ("trace", "session", "blob", "request", "unrecorded", "rejected")
 _MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
 _ROLE = {role: role for role in _MESSAGE_ROLES}  # the one string each role is held as
 COUNT_LIMIT = 1 << 53  # counts and ids: exact in every JSON reader
-MAX_SECONDS = 1e7  # times in a trace (115 days): more is a typo, and overflows nanosecond clocks
+# Times in a trace: up to about 31 years, so an agent's store spanning years imports (issue 33);
+# still far inside a 64-bit nanosecond clock (10^18 of its 9.2 x 10^18) and whole microseconds.
+MAX_SECONDS = 1e9
 SYNTH_MAX_TOKENS = 10_000_000  # synthetic text is built in memory when sent: beyond any context
 # `reply.status` values a recorder writes (FORMAT.md); `ok` when absent.
 REPLY_STATUSES = (
@@ -272,7 +275,13 @@ def _open(path: str | Path) -> BinaryIO:
     try:
         return open(path, "rb")  # noqa: SIM115 - the callers close it
     except OSError as exc:
-        raise TraceError(str(path), 0, f"cannot open: {exc.strerror}") from None
+        raise TraceError(str(path), 0, sniff(path) or f"cannot open: {exc.strerror}") from None
+
+
+def _refuse(check: _Checker, problem: str) -> TraceError:
+    """`problem` at the current line; before the `trace` header, a file of another tool gets the
+    command that takes it instead (`replay import sharegpt`, `replay report`)."""
+    return check.fail((None if check.header_seen else sniff(check.path)) or problem)
 
 
 def iter_records(path: str | Path, share: bool = False) -> Iterator[tuple[_Checker, dict[str, Any]]]:
@@ -290,14 +299,14 @@ def iter_records(path: str | Path, share: bool = False) -> Iterator[tuple[_Check
             except orjson.JSONDecodeError as exc:
                 if not bytes(raw).strip():
                     continue  # a blank line
-                raise check.fail(f"bad JSON: {exc}") from None
+                raise _refuse(check, f"bad JSON: {exc}") from None
             if not isinstance(obj, dict):
-                raise check.fail("each line must be a JSON object")
+                raise _refuse(check, "each line must be a JSON object")
             kind = obj.get("kind")
             if kind not in KINDS:
-                raise check.fail(f"unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
+                raise _refuse(check, f"unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
             if not check.header_seen and kind != "trace":
-                raise check.fail("the first line must be the 'trace' header")
+                raise _refuse(check, "the first line must be the 'trace' header")
             yield check, _validate(check, kind, obj)
     finally:
         handle.close()
@@ -408,14 +417,14 @@ def _count(check: _Checker, obj: dict[str, Any], key: str, rid: int, section: st
 
 
 def _seconds(check: _Checker, obj: dict[str, Any], key: str, rid: int, section: str) -> None:
-    """A time in seconds: a finite number >= 0 (below 10^7), or absent."""
+    """A time in seconds: a finite number >= 0 (below 10^9), or absent."""
     value = obj.get(key)
     if value is None:
         return
     if (type(value) is float or type(value) is int) and 0 <= value < MAX_SECONDS:
         return
     raise check.fail(
-        f"{_where(rid, section)}: field '{key}' must be seconds (a number from 0 to 1e7), got {_short(value)}"
+        f"{_where(rid, section)}: field '{key}' must be seconds (a number from 0 to 1e9), got {_short(value)}"
     )
 
 
@@ -457,7 +466,7 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
     if "t" not in obj:
         raise check.fail("request is missing field 't'")
     if obj["t"] is None:
-        raise check.fail(f"request {rid}: field 't' must be seconds (a number from 0 to 1e7), got null")
+        raise check.fail(f"request {rid}: field 't' must be seconds (a number from 0 to 1e9), got null")
     _seconds(check, obj, "t", rid, "")
     parent = obj.get("parent")
     keep = obj.get("keep", 0)
@@ -593,8 +602,8 @@ def _check_reply(check: _Checker, reply: dict[str, Any], rid: int) -> None:
     if finish is not None:
         reply["finish"] = check.word(finish)
     _count(check, reply, "output_tokens", rid, "reply")
-    if len(reply) <= 3:
-        return  # message, finish, output_tokens: nothing a recorder adds
+    if len(reply) == ("message" in reply) + ("finish" in reply) + ("output_tokens" in reply):
+        return  # message, finish, output_tokens only: nothing a recorder adds
     status = reply.get("status")
     if status is not None and status not in REPLY_STATUSES:
         raise check.fail(f"request {rid}: reply: 'status' must be one of {', '.join(REPLY_STATUSES)}")

@@ -17,13 +17,11 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-import orjson
-
 from replay.errors import UsageError
-from replay.trace.model import Message, Request, Trace
+from replay.trace.model import Trace
+from replay.trace.prompts import prompt_sizes
 
 COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes in each pod of an Indexed Job
-BYTES_PER_TOKEN = 4
 PROBE_TAG = "probe"  # a request that stands for "save the slot, restart the server, restore, resend"
 SKIP_NOTICE = (
     "{n} request(s) tagged 'probe' ({ids}) left out: each stands for 'save the slot, restart the "
@@ -55,28 +53,11 @@ def parse_shard(spec: str, environ: Mapping[str, str] | None = None) -> tuple[in
 
 
 def session_work(trace: Trace) -> dict[str, int]:
-    """Prompt tokens each session sends over the trace: recorded `usage.prompt_tokens` where the
-    trace has it, else its messages' estimated tokens (a word-piece tokenizer's ~4 bytes a token;
-    `synth` content counts as written). Only the balance of shards depends on it."""
-    replies = {r.id: _reply_tokens(r) for r in trace.requests}
-    sizes: dict[int, int] = {}
-    own: dict[int, int] = {}  # estimated tokens of each request's messages
+    """Prompt tokens each session sends over the trace (`prompts.prompt_sizes`: recorded usage
+    where the trace has it, else an estimate). Only the balance of shards depends on it."""
     work: dict[str, int] = dict.fromkeys(trace.sessions, 0)
-    for req in trace.requests:
-        parent = req.parent
-        if parent is None or parent.id not in own:
-            before = 0
-        elif req.keep >= parent.n_messages:
-            before = own[parent.id]
-        else:  # a compaction keeps part of the parent: its share, by message count
-            before = own[parent.id] * req.keep // max(1, parent.n_messages)
-        own[req.id] = before + sum(_message_tokens(m, replies, sizes) for m in req.append)
-        recorded = (req.usage or {}).get("prompt_tokens")
-        tools = req.params.get("tools")
-        estimate = own[req.id] + (_value_tokens(tools, sizes) if tools is not None else 0)
-        work[req.session] = work.get(req.session, 0) + (
-            recorded if type(recorded) is int and recorded >= 0 else estimate
-        )
+    for req, tokens in prompt_sizes(trace.requests):
+        work[req.session] = work.get(req.session, 0) + tokens
     return work
 
 
@@ -124,33 +105,6 @@ def _part(trace: Trace, chosen: set[str]) -> Trace:
             req = dataclasses.replace(req, after=after)
         requests.append(req)
     return Trace(path=trace.path, header=trace.header, sessions=sessions, requests=requests)
-
-
-def _reply_tokens(req: Request) -> int:
-    value = (req.reply or {}).get("output_tokens")
-    return value if type(value) is int and value >= 0 else 0
-
-
-def _message_tokens(msg: Message, replies: dict[int, int], sizes: dict[int, int]) -> int:
-    ref = msg.get("$reply")
-    if ref is not None:
-        return replies.get(ref, 0)
-    return _value_tokens(msg.get("content"), sizes) + _value_tokens(msg.get("tool_calls"), sizes)
-
-
-def _value_tokens(value: object, sizes: dict[int, int]) -> int:
-    """Estimated tokens of a message part; a shared value (a blob) is measured once."""
-    if value is None:
-        return 0
-    if isinstance(value, str):
-        return len(value) // BYTES_PER_TOKEN
-    if isinstance(value, dict) and isinstance(value.get("synth"), dict):
-        tokens = value["synth"].get("tokens")
-        return tokens if type(tokens) is int and tokens >= 0 else 0
-    key = id(value)
-    if key not in sizes:
-        sizes[key] = len(orjson.dumps(value)) // BYTES_PER_TOKEN
-    return sizes[key]
 
 
 def skip_probes(trace: Trace) -> tuple[Trace, str | None]:

@@ -13,6 +13,7 @@ recorder in front of 100,000 conversations holds no text of any of them.
 from __future__ import annotations
 
 import datetime as _dt
+import operator
 from array import array
 from pathlib import Path
 from typing import IO, Any
@@ -53,11 +54,19 @@ class TraceWriter:
         notes: str = "",
         created: str | None = None,
         start: str | None = None,
+        shared_messages: bool = False,
     ) -> None:
+        """`shared_messages`: the caller's message lists share their message objects (never changed
+        once written) from one request of a session to the next, as a generator's histories do.
+        The writer then keeps each session's last list and takes the keys of the messages it
+        shares from there instead of hashing the whole history again: a 3,000-turn session costs
+        linear, not quadratic, time. A recorder, whose messages come fresh from each request's body
+        and must not be held, leaves it off."""
         self.path = str(path)
         self._out: IO[bytes] = open(self.path, "wb")  # noqa: SIM115 - closed by close()
         self._next_id = 1
         self._sessions: dict[str, Basis | None] = {}  # session -> its last request
+        self._lists: dict[str, list[Message]] | None = {} if shared_messages else None
         self._blobs: set[str] = set()
         created = created or _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         header = {"kind": "trace", "format": FORMAT, "created": created, "source": source, "notes": notes}
@@ -101,6 +110,8 @@ class TraceWriter:
         request, if any, is written whole. What a long-running recorder does for idle sessions."""
         if sid in self._sessions:
             self._sessions[sid] = None
+        if self._lists is not None:
+            self._lists.pop(sid, None)
 
     def last(self, sid: str) -> Basis | None:
         """The session's last request as a later one would be encoded against it."""
@@ -155,8 +166,10 @@ class TraceWriter:
         rid = self._next_id if rid is None else rid
         self._next_id = rid + 1
         prev = base if base is not None else self._sessions[session]
-        keys = _keys(messages)
-        keep = 0
+        shared = self._shared(session, prev, messages)
+        keys = prev.keys[:shared] if prev is not None and shared else array("q")
+        keys.extend(visible_key(m) for m in messages[shared:])
+        keep = shared
         append: list[Message] = list(messages)
         if prev is not None:
             old = prev.keys
@@ -181,4 +194,18 @@ class TraceWriter:
         self._line(obj)
         message = (reply or {}).get("message")
         self._sessions[session] = Basis(rid, keys, None if message is None else visible_key(message))
+        if self._lists is not None:
+            self._lists[session] = list(messages)  # the caller may go on appending to its list
         return rid
+
+    def _shared(self, session: str, prev: Basis | None, messages: list[Message]) -> int:
+        """How many leading messages are the very objects of the session's last list (0 unless
+        `shared_messages`, or when the request is encoded against another basis)."""
+        if self._lists is None or prev is None or prev is not self._sessions[session]:
+            return 0
+        last = self._lists.get(session)
+        if last is None:
+            return 0
+        limit = min(len(last), len(messages))
+        same = list(map(operator.is_, messages[:limit], last[:limit]))  # at C speed: a history grows long
+        return same.index(False) if False in same else limit

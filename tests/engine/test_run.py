@@ -284,9 +284,11 @@ def test_validate_and_report_cli(scripted_server, tmp_path):
     scripted_server.default = Script(usage=USAGE)
     replay(scripted_server, SAMPLE, tmp_path / "a.jsonl")
     replay(scripted_server, SAMPLE, tmp_path / "b.jsonl")
-    text = _cli("report", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")).stdout
+    text = _cli("report", "--merge", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")).stdout
     assert "2 files merged" in text and "switch" in text
-    doc = orjson.loads(_cli("report", "--json", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")).stdout)
+    doc = orjson.loads(
+        _cli("report", "--json", "--merge", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")).stdout
+    )
     assert doc["classes"]["all"]["count"] == 18
     assert doc["classes"]["switch"]["mean_reprocessed"] == 600
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +118,60 @@ def test_the_simulator_example_keeps_its_budget_in_effect(tmp_path: Path) -> Non
     """Its budget is only in effect with a disk directory: the example must set one."""
     text = (EXAMPLES / "servers" / "sim-64g.toml").read_text()
     assert 'kv_disk_dir = "auto"' in text and '"--kv-disk-space-mb", "65536"' in text
+
+
+def test_the_agents_examples_serve_the_simulator_as_fast_as_just_agents_does() -> None:
+    """At the default time scale the simulator takes a real server's time: Claude Code waited 41 s
+    for its first token. Every `replay sim serve` line shown for agents runs as `just agents` does."""
+    from replay.sim.server.options import parse
+
+    agents = (ROOT / "tests" / "agents" / "test_agents_live.py").read_text()
+    (scale,) = re.findall(r'"--time-scale", "([0-9.]+)"', agents)
+    lines = [
+        line
+        for doc in (EXAMPLES / "agents" / "README.md", ROOT / "README.md")
+        for line in doc.read_text().splitlines()
+        if line.startswith("replay sim serve") and "--tool-call-rate" in line
+    ]
+    assert len(lines) == 2
+    for line in lines:
+        argv = shlex.split(line.split("#")[0].rstrip(" &"))[3:]
+        assert parse(argv)[1].time_scale == float(scale), line
+
+
+@pytest.mark.parametrize("server", ["ds4", "llama-server", "vllm"])
+def test_a_dry_run_without_the_server_installed_shows_the_plan_and_says_what_is_missing(
+    server: str, machine: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**machine, "PATH": str(Path(sys.executable).parent)}  # none of the stand-ins, no server
+    binary = {"ds4": "ds4-server"}.get(server, server)
+    done = _dry_run(env, tmp_path, "--server", str(EXAMPLES / "servers" / f"{server}.toml"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = " ".join((done.stdout + done.stderr).split())
+    assert f"would start: {'DS4_LOCK_FILE=' if server == 'ds4' else ''}" in said
+    assert f"warning: {binary} is not installed here" in said
+    assert f"set binary = '/path/to/{binary}'" in said
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_a_real_run_without_the_server_installed_still_refuses(
+    machine: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**machine, "PATH": str(Path(sys.executable).parent)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "replay",
+            "run",
+            str(TRACE),
+            "--server",
+            str(EXAMPLES / "servers" / "ds4.toml"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "binary 'ds4-server' is not on PATH" in done.stderr

@@ -432,6 +432,51 @@ def test_claude_code_rewind_is_no_compaction_and_subagent_files_join(tmp_path: P
     assert trace.sessions["cc-7e77bb00-agent-ab12cd34"].role == "subagent"
 
 
+DAY = 86400.0
+
+
+def _year_of_sessions(project: Path) -> Path:
+    """A session a quarter over a year, the second resumed 120 days after it began."""
+    for q, start in enumerate((0, 91, 182, 273, 355)):
+        sid = f"{q:08d}-0000-4000-8000-000000000000"
+        rows, parent = [], None
+        turns = [start * DAY, start * DAY + 10] + ([(start + 120) * DAY] if q == 1 else [])
+        for k, t in enumerate(turns):
+            u = _entry(sid, "user", f"u{q}-{k}", parent, t, f"question {q}.{k}")
+            a = _entry(sid, "assistant", f"a{q}-{k}", u["uuid"], t + 3, f"answer {q}.{k}")
+            rows += [u, a]
+            parent = a["uuid"]
+        _cc(project, f"{sid}.jsonl", rows)
+    return project
+
+
+def test_claude_code_transcripts_spanning_a_year_import_whole_and_with_since(tmp_path: Path) -> None:
+    """Issue 33: such a folder wrote a `t` of 12228814.908 s that its own validator refused (then
+    capped at 1e7 s, 115 days), exit 2 with a partial trace left; --since did not help."""
+    project = _year_of_sessions(tmp_path / "-home-dev-proj")
+    line = run_import("claude-code", project, tmp_path / "all.jsonl")
+    assert "11 requests in 5 sessions" in line
+    trace = read_trace(tmp_path / "all.jsonl")
+    assert [round(r.t / DAY) for r in trace.requests] == [0, 0, 91, 91, 182, 182, 211, 273, 273, 355, 355]
+    resumed = trace.requests[6]
+    assert resumed.session == "cc-00000001" and resumed.after["delay_s"] == pytest.approx(120 * DAY - 13)
+    since = _dt.datetime.fromtimestamp(1748772000 + 150 * DAY)  # local time, as the user gives it
+    options = ImportOptions(since=since.timestamp())
+    assert "7 requests in 4 sessions" in run_import("claude-code", project, tmp_path / "since.jsonl", options)
+    kept = read_trace(tmp_path / "since.jsonl")
+    assert kept.requests[0].t == 0 and [round(r.t / DAY) for r in kept.requests] == [
+        0,
+        0,
+        29,
+        91,
+        91,
+        173,
+        173,
+    ]
+    first = _dt.datetime.fromtimestamp(1748772000 + 182 * DAY)
+    assert kept.header.start == first.isoformat(timespec="seconds")
+
+
 # ---- Mooncake ---------------------------------------------------------------------------------------
 
 

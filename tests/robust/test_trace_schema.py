@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from replay.cli import app
@@ -19,7 +20,7 @@ from replay.engine.apis import anthropic_body, openai_body
 from replay.engine.plans import Alternate
 from replay.engine.run import Engine, EngineConfig
 from replay.errors import TraceError
-from replay.trace.reader import read_trace, validate
+from replay.trace.reader import MAX_SECONDS, read_trace, validate
 from traces import mutated_trace, trace_lines, write_trace
 
 HEADER = {"kind": "trace", "format": "agent-replay-trace/1"}
@@ -81,6 +82,8 @@ INVALID = [
     (1, "reply.message", {"role": "assistant", "content": "", "tool_calls": "x"}),
     (1, "reply.status", "fine"),
     (1, "reply.first_token_s", -1),
+    (2, "reply.first_token_s", -1),  # a reply of fewer than four keys was taken for a plain one
+    (2, "reply.status", "fine"),
     (1, "usage.prompt_tokens", "x"),
     (1, "usage.cached_tokens", -1),
     (1, "usage.output_tokens", 2**60),
@@ -151,6 +154,46 @@ def test_the_cli_exits_2_with_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{trace}:3:" in lines[0] and "max_tokens" in lines[0]
+
+
+YEAR = 365 * 86400.0
+
+
+@pytest.mark.parametrize(
+    ("which", "path", "value"),
+    [
+        (1, "t", YEAR),
+        (2, "t", 30 * YEAR),
+        (2, "after.delay_s", 120 * 86400.0),
+        (1, "reply.last_byte_s", YEAR),
+    ],
+)
+def test_times_spanning_years_validate(tmp_path: Path, which: int, path: str, value: float) -> None:
+    """A Claude Code store spanning a year failed with `t` 12228814.908 against a bound of 1e7."""
+    lines: list[Any] = [HEADER, SESSION, FIRST, SECOND]
+    if path == "t" and which == 1:
+        lines[3] = with_field(SECOND, "t", value)  # t never decreases in a trace that is written in order
+    lines[1 + which] = with_field(lines[1 + which], path, value)
+    assert validate(write_trace(tmp_path / "t.jsonl", lines))["requests"] == 2
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seconds=st.floats(0, MAX_SECONDS, exclude_max=True) | st.floats(MAX_SECONDS, 1e300),
+    field=st.sampled_from(["t", "after.delay_s", "reply.first_token_s"]),
+)
+def test_a_time_validates_below_the_bound_and_is_refused_at_its_line_from_it(
+    tmp_path_factory: pytest.TempPathFactory, seconds: float, field: str
+) -> None:
+    lines: list[Any] = [HEADER, SESSION, FIRST, with_field(SECOND, field, seconds)]
+    trace = write_trace(tmp_path_factory.mktemp("t") / "t.jsonl", lines)
+    if seconds < MAX_SECONDS:
+        assert validate(trace)["requests"] == 2
+        return
+    with pytest.raises(
+        TraceError, match=rf"^{trace}:4: request 2: .*must be seconds \(a number from 0 to 1e9\)"
+    ):
+        validate(trace)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -46,6 +46,9 @@ SMALL_JSON = st.recursive(
 TOOLS = [
     {"type": "function", "function": {"name": "bash", "description": "run", "parameters": {"type": "object"}}}
 ]
+# Seconds between requests: an agent's next call, or the next session months later (a store that
+# spans years imports whole: four gaps stay below the bound of 10^9 s).
+GAPS = st.floats(0, 3) | st.floats(0, 2.4e8)
 
 
 @st.composite
@@ -78,7 +81,7 @@ def trace_lines(draw: st.DrawFn) -> list[dict[str, Any]]:
     for rid in range(1, draw(st.integers(1, 5)) + 1):
         sid = draw(st.sampled_from(sessions))
         req: dict[str, Any] = {"kind": "request", "id": rid, "session": sid, "t": t}
-        t += draw(st.floats(0, 3))
+        t += draw(GAPS)
         if sid in last:
             parent, n = last[sid]
             keep = draw(st.integers(0, n)) if draw(st.booleans()) else n
@@ -112,7 +115,7 @@ def trace_lines(draw: st.DrawFn) -> list[dict[str, Any]]:
         }
         req["usage"] = {"prompt_tokens": 50, "cached_tokens": 10, "output_tokens": 3}
         if sid in last:
-            req["after"] = {"request": last[sid][0], "delay_s": 0.5}
+            req["after"] = {"request": last[sid][0], "delay_s": draw(GAPS)}
         req["tag"] = draw(st.sampled_from(["turn", "compaction", "cron"]))
         last[sid] = (rid, keep + len(append))
         if calls:  # the tool's answer rides on the next request of the session

@@ -365,15 +365,16 @@ def test_an_aa_check_detects_no_difference_in_any_metric_and_reports_it(tmp_path
     assert page.count('data-plot="timeline"') == 4 and "Run order" in page
     md = (out / "report" / "summary.md").read_text()
     assert md.startswith("# A/B: twin-a vs twin-b") and "| class | metric |" in md
-    for arg in (out / "ab.json", out):
+    for n, arg in enumerate((out / "ab.json", out)):
+        again = tmp_path / f"again-{n}"  # a new folder each: an existing one needs --force
         cli = subprocess.run(
-            [sys.executable, "-m", "replay", "report", str(arg), "--html", str(tmp_path / "again")],
+            [sys.executable, "-m", "replay", "report", str(arg), "--html", str(again)],
             capture_output=True,
             text=True,
         )
         assert cli.returncode == 0, cli.stderr
         assert "verdict: no difference detected in any metric" in cli.stdout
-        assert (tmp_path / "again" / "index.html").is_file()
+        assert (again / "index.html").is_file()
     as_json = subprocess.run(
         [sys.executable, "-m", "replay", "report", str(out / "ab.json"), "--json"],
         capture_output=True,

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from replay.errors import UsageError
-from replay.runs.barrier import parse_instant, spread_s, wait_until
+from replay.runs.barrier import LATE_WARNING_S, late_notice, parse_instant, spread_s, wait_until
 
 
 def test_an_instant_needs_its_utc_offset():
@@ -40,3 +40,12 @@ def test_spread_is_the_distance_between_the_first_and_last_actual_start():
     assert spread_s(headers) == pytest.approx(0.035)
     assert spread_s(headers[:1]) is None
     assert spread_s([*headers, {}]) is None
+
+
+def test_a_start_more_than_a_second_late_is_a_warning_that_says_by_how_much():
+    planned = parse_instant("2026-12-01T16:30:00Z")
+    assert late_notice(planned, now=planned - 30.0) is None  # early: the barrier waits
+    assert late_notice(planned, now=planned + LATE_WARNING_S) is None  # on time, give or take
+    notice = late_notice(planned, now=planned + 312.4)
+    assert notice is not None
+    assert "starts 312.4 s after --start-at 2026-12-01T16:30:00" in notice and "start.late_s" in notice

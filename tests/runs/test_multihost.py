@@ -129,6 +129,7 @@ def test_shards_on_three_hosts_start_together_and_merge_into_the_whole_run(tmp_p
             "replay",
             "report",
             "--json",
+            "--merge",
             *(str(tmp_path / f"shard-{i}.jsonl") for i in range(SHARDS)),
         ],
         capture_output=True,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +98,79 @@ def test_scenario_arms_and_the_probe_write_the_same_header_and_checks_as_a_run(t
     lines = [orjson.loads(x) for x in report.results.read_bytes().splitlines()]
     assert len([o for o in lines if o["kind"] == "memory"]) == 2  # one per server process
     assert report.metrics[1]["server_process"] == 1
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_finished_run_with_failed_requests_exits_0_only_without_fail_on_errors(
+    scripted_server, tmp_path, workers
+):
+    """A shard of a Kubernetes Job that finished exits 0 when some requests failed (they are in its
+    results); `replay run` alone still exits 1, as does `--fail-on-errors`."""
+    scripted_server.default = Script(usage=USAGE)
+    scripted_server.by_trace_id[2] = Script(fault="http_error", http_status=503)
+    trace, _ = _sessions_with_a_probe(tmp_path / "t.jsonl", sessions=2)
+    base = ["run", str(trace), "--target", scripted_server.url, "--quiet", "--workers", str(workers)]
+    codes = {}
+    for flag in ("", "--fail-on-errors", "--no-fail-on-errors"):
+        out = tmp_path / f"r{flag}.jsonl"
+        done = _cli(*base, "--out", str(out), *([flag] if flag else []))
+        codes[flag] = done.returncode
+        summary = read_results(out).summary_line or {}
+        assert (summary["outcome"], summary["requests"], summary["errors"]) == ("done", 4, 1), done.stderr
+    assert codes == {"": 1, "--fail-on-errors": 1, "--no-fail-on-errors": 0}
+    assert "run complete: 4 of 4 requests finished (1 failed)" in done.stderr  # said, even --quiet
+
+
+def test_a_run_whose_worker_died_did_not_finish_whatever_the_other_workers_did(tmp_path, monkeypatch):
+    """So `--no-fail-on-errors` never turns a lost worker into exit 0: the run's outcome is `failed`."""
+    from types import SimpleNamespace
+
+    from replay.engine.plans import make_plan
+    from replay.metrics.results import ResultsWriter
+    from replay.runs import pipeline
+    from replay.runs.workers import WorkerReport, WorkersOutcome
+
+    out = tmp_path / "r.jsonl"
+
+    def workers_one_lost(*args, **kwargs):
+        merged = ResultsWriter(out, {})  # the surviving worker's part, merged
+        merged.close({"outcome": "done", "requests": 3, "errors": 1, "cancelled": 0})
+        parts = [
+            WorkerReport(shard=1, count=2, out=str(out), outcome="done", requests=3, errors=1, exit_code=1),
+            WorkerReport(shard=2, count=2, out="", outcome="failed", exit_code=1, error="worker exited"),
+        ]
+        return WorkersOutcome(out=str(out), parts=parts)
+
+    monkeypatch.setattr(pipeline, "run_workers", workers_one_lost)
+    job = SimpleNamespace(
+        served=SimpleNamespace(url="http://127.0.0.1:9"),
+        trace=None,
+        options=pipeline.RunOptions(make_plan("alternate")),
+        out=out,
+        workers=2,
+        shard=(1, 1),
+    )
+    outcome = pipeline._spread(job, {})
+    assert (outcome.outcome, outcome.exit_code) == ("failed", 1)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_shard_that_starts_after_its_instant_says_by_how_much_in_its_log_and_header(
+    scripted_server, tmp_path, workers
+):
+    """A pod that was Pending past `--start-at` (or started again after a drain) still runs, and says so."""
+    scripted_server.default = Script(usage=USAGE)
+    trace, _ = _sessions_with_a_probe(tmp_path / "t.jsonl", sessions=2)
+    past = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=42)).isoformat()
+    argv = ["run", str(trace), "--target", scripted_server.url, "--quiet", "--workers", str(workers)]
+    late = tmp_path / "late.jsonl"
+    done = _cli(*argv, "--out", str(late), "--start-at", past)
+    assert done.returncode == 0, done.stderr
+    said = re.search(r"this shard starts ([\d.]+) s after --start-at", done.stderr)
+    assert said and 42 <= float(said.group(1)) < 100, done.stderr
+    assert 42 <= read_results(late).run["start"]["late_s"] < 100
+    on_time = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)).isoformat()
+    done = _cli(*argv, "--out", str(tmp_path / "on-time.jsonl"), "--start-at", on_time)
+    assert done.returncode == 0 and "shard starts" not in done.stderr, done.stderr

@@ -84,7 +84,9 @@ def _requests(draw: st.DrawFn) -> list[tuple[str, list[dict[str, Any]], dict[str
             prev = out[earlier[-1] - 1]
             head = prev[1][: draw(st.integers(0, len(prev[1])))]
             tail = [dict(prev[2])] if prev[2] is not None and draw(st.booleans()) else []
-            messages = [dict(m) for m in head] + tail + draw(st.lists(pick, max_size=2))
+            # the same message objects (a generator's history) or copies (a recorder's, parsed anew)
+            head = list(head) if draw(st.booleans()) else [dict(m) for m in head]
+            messages = head + tail + draw(st.lists(pick, max_size=2))
         else:
             messages = draw(st.lists(pick, max_size=4))
         base = draw(st.sampled_from(earlier)) if earlier and draw(st.booleans()) else None
@@ -93,10 +95,14 @@ def _requests(draw: st.DrawFn) -> list[tuple[str, list[dict[str, Any]], dict[str
 
 
 def _write(
-    path: Path, requests: list[tuple[str, list[dict[str, Any]], dict[str, Any] | None, int | None]]
+    path: Path,
+    requests: list[tuple[str, list[dict[str, Any]], dict[str, Any] | None, int | None]],
+    shared_messages: bool = False,
 ) -> list[dict]:
     bases: dict[int, Basis] = {}
-    with TraceWriter(path, source="test", created="2026-01-01T00:00:00+00:00") as w:
+    with TraceWriter(
+        path, source="test", created="2026-01-01T00:00:00+00:00", shared_messages=shared_messages
+    ) as w:
         for sid in ("a", "b"):
             w.session(sid)
         for rid, (sid, messages, reply, base) in enumerate(requests, start=1):
@@ -120,6 +126,45 @@ def test_lines_match_comparing_messages(tmp_path_factory: Any, requests: Any) ->
     path = tmp_path_factory.mktemp("w") / "t.jsonl"
     got = _write(path, requests)
     assert [orjson.dumps(x) for x in got] == [orjson.dumps(x) for x in _oracle(requests)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_requests())
+def test_taking_keys_of_shared_message_objects_writes_the_same_lines(
+    tmp_path_factory: Any, requests: Any
+) -> None:
+    path = tmp_path_factory.mktemp("w") / "t.jsonl"
+    got = _write(path, requests, shared_messages=True)
+    assert [orjson.dumps(x) for x in got] == [orjson.dumps(x) for x in _oracle(requests)]
+
+
+def test_a_long_generated_session_is_not_hashed_again_and_again(tmp_path: Path, monkeypatch: Any) -> None:
+    """2,000 turns of one growing history: each message's key is taken once (quadratic: 2 million)."""
+    import replay.trace.writer as writer
+
+    calls = 0
+
+    def counted(msg: dict[str, Any]) -> int:
+        nonlocal calls
+        calls += 1
+        return visible_key(msg)
+
+    def write(path: Path, shared: bool) -> bytes:
+        history: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
+        with TraceWriter(path, source="test", created="2026-01-01", shared_messages=shared) as w:
+            w.session("a")
+            for i in range(2000):
+                history.append({"role": "user", "content": f"turn {i}"})
+                w.request("a", float(i), history, reply={"message": {"role": "assistant", "content": str(i)}})
+                history.append({"role": "assistant", "content": str(i)})
+                if i % 500 == 499:  # a compaction: a new list, the system prompt kept
+                    history = [history[0], {"role": "user", "content": f"summary {i}"}]
+        return path.read_bytes()
+
+    monkeypatch.setattr(writer, "visible_key", counted)
+    shared = write(tmp_path / "shared.jsonl", True)
+    assert calls < 3 * 2000 + 10
+    assert shared == write(tmp_path / "whole.jsonl", False)
 
 
 @settings(max_examples=200, deadline=None)

@@ -56,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, default=8000, help="0 picks a free port (printed in the listening line)"
     )
     g.add_argument("--log", metavar="FILE", help="append ds4-format log lines here instead of stderr")
-    g.add_argument("--time-scale", type=float, default=1.0, help="run S times faster than modelled time")
+    g.add_argument(
+        "--time-scale", type=float, default=1.0, help="run this many times faster than modelled time"
+    )
     g.add_argument(
         "--clock",
         metavar="ISO",
@@ -174,8 +176,18 @@ def _describe(parser: argparse.ArgumentParser) -> None:
             action.metavar = named or {int: "N", float: "X", _bytes_arg: "SIZE"}.get(action.type, "VALUE")  # type: ignore[arg-type]
         default = action.default if action.default is not None else getattr(preset, action.dest, None)
         if default not in (None, "", False) and "default" not in action.help:
+            if action.type is _bytes_arg and isinstance(default, int):
+                default = size_text(default)  # as it is written: 64MiB, not 67108864
             shown = f"{default} for {DEFAULT_PRESET}" if action.default is None else default
             action.help += f" (default: {shown})"
+
+
+def size_text(n: int) -> str:
+    """A byte count as a flag takes it: `64MiB`, `34.5KiB` (to a tenth of a unit), else bytes."""
+    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if n >= unit and (n * 10) % unit == 0:
+            return f"{n / unit:g}{name}"
+    return str(n)
 
 
 class _FlagError(Exception):
@@ -242,7 +254,7 @@ def add_limit_flags(p: argparse.ArgumentParser) -> None:
         "--max-body",
         type=_bytes_arg,
         default=d.max_body_bytes,
-        help="largest request body (413 above), e.g. 64MiB",
+        help="largest request body (413 above)",
     )
     g.add_argument(
         "--header-timeout",
