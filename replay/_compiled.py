@@ -27,8 +27,8 @@ from types import ModuleType
 from typing import Any
 
 # The pure cache model (every module of `replay.sim.model`), what a sweep reads it with from
-# `replay.trace`, and the sweep's own per-request path (`replay.sizing`: jobs made from the trace,
-# the budgets' lanes, the hand-over to worker processes), which runs once per request and budget
+# `replay.trace`, and the sweep's own per-request path (`replay.sizing`: requests sent in modelled
+# time, jobs made from the trace, the budgets' lanes, the hand-over to worker processes), which runs once per request and budget
 # and so must be compiled with the model it drives.
 MODEL: tuple[str, ...] = (
     "replay.sim.model.tokenizer",
@@ -36,6 +36,7 @@ MODEL: tuple[str, ...] = (
     "replay.sim.model.render",
     "replay.sim.model.reply",
     "replay.sim.model.config",
+    "replay.sim.model.builds",
     "replay.sim.model.job",
     "replay.sim.model.checkpoint",
     "replay.sim.model.policy",
@@ -43,6 +44,20 @@ MODEL: tuple[str, ...] = (
     "replay.sim.model.events",
     "replay.sim.model.engine",
     "replay.sim.model.sequential",
+    # llama-server's model (`replay.sim.model.llama`), in import order.
+    "replay.sim.model.llama.build",
+    "replay.sim.model.llama.arch",
+    "replay.sim.model.llama.config",
+    "replay.sim.model.llama.spm",
+    "replay.sim.model.llama.prompt",
+    "replay.sim.model.llama.memory",
+    "replay.sim.model.llama.checkpoints",
+    "replay.sim.model.llama.prompt_cache",
+    "replay.sim.model.llama.events",
+    "replay.sim.model.llama.context",
+    "replay.sim.model.llama.task",
+    "replay.sim.model.llama.engine",
+    "replay.sim.model.llama.sequential",
 )
 TRACE: tuple[str, ...] = (
     "replay.trace.model",
@@ -51,6 +66,7 @@ TRACE: tuple[str, ...] = (
     "replay.trace.synth",
 )
 SWEEP: tuple[str, ...] = (
+    "replay.sizing.timeline",
     "replay.sizing.jobs",
     "replay.sizing.lanes",
     "replay.sizing.parallel",

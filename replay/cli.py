@@ -60,7 +60,10 @@ def run(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
     target: Annotated[
         str | None,
-        typer.Option(help="Server URL, or sim[:preset]: the simulator (default).", rich_help_panel=SERVER),
+        typer.Option(
+            help="Server URL, or sim[:preset]: the simulator (default); sim:llama[:preset] plays llama-server.",
+            rich_help_panel=SERVER,
+        ),
     ] = None,
     server: Annotated[
         Path | None,
@@ -148,7 +151,7 @@ def run(
     fail_on_errors: Annotated[
         bool,
         typer.Option(
-            help="Exit 1 when any request failed; --no-fail-on-errors: a finished run exits 0.",
+            help="Exit 1 if a request failed (the --no- form: 0 once the run finished).",
             rich_help_panel=OUTPUT,
         ),
     ] = True,
@@ -300,7 +303,10 @@ def ab(
     raise typer.Exit(replay_ab(args, console))
 
 
-sim_app = typer.Typer(no_args_is_help=True, help="The embedded simulator of ds4-server's cache policy.")
+sim_app = typer.Typer(
+    no_args_is_help=True,
+    help="The embedded simulator of ds4-server's cache policy (or llama-server's: --server llama).",
+)
 app.add_typer(sim_app, name="sim")
 
 
@@ -310,7 +316,7 @@ app.add_typer(sim_app, name="sim")
     add_help_option=False,
 )
 def sim_serve(ctx: typer.Context) -> None:
-    """Serve the simulator on 127.0.0.1 (ds4's flags; `replay sim serve --help` lists them)."""
+    """Serve the simulator on 127.0.0.1 (ds4's flags, or llama-server's with --server llama; --help lists them)."""
     from replay.commands.sim import SimServeArgs, serve
 
     raise typer.Exit(serve(SimServeArgs(argv=list(ctx.args))))
@@ -362,8 +368,27 @@ def size_sweep(
         str, typer.Option(help="Budgets to try, e.g. 4G,24G,64G.")
     ] = "4G,8G,16G,24G,32G,48G,64G",
     preset: Annotated[str, typer.Option(help="Model preset: qwen38-q2 | deepseek-v4-flash")] = "qwen38-q2",
-    plan: Annotated[str, typer.Option(help="sequential | timed")] = "sequential",
-    speed: Annotated[float, typer.Option(help="Time scale for the timed plan.")] = 1.0,
+    plan: Annotated[
+        str,
+        typer.Option(
+            help="How requests are sent, as `replay run --plan`: alternate (= sequential) | overlap | "
+            "timed | closed-loop. Under the last three the order depends on modelled time and each "
+            "budget walks the event-loop model. auto: a built-in scenario's trace as `scenario run` "
+            "replays it (its plan, server flags and earlier day's files), any other alternate."
+        ),
+    ] = "auto",
+    speed: Annotated[
+        float,
+        typer.Option(help="Trace seconds per modelled second (timed, closed-loop), as `replay run --speed`."),
+    ] = 1.0,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Requests in flight at most (overlap: K, default 2).")
+    ] = None,
+    round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns.")] = False,
+    think: Annotated[str, typer.Option(help="off | on | auto, as `replay run --think`.")] = "auto",
+    sim_args: Annotated[
+        str, typer.Option(help="Simulator flags, as `replay run --sim-args` (e.g. '--build sept').")
+    ] = "",
     history: Annotated[str, typer.Option(help="live | recorded")] = "live",
     slots: Annotated[str, typer.Option(help="Resident slot counts to try, e.g. 1,2.")] = "1",
     routing: Annotated[str, typer.Option(help="upstream,reuse-aware")] = "upstream",
@@ -399,6 +424,10 @@ def size_sweep(
         preset=preset,
         plan=plan,
         speed=speed,
+        concurrency=concurrency,
+        round_robin=round_robin,
+        think=think,
+        sim_args=sim_args,
         history=history,
         slots=slots,
         routing=routing,
@@ -449,12 +478,21 @@ def scenario_list() -> None:
 
 @scenario_app.command("show")
 def scenario_show(
-    name: Annotated[str, typer.Argument(help="Scenario name or spec file.")], param: Params = None
+    name: Annotated[str, typer.Argument(help="Scenario name or spec file.")],
+    param: Params = None,
+    inputs: Annotated[
+        bool,
+        typer.Option(
+            "--inputs",
+            help="Every input with its value, the report's words or why it is assumed, and how far "
+            "each row moves across its plausible range (measured on the model: a minute or so).",
+        ),
+    ] = False,
 ) -> None:
     """What a scenario reproduces, what to look for, the expected outcome, the flags it is about."""
     from replay.commands.scenario import ShowArgs, show
 
-    raise typer.Exit(show(ShowArgs(name=name, params=param or []), console))
+    raise typer.Exit(show(ShowArgs(name=name, params=param or [], inputs=inputs), console))
 
 
 @scenario_app.command("generate")

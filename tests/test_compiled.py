@@ -33,14 +33,17 @@ def test_the_modules_run_as_the_check_decided() -> None:
 
 
 def test_the_list_is_the_cache_model_and_what_the_sweep_reads_it_with() -> None:
-    """Every module of `replay.sim.model`; from `replay.trace` the modules a sweep reads a trace
+    """Every module of `replay.sim.model` (its `llama` package too); from `replay.trace` the modules a sweep reads a trace
     with; the sweep's own per-request path; and the engine's. A compiled module imports replay's
     other modules only from this list, or a few that are off the per-request path (or, for the
     engine, its HTTP/1.1 framing and kept connections, which build on asyncio's and httpcore's
     classes)."""
     root = Path(replay.__file__).resolve().parent
+    base = root / "sim" / "model"
     model = {
-        f"replay.sim.model.{p.stem}" for p in (root / "sim" / "model").glob("*.py") if p.stem != "__init__"
+        "replay.sim.model." + ".".join(p.relative_to(base).with_suffix("").parts)
+        for p in base.rglob("*.py")
+        if p.stem != "__init__"
     }
     assert set(_compiled.MODEL) == model
     assert all(name.startswith("replay.trace.") for name in _compiled.TRACE)

@@ -13,7 +13,8 @@ Setting names (the keys `warn_missing` compares):
 - llama.cpp: `n_parallel`, `n_ctx_slot`, `kv_unified`, `cache_reuse` (0 when the server disabled
   it), `cache_reuse_disabled_by`, `cache_ram_mib` (-1 = no limit, 0 = off), `ctx_checkpoints`,
   `checkpoint_min_step`, `cache_idle_slots` (bool; dropped without `--cache-ram`), `n_threads`,
-  `n_threads_batch`, `swa_cache_cells` (sliding-window models), `swa_full`, `log_verbosity`.
+  `n_threads_batch`, `swa_cache_cells` (sliding-window models), `swa_full`, `log_verbosity`,
+  `build` (the llama.cpp build number the server printed; 0 when it does not know it).
   Below verbosity 4 llama-server prints neither the prompt-cache nor the checkpoint line, so those
   settings are then "not shown", which is not the same as "not in effect".
 """
@@ -88,6 +89,8 @@ def llamacpp_settings(events: Iterable[llamacpp.Event]) -> Settings:
                 out["swa_full"] = ev.full
         elif isinstance(ev, llamacpp.LogVerbosity):
             out["log_verbosity"] = ev.level
+        elif isinstance(ev, llamacpp.BuildInfo):
+            out["build"] = ev.build
     if "swa_cache_cells" in out:
         out.setdefault("swa_full", False)  # the full-size line is printed only when it is on
     return {k: v for k, v in out.items() if v is not None}

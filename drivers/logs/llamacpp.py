@@ -555,12 +555,22 @@ class LogVerbosity(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BuildInfo(Event):
+    """`build_info: b11549-abc1234` (or `build: 11549 (abc1234) ...`): the llama.cpp build whose
+    cache rules the server runs; 0 when the build does not know its number (xllamacpp: `b0-unknown`)."""
+
+    kind: ClassVar[str] = "build_info"
+    build: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Listening(Event):
     kind: ClassVar[str] = "listening"
     port: int | None
 
 
 STARTUP_KINDS = (
+    BuildInfo,
     AutoParallel,
     SlotsInit,
     NewSlot,
@@ -835,6 +845,8 @@ ROWS: tuple[Row, ...] = (
     _row(r"llama threadpool init, n_threads = (?P<n_threads>\d+)", Threads),
     _row(r"common_params_print_info: verbosity = (?P<level>\d+)", LogVerbosity),
     _row(r"(?:server is )?listening on \S*?:(?P<port>\d+)\b", Listening),
+    _row(r"^build_info: b(?P<build>\d+)-", BuildInfo),
+    _row(r"(?:^|\s)build: (?P<build>\d+) \(", BuildInfo),
 )
 
 _IGNORED = re.compile(
@@ -844,7 +856,7 @@ _IGNORED = re.compile(
     r"use `--cache-ram|for more info see|model loaded|loading model|all slots are idle|"
     r"clearing slot with|cancel task|stopped by|"
     r"- skipping, |n_past was set to|conv_id=|chat template|preserve_reasoning|"
-    r"initializing \.\.\.|build_info:|threads for HTTP server|security: |local path |"
+    r"initializing \.\.\.|threads for HTTP server|security: |local path |"
     r"no implementations specified for speculative|cleaning up before exit|~Server: |"
     # Speculative decoding's accepted drafts, and adapter (alora) bookkeeping: no cache figure.
     r"accepted +\d+/ *\d+ draft tokens|keeping cache for alora|only caching to alora invocation start|"

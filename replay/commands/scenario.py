@@ -37,11 +37,57 @@ def list_(console: Console) -> int:
 class ShowArgs:
     name: str  # scenario name or spec file
     params: list[str] = field(default_factory=list)  # k=v overrides
+    inputs: bool = False  # the inputs table, each with its measured sensitivity
 
 
 def show(args: ShowArgs, console: Console) -> int:
-    console.print(describe(find_scenario(args.name, parse_params(args.params))))
+    spec = find_scenario(args.name, parse_params(args.params))
+    if args.inputs:
+        console.print(inputs_table(spec, console))
+        return 0
+    console.print(describe(spec))
     return 0
+
+
+def inputs_table(spec: Scenario, console: Console) -> Table:
+    """Every input of the spec: its value, the report's words or why it is assumed, and how far
+    each row moves across its plausible range (walked in modelled time, a few seconds each)."""
+    import tempfile
+
+    from replay.runs.sensitivity import current_value, sensitivity, walk_rows
+
+    table = Table(
+        title=f"{spec.name}: inputs, their sources, and how far each row moves across an input's range",
+        title_justify="left",
+        show_lines=True,
+    )
+    for name in ("input", "value", "source or assumed", "range", "sensitivity (low | as written | high)"):
+        table.add_column(name)
+    for arm in spec.arms:
+        table.add_row(f"arm {arm.name}", " ".join(arm.sim) or "defaults", arm.source or arm.about, "", "")
+    with tempfile.TemporaryDirectory(prefix="replay-inputs-") as scratch:
+        base = walk_rows(spec, Path(scratch)) if spec.expects else []
+    with console.status("measuring each input's range on the model...") as status:
+        for inp in spec.inputs:
+            moves = sensitivity(spec, inp, base, say=lambda m: status.update(f"walking the rows at {m}"))
+            if inp.range is None:
+                moved = "-" if inp.name != "run.time_scale" else "no row: rows are judged in modelled time"
+            elif not moves:
+                moved = "no row moves"
+            else:
+                moved = "\n".join(f"{m.row}: {m.low} | {m.base} | {m.high}" for m in moves)
+            span = "" if inp.range is None else f"{inp.range[0]:g}-{inp.range[1]:g}"
+            source = inp.provenance + (f"\n[dim]{inp.note}[/dim]" if inp.note else "")
+            table.add_row(inp.name, _value(current_value(spec, inp)), source, span, moved)
+    return table
+
+
+def _value(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -172,27 +218,36 @@ def run(args: ScenarioRunArgs, console: Console) -> int:
 
 
 def check_scenario(spec: Scenario, out_dir: Path) -> list[Verdict]:
-    """Run the arms the spec's expectations are about (side by side) and evaluate every row."""
+    """Every row judged on its arm walked in modelled time (`runs.modelled`: the same figures
+    every run), beside the same row on a wall-clock run of the arm on the simulator (all arms
+    side by side), whose distance from the walk is the row's spread."""
     from replay.metrics.results import read_results
     from replay.runs.leftovers import leftover_count
+    from replay.runs.modelled import model_arm
 
     arms = list(dict.fromkeys(e.arm for e in spec.expects))
     runs = run_arms(spec, out_dir, arms)
-    views: dict[str, ArmView] = {}
+    walked: dict[str, ArmView] = {}
+    ran: dict[str, ArmView] = {}
     for run in runs:
         if run.outcome.exit_code != 0:
             raise ReplayError(
                 f"scenario {spec.name}, arm {run.arm}: the run did not complete ({run.outcome.outcome})"
             )
-        armed = spec.with_params(spec.arm(run.arm).params)
+        arm = spec.arm(run.arm)
+        armed = spec.with_params(arm.params)
         labels = {p.rid: p.label for p in plan_requests(armed)}
-        initial = leftover_count(armed, list(spec.arm(run.arm).sim))
-        views[run.arm] = ArmView(read_results(run.results), initial, labels)
-    return [evaluate(spec.name, e, views[e.arm]) for e in spec.expects]
+        initial = leftover_count(armed, list(arm.sim))
+        walked[run.arm] = ArmView(model_arm(armed, arm, run.trace), initial, labels)
+        ran[run.arm] = ArmView(read_results(run.results), initial, labels)
+    return [
+        evaluate(spec.name, e, walked[e.arm]).with_run(evaluate(spec.name, e, ran[e.arm]))
+        for e in spec.expects
+    ]
 
 
 def verdict_table(verdicts: list[Verdict]) -> Table:
-    table = Table(title="field figures vs the simulator", title_justify="left")
+    table = Table(title="field figures vs the model (walked in modelled time)", title_justify="left")
     for name, justify in (
         ("scenario / arm", "left"),
         ("figure", "left"),
@@ -201,6 +256,7 @@ def verdict_table(verdicts: list[Verdict]) -> Table:
         ("modelled", "right"),
         ("tolerance", "right"),
         ("verdict", "left"),
+        ("wall-clock run", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     colour = {"ok": "green", "FAIL": "red", "known gap": "yellow", "gap (holds)": "cyan"}
@@ -217,8 +273,37 @@ def verdict_table(verdicts: list[Verdict]) -> Table:
             v.modelled,
             tol,
             f"[{colour[v.status]}]{v.status}[/{colour[v.status]}]",
+            _run_cell(v),
         )
     return table
+
+
+def _run_cell(v: Verdict) -> str:
+    """The row on the wall-clock run: `=` when it gives the walk's figures, else its own and the spread."""
+    if v.run is None:
+        return "-"
+    spread = v.spread
+    if spread == 0.0:
+        return "="
+    shown = v.run.modelled + ("" if spread is None else f"\n[dim]spread {spread:.1%}[/dim]")
+    return shown
+
+
+def spread_lines(verdicts: list[Verdict]) -> list[str]:
+    """Per scenario arm, how far the wall-clock run strays from the walk: the largest spread of
+    its rows, and how many rows differ at all."""
+    arms: dict[tuple[str, str], list[Verdict]] = {}
+    for v in verdicts:
+        arms.setdefault((v.scenario, v.expect.arm), []).append(v)
+    lines = []
+    for (scenario, arm), rows in arms.items():
+        spreads = [v.spread for v in rows if v.spread is not None]
+        differ = sum(1 for x in spreads if x > 0)
+        worst = max(spreads, default=0.0)
+        lines.append(
+            f"spread {scenario}/{arm}: {worst:.1%} at most, {differ} of {len(rows)} row(s) differ on the wall-clock run"
+        )
+    return lines
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -252,6 +337,8 @@ def check(args: CheckArgs, console: Console) -> int:
             console.print(
                 f"[yellow]known gap[/yellow] {v.scenario}/{e.arm}, {e.about}: {e.gap}", highlight=False
             )
+        for line in spread_lines(verdicts):
+            console.print(line, highlight=False)
         gaps = sum(1 for v in verdicts if v.status == "known gap")
         console.print(
             f"{len(verdicts) - len(failed) - gaps} hold, {len(failed)} fail, {gaps} known gap(s)",

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from replay.commands import print_json
 from replay.errors import UsageError
+from replay.sim.model.config import SimConfig
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,8 +59,12 @@ class SweepArgs:
     trace: Path
     budgets: str = "4G,8G,16G,24G,32G,48G,64G"
     preset: str = "qwen38-q2"
-    plan: str = "sequential"
+    plan: str = "auto"  # a scenario's trace: its plan; else alternate, as `replay run`
     speed: float = 1.0
+    concurrency: int | None = None
+    round_robin: bool = False
+    think: str = "auto"
+    sim_args: str = ""  # simulator flags (`replay sim serve`'s), e.g. '--build sept'
     history: str = "live"
     slots: str = "1"
     routing: str = "upstream"
@@ -80,10 +86,18 @@ def sweep(args: SweepArgs, console: Console) -> int:
     ctx = parse_tokens(args.ctx) if args.ctx is not None else None
     if ctx is not None and ctx < 1:
         raise UsageError("--ctx must be at least 1 token")
-    cfg = size.size_config(args.preset, hidden_reasoning=args.hidden_reasoning or None, ctx=ctx)
-    sizes = size.parse_budgets(args.budgets)
     if not args.trace.is_file():
         raise UsageError(f"{args.trace}: no such trace file")
+    plan, think, sim_args, on_disk, origin = args.plan, args.think, args.sim_args, None, None
+    if plan == "auto":
+        plan, think, sim_args, on_disk, origin = _as_its_scenario(args)
+        if origin is not None and not args.as_json:
+            console.print(origin, highlight=False)
+    cfg = size.size_config(args.preset, hidden_reasoning=args.hidden_reasoning or None, ctx=ctx)
+    if sim_args.strip():
+        ctx_flag = f" --ctx {ctx}" if ctx is not None else ""
+        cfg = _sim_config(args.preset, sim_args + ctx_flag, args.hidden_reasoning)
+    sizes = size.parse_budgets(args.budgets)
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
     _check_context(args.trace, cfg.ctx, ctx is not None, args.preset)
@@ -106,12 +120,16 @@ def sweep(args: SweepArgs, console: Console) -> int:
             sizes,
             cfg=cfg,
             history=args.history,
-            plan=args.plan,
+            think=think,
+            plan=plan,
             speed=args.speed,
+            concurrency=args.concurrency,
+            round_robin=args.round_robin,
             slots=size.parse_slots(args.slots),
             routings=[r.strip() for r in args.routing.split(",") if r.strip()],
             target_reread=parse_tokens(args.target) if args.target else None,
             stale=size.stale_files(parse_bytes(args.stale), cfg) if args.stale else (),
+            on_disk=on_disk,
             workers=processes,
             progress=None
             if args.as_json
@@ -122,3 +140,77 @@ def sweep(args: SweepArgs, console: Console) -> int:
     else:
         console.print(size.sweep_table(found))
     return 0
+
+
+def _sim_config(preset: str, sim_args: str, hidden_reasoning: bool) -> SimConfig:
+    """The cache model as `replay sim serve` would run with these flags (the budget aside: each
+    budget of the sweep replaces `--kv-disk-space-mb`)."""
+    import shlex
+
+    from replay.sim.server.options import flag_problem, parse
+
+    argv = ["--preset", preset, *shlex.split(sim_args), "--kv-disk-dir", "unused"]
+    if hidden_reasoning:
+        argv.append("--hidden-reasoning")
+    problem = flag_problem(argv)
+    if problem is not None:
+        raise UsageError(f"--sim-args: {problem}")
+    cfg, _ = parse(argv)
+    return cfg
+
+
+def _as_its_scenario(args: SweepArgs) -> tuple[str, str, str, Any, str | None]:
+    """`--plan auto`: a trace a built-in scenario generated is swept as `scenario run` replays it
+    (its plan and `--think`, its arms' server flags but the budget, the files its earlier day left
+    on disk); any other trace with `replay run`'s default plan, alternate. Returns (plan, think,
+    simulator flags, files on disk, a line saying so or None)."""
+    import shlex
+
+    from replay.errors import ReplayError
+    from replay.runs.leftovers import leftover_checkpoints
+    from replay.scenario.catalog import SCENARIOS_DIR, find_scenario
+    from replay.trace.reader import iter_records
+
+    records = iter_records(args.trace)
+    first = next(records, None)  # the header line, read alone
+    records.close()
+    source = (
+        str(first[1].get("source") or "") if first is not None and first[1].get("kind") == "trace" else ""
+    )
+    name = source.removeprefix("scenario:") if source.startswith("scenario:") else None
+    if name is None or not (SCENARIOS_DIR / f"{name}.toml").exists():
+        return "alternate", args.think, args.sim_args, None, None
+    try:
+        spec = find_scenario(name)
+    except ReplayError:
+        return "alternate", args.think, args.sim_args, None, None
+    flags = _without_budget(spec.arms[0].sim)
+    sim_args = args.sim_args or shlex.join(flags)
+    think = args.think if args.think != "auto" else spec.run.think
+    trace = args.trace
+
+    def on_disk(cfg: SimConfig) -> list[Any]:
+        return leftover_checkpoints(spec, trace, cfg)
+
+    said = (
+        f"{trace}: generated by scenario {name}, swept as `replay scenario run` replays it: plan "
+        f"{spec.run.plan}, --think {think}, server flags {sim_args or '(defaults)'} (its arm "
+        f"{spec.arms[0].name}'s but the budget)"
+        + (f", {len(spec.leftovers)} kind(s) of files on disk from an earlier day" if spec.leftovers else "")
+        + " (--plan NAME sweeps it otherwise)"
+    )
+    return spec.run.plan, think, sim_args, on_disk if spec.leftovers else None, said
+
+
+def _without_budget(flags: tuple[str, ...]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for flag in flags:
+        if skip:
+            skip = False
+            continue
+        if flag in ("--kv-disk-space-mb", "--time-scale", "--clock"):
+            skip = True
+            continue
+        out.append(flag)
+    return out

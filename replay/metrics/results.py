@@ -136,6 +136,7 @@ class RunResults:
     run: dict[str, Any]
     requests: list[dict[str, Any]] = field(default_factory=list)
     server: list[dict[str, Any]] = field(default_factory=list)
+    restarts: list[dict[str, Any]] = field(default_factory=list)  # `probe_restart` lines (slot files)
     summary_line: dict[str, Any] | None = None
     truncated_line: int | None = None  # a last line cut short (a run killed mid-write), ignored
 
@@ -236,6 +237,8 @@ def read_results(path: str | Path) -> RunResults:
                 out.requests.append(obj)
             elif kind == "server":
                 out.server.append(obj)
+            elif kind == "probe_restart":
+                out.restarts.append(obj)
             elif kind == "summary":
                 problem = _summary_problem(obj)
                 if problem is not None:

@@ -28,22 +28,51 @@ from replay.runs.barrier import parse_instant
 POLL_S = 30.0
 TAIL_BYTES = 4 << 20  # a finished shard's summary is within its file's last lines
 INTERRUPTED = ("SIGTERM", "SIGINT")
+LOST = "lost-attempts"  # beside the shards' files, out of the report's glob
 _SHARD_FILE = re.compile(r"^shard-(\d+)\..+\.results\.jsonl$")  # runs.k8s.RESULTS_FILE
 
 
 def ended_shards(folder: Path, shards: int) -> dict[int, str]:
     """Pod index -> how its run ended, for every shard whose results hold their summary."""
-    ended: dict[int, str] = {}
+    return {index: outcome for index, (outcome, _) in _ended_files(folder, shards).items()}
+
+
+def set_aside_lost_attempts(folder: Path, shards: int) -> list[Path]:
+    """Move every results file of a shard that ended in another pod's file into `LOST/`.
+
+    A pod lost to a drain is started again and replays its shard whole, so its first attempt's
+    requests were sent twice: left beside the second, `replay report --merge *.results.jsonl`
+    would count them twice. Moved aside (kept, never deleted) they stay out of that glob. A
+    shard that never ended keeps whatever it wrote: it is all there is of it."""
+    ended = _ended_files(folder, shards)
+    moved: list[Path] = []
+    for path, index in _shard_files(folder, shards):
+        if index in ended and path != ended[index][1]:
+            (folder / LOST).mkdir(exist_ok=True)
+            moved.append(path.rename(folder / LOST / path.name))
+    return moved
+
+
+def _shard_files(folder: Path, shards: int) -> list[tuple[Path, int]]:
+    """Each pod's own results file (not a worker's part, not another index) with its index."""
+    found = []
     for path in sorted(folder.glob("shard-*.results.jsonl")):
         match = _SHARD_FILE.match(path.name)
-        if match is None or int(match.group(1)) >= shards:
-            continue
+        if match is not None and int(match.group(1)) < shards:
+            found.append((path, int(match.group(1))))
+    return found
+
+
+def _ended_files(folder: Path, shards: int) -> dict[int, tuple[str, Path]]:
+    """Pod index -> (outcome, the file whose summary says its run ended)."""
+    ended: dict[int, tuple[str, Path]] = {}
+    for path, index in _shard_files(folder, shards):
         try:
             line = read_summary_line(path, within=TAIL_BYTES)
         except ReplayError:  # gone between the listing and the read
             continue
         if line is not None and line.get("outcome") not in INTERRUPTED:
-            ended[int(match.group(1))] = str(line.get("outcome"))
+            ended[index] = (str(line.get("outcome")), path)
     return ended
 
 
@@ -76,6 +105,12 @@ def collect(
             )
             break
         sleep(min(POLL_S, max(0.0, wait_until - now())))
+    moved = set_aside_lost_attempts(folder, shards)
+    if moved:
+        say(
+            f"moved {len(moved)} lost attempt(s) of shards that ended in a later pod into "
+            f"{folder / LOST} (their requests were sent again): {', '.join(p.name for p in moved)}"
+        )
     say(
         f"{why}; {folder} stays open for kubectl cp until {_iso(now() + keep_s)}, then this pod "
         "exits (the files stay on the volume claim)"

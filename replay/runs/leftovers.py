@@ -50,6 +50,8 @@ def _other_files(gib: float, file_tokens: int, cfg: SimConfig) -> int:
 
 def leftover_count(spec: Scenario, flags: list[str] | None = None) -> int:
     """How many files `write_leftovers` writes for an arm with these simulator flags."""
+    if not spec.leftovers:
+        return 0
     cfg, _ = parse([*(flags or []), "--kv-disk-dir", "unused"])
     return sum(
         1 if row.what == "system-prefix" else _other_files(row.gib, row.file_tokens, cfg)

@@ -44,6 +44,7 @@ from replay.runs.recording import (
 from replay.runs.serverlog import (
     DS4_FORMAT_KINDS,
     effective_settings,
+    log_kind,
     log_warnings,
     server_records,
     setting_warnings,
@@ -181,8 +182,9 @@ def target_header(job: ReplayJob, say: Say) -> dict[str, Any]:
     """The run header's `target`: what answered, the settings its log shows in force, and a
     warning (printed too) for every requested cache setting it does not show."""
     served, kind = job.served, job.kind
-    settings = effective_settings(kind, served.log_path)
-    warnings = setting_warnings(kind, served.build.get("argv") or [], settings)
+    argv = served.build.get("argv") or []
+    settings = effective_settings(log_kind(kind, argv), served.log_path)
+    warnings = setting_warnings(log_kind(kind, argv), argv, settings)
     for line in warnings:
         say(f"[yellow]warning:[/yellow] {line}")
     target = {
@@ -264,7 +266,8 @@ def finish(done: Replayed, log_path: Path | None) -> list[str]:
     """Append the lines that follow the summary: counters, memory, and the server log's records
     (read from `log_path`: the stopped server's log, or the stretch of it this replay wrote).
     Returns what the caller must say about them (cache lines of the log not recognised)."""
-    kind = done.processes[-1].target.kind
+    last = done.processes[-1]
+    kind = log_kind(last.target.kind, last.build.get("argv") or [])
     server = server_records(kind, log_path, done.records)
     append_records(done.out, [*done.metrics, *done.memory, *server])
     return log_warnings(server)

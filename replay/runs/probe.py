@@ -37,9 +37,9 @@ from drivers.target import Target, load_target
 from replay.engine.plans import Alternate
 from replay.errors import DriverError, TargetError, UsageError
 from replay.metrics.record import RequestRecord
-from replay.runs.pipeline import Hooks, ReplayJob, RunOptions, finish, replay
+from replay.runs.pipeline import Hooks, Replayed, ReplayJob, RunOptions, finish, replay
 from replay.runs.pipeline import segments as cut
-from replay.runs.serverlog import effective_settings
+from replay.runs.serverlog import effective_settings, log_kind
 from replay.scenario.build import generate, plan_requests
 from replay.scenario.catalog import find_scenario
 from replay.trace.model import Request, Trace
@@ -48,6 +48,13 @@ from replay.trace.select import PROBE_TAG
 
 SLOT_FILE = "probe-{rid}.bin"
 SLOT_KINDS = ("llamacpp",)  # kinds with llama-server's slot save/restore API
+
+
+def has_slot_files(target: Target) -> bool:
+    """llama-server, or the simulator playing it (`--server llama`): slots saved and restored by API."""
+    return log_kind(target.kind, target.flags) in SLOT_KINDS
+
+
 Say = Callable[[str], None]
 
 
@@ -173,25 +180,32 @@ def run_cache_probe(
 
 def _with_slot_dir(target: Target, slots: Path) -> Target:
     """llama-server saves slot files only under `--slot-save-path`; give it one unless the file did."""
-    if target.kind not in SLOT_KINDS or has_flag(target.flags, "--slot-save-path"):
+    if not has_slot_files(target) or has_flag(target.flags, "--slot-save-path") or target.kv_disk_dir:
         return target
     slots.mkdir(parents=True, exist_ok=True)
     return dataclasses.replace(target, flags=(*target.flags, "--slot-save-path", str(slots.resolve())))
 
 
-def _run(
+@dataclass(slots=True)
+class _Probed:
+    done: Replayed
+    restarts: list[Restart]
+    logs: list[Path | None]  # one per server process, in order
+
+
+def _replay_with_restarts(
     target: Target,
     trace: Trace,
     labels: dict[int, str],
-    out: Path,
-    name: str,
+    results: Path,
+    workdir: Path,
     slot: int | None,
     timeout_s: float,
     say: Say,
-) -> ProbeReport:
+    plan: Any = None,
+    header: dict[str, Any] | None = None,
+) -> _Probed:
     """The trace through the one replay pipeline, with a restart hook before each probe."""
-    results = out / f"{name}.results.jsonl"
-    workdir = out / "work"
     restarts: list[Restart] = []
     logs: list[Path | None] = []
     measured: list[RequestRecord] = []  # this server process's records, for the progress line
@@ -209,7 +223,7 @@ def _run(
         def restart(old: Served, rid: int) -> tuple[Served, dict[str, Any]]:
             say(_progress_line(measured))
             chosen = slot
-            if chosen is None and target.kind in SLOT_KINDS:
+            if chosen is None and has_slot_files(target):
                 chosen = find_slot(old.url, by_id[rid].session, measured, old.log_path)
             measured.clear()
             done, new, logs[-1] = _restart(server, old, target, workdir, rid, chosen, say)
@@ -220,9 +234,10 @@ def _run(
         job = ReplayJob(
             served=served,
             trace=trace,
-            options=RunOptions(Alternate(), timeout=timeout_s),
+            options=RunOptions(plan or Alternate(), timeout=timeout_s),
             out=results,
             workdir=workdir,
+            header=header or {},
         )
         hooks = Hooks(
             restart_before=is_probe,
@@ -232,6 +247,23 @@ def _run(
         )
         (done,) = replay([job], hooks=hooks, say=say)
         say(_progress_line(measured))
+    return _Probed(done, restarts, logs)
+
+
+def _run(
+    target: Target,
+    trace: Trace,
+    labels: dict[int, str],
+    out: Path,
+    name: str,
+    slot: int | None,
+    timeout_s: float,
+    say: Say,
+) -> ProbeReport:
+    """The probe: the replay with restarts, its counters and memory, and the per-step numbers."""
+    results = out / f"{name}.results.jsonl"
+    probed = _replay_with_restarts(target, trace, labels, results, out / "work", slot, timeout_s, say)
+    done, restarts, logs = probed.done, probed.restarts, probed.logs
     finish(done, None)  # the counters and memory of every server process
     kept = [p for p in logs if p is not None]
     return ProbeReport(
@@ -241,10 +273,36 @@ def _run(
         steps=[ProbeStep.from_record(r) for r in done.records],
         restarts=restarts,
         logs=kept,
-        settings=[effective_settings(target.kind, p) for p in logs],
-        log_events=[_log_events(target.kind, p) for p in logs],
+        settings=[effective_settings(log_kind(target.kind, target.flags), p) for p in logs],
+        log_events=[_log_events(log_kind(target.kind, target.flags), p) for p in logs],
         metrics=done.metrics,
     )
+
+
+def replay_restarting(
+    target: Target,
+    trace: Trace,
+    labels: dict[int, str],
+    results: Path,
+    log: Path,
+    workdir: Path,
+    timeout_s: float,
+    plan: Any = None,
+    header: dict[str, Any] | None = None,
+    say: Say | None = None,
+) -> Replayed:
+    """A scenario arm whose trace has `probe` requests, on a server that keeps slot files: every
+    server process's log is joined into `log` (llama.cpp's clock restarts at each; the parser
+    carries on), and the run's `server` records are read from it."""
+    probed = _replay_with_restarts(
+        target, trace, labels, results, workdir, None, timeout_s, say or (lambda _m: None), plan, header
+    )
+    with open(log, "wb") as joined:
+        for part in probed.logs:
+            if part is not None and Path(part).exists():
+                joined.write(Path(part).read_bytes())
+    finish(probed.done, log)
+    return probed.done
 
 
 def _restart(
@@ -261,7 +319,7 @@ def _restart(
     if served.process is None:
         raise DriverError(f"{target.where}: the server was not started by the tool; cannot restart it")
     filename = SLOT_FILE.format(rid=rid)
-    uses_slots = target.kind in SLOT_KINDS and slot is not None
+    uses_slots = has_slot_files(target) and slot is not None
     save = _slot_action(served.url, slot, "save", filename) if uses_slots and slot is not None else {}
     stopped = served.process.stop()
     stack.close()  # leaves start_target's block; the process is already stopped

@@ -23,11 +23,14 @@ from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.runs.leftovers import write_leftovers
 from replay.runs.pipeline import Replayed, ReplayJob, RunOptions, RunOutcome, finish, replay
+from replay.runs.probe import replay_restarting
 from replay.runs.targets import Target, open_target, resolve_target
-from replay.scenario.build import GenerateResult, generate
+from replay.scenario.build import GenerateResult, generate, plan_requests
 from replay.scenario.show import arm_sim_flags
 from replay.scenario.spec import Arm, Scenario
+from replay.sim.server.flags import server_kind
 from replay.trace.reader import read_trace
+from replay.trace.select import PROBE_TAG
 
 if TYPE_CHECKING:
     from drivers.launch import Served
@@ -188,11 +191,17 @@ def run_arms(
     scale = time_scale or spec.run.time_scale
     chosen = [spec.arm(name) for name in arms] if arms else list(spec.arms)
     prepared = []
+    restarting: dict[str, ArmResult] = {}
     for arm in chosen:
         armed, trace_path, generated = _prepare(spec, arm, out)
+        if server_kind(list(arm.sim)) == "llama" and _has_probes(trace_path):
+            restarting[arm.name] = _run_restarting(armed, arm, trace_path, generated, out, scale, timeout_s)
+            continue
         if generated.notice and console is not None:
             console.print(f"[yellow]note:[/yellow] {generated.notice}", highlight=False)
         prepared.append((armed, arm, trace_path, generated))
+    if not prepared:
+        return [restarting[arm.name] for arm in chosen]
     with ExitStack() as scratches:
         scratch = [
             Path(scratches.enter_context(tempfile.TemporaryDirectory(prefix="replay-scenario-")))
@@ -218,7 +227,45 @@ def run_arms(
             run = _arm_result(arm, trace_path, generated, done.outcome)
             _finish(run, done, srv, 0)
             runs.append(run)
-    return runs
+    side = {run.arm: run for run in runs}
+    return [restarting.get(arm.name) or side[arm.name] for arm in chosen]
+
+
+def _has_probes(trace_path: Path) -> bool:
+    return any(r.tag == PROBE_TAG for r in read_trace(trace_path).requests)
+
+
+def _run_restarting(
+    spec: Scenario,
+    arm: Arm,
+    trace_path: Path,
+    generated: GenerateResult,
+    out: Path,
+    scale: float,
+    timeout_s: float,
+) -> ArmResult:
+    """An arm on the simulator playing llama-server whose trace has `probe` requests (E5: save the
+    slot, restart, restore, resend): replayed through the probe's restarts, on its own."""
+    speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
+    plan = make_plan(
+        spec.run.plan, concurrency=spec.run.concurrency, speed=speed, round_robin=spec.run.round_robin
+    )
+    results = out / f"{spec.name}-{arm.name}.results.jsonl"
+    labels = {p.rid: p.label for p in plan_requests(spec)}
+    with tempfile.TemporaryDirectory(prefix="replay-scenario-") as scratch:
+        target = resolve_target("sim", None, arm_sim_flags(arm, scale), Path(scratch))
+        done = replay_restarting(
+            target,
+            read_trace(trace_path),
+            labels,
+            results,
+            results.with_suffix(".server.log"),
+            Path(scratch) / "work",
+            timeout_s,
+            plan=plan,
+            header={"scenario": spec.name, "arm": arm.name, "time_scale": scale},
+        )
+    return _arm_result(arm, trace_path, generated, done.outcome)
 
 
 def _quiet(_message: str) -> None:

@@ -22,6 +22,16 @@ from replay.runs.llama_correlate import correlate as llama_correlate
 DS4_FORMAT_KINDS = ("ds4", "sim")
 
 
+def log_kind(kind: str, argv: list[str] | tuple[str, ...]) -> str:
+    """The format a server's log is in: the simulator writes llama-server's when it plays it
+    (`--server llama`), ds4's otherwise."""
+    args = list(argv)
+    llama = "--server=llama" in args or any(
+        a == "--server" and i + 1 < len(args) and args[i + 1] == "llama" for i, a in enumerate(args)
+    )
+    return "llamacpp" if kind == "sim" and llama else kind
+
+
 def effective_settings(kind: str, log_path: Path | None) -> dict[str, Any]:
     """Settings the server printed at startup; empty when it keeps no log we can read."""
     if log_path is None or not Path(log_path).exists():
@@ -128,7 +138,10 @@ def records_beside(res: RunResults) -> list[dict[str, Any]]:
     header names) when the results file carries none: the report then still shows the disk."""
     target = res.run.get("target") or {}
     candidates = [target.get("log"), Path(res.path).with_suffix(".server.log")]
-    kind = str(target.get("kind") or "ds4")
+    build = target.get("build") or {}
+    kind = log_kind(
+        str(target.get("kind") or "ds4"), build.get("argv") or [] if isinstance(build, dict) else []
+    )
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
             known = kind in DS4_FORMAT_KINDS or kind == "llamacpp"

@@ -1,7 +1,7 @@
 """Where a run sends its requests: a server the drivers start, or one already running.
 
 `--target URL` is a running server the tool never stops; `--target sim[:preset]` is the embedded
-simulator and `--server a.toml` any server kind the drivers know (ds4, llama.cpp, vLLM, SGLang,
+simulator (playing ds4-server; `sim:llama[:preset]` plays llama-server) and `--server a.toml` any server kind the drivers know (ds4, llama.cpp, vLLM, SGLang,
 sim), started as a child with its own PID and stopped by that PID when the run ends, whatever the
 exit path. With `--service daily.toml` the user's daily server is stopped first and given back
 exactly once afterwards by the drivers' guard.
@@ -20,7 +20,8 @@ from drivers.launch import Served, describe_plan, plan_target, start_target
 from drivers.target import Target, load_target, target_from_dict
 from replay.errors import UsageError
 from replay.sim.model.config import PRESETS
-from replay.sim.server.options import flag_problem
+from replay.sim.model.llama.config import PRESETS as LLAMA_PRESETS
+from replay.sim.server.flags import flag_problem, server_kind
 
 # Modelled time runs this many times faster than a real server would, unless the user says.
 DEFAULT_SIM_TIME_SCALE = 200.0
@@ -38,17 +39,46 @@ def resolve_target(spec: str | None, server: Path | None, sim_args: list[str], s
             raise UsageError("--sim-args only applies to --target sim")
         return target_from_dict({"kind": "external", "url": spec.rstrip("/")}, name="external")
     if spec != "sim" and not spec.startswith("sim:"):
-        raise UsageError(f"--target must be a URL (http://HOST:PORT) or sim[:preset], not {spec!r}")
+        raise UsageError(
+            f"--target must be a URL (http://HOST:PORT), sim[:preset] or sim:llama[:preset], not {spec!r}"
+        )
     preset = spec.partition(":")[2]
+    if preset == "llama" or preset.startswith("llama:") or server_kind(sim_args) == "llama":
+        return _llama_target(
+            spec, preset.partition(":")[2] if preset.startswith("llama") else preset, sim_args, scratch
+        )
     if preset and preset not in PRESETS:
         raise UsageError(
-            f"--target {spec}: unknown simulator preset {preset!r} (known: {', '.join(sorted(PRESETS))})"
+            f"--target {spec}: unknown simulator preset {preset!r} (known: {', '.join(sorted(PRESETS))}; "
+            "sim:llama[:preset] for llama-server)"
         )
     flags = sim_flags(preset, sim_args, scratch)
     problem = flag_problem(flags)
     if problem is not None:
         raise UsageError(f"--sim-args: {problem}")
     return target_from_dict({"kind": "sim", "flags": flags}, name="sim")
+
+
+def _llama_target(spec: str, preset: str, sim_args: list[str], scratch: Path) -> Target:
+    """`--target sim:llama[:preset]` (or `--sim-args "--server llama ..."`): the simulator playing
+    llama-server, with a slot-save directory of its own in the run's scratch space."""
+    if preset and preset not in LLAMA_PRESETS:
+        raise UsageError(
+            f"--target {spec}: unknown llama simulator preset {preset!r} (known: {', '.join(sorted(LLAMA_PRESETS))})"
+        )
+    flags = [] if server_kind(sim_args) == "llama" else ["--server", "llama"]
+    if preset:
+        flags += ["--preset", preset]
+    if "--time-scale" not in sim_args:
+        flags += ["--time-scale", str(DEFAULT_SIM_TIME_SCALE)]
+    flags += list(sim_args)
+    problem = flag_problem(flags)
+    if problem is not None:
+        raise UsageError(f"--sim-args: {problem}")
+    fields: dict[str, object] = {"kind": "sim", "flags": flags}
+    if "--slot-save-path" not in sim_args:
+        fields["kv_disk_dir"] = str(scratch / "slots")
+    return target_from_dict(fields, name="sim")
 
 
 def sim_flags(preset: str, extra: list[str], scratch: Path) -> list[str]:

@@ -118,6 +118,7 @@ class _State:
     ready_at: float = 0.0
     turns: int = 0
     doc_index: int = -1  # which message holds the document (document sessions)
+    last_sent: tuple[list[Message], int] | None = None  # the prompt sent last, and its new tokens
 
 
 class _Builder:
@@ -256,6 +257,7 @@ class _Builder:
         after: _Planned | None = None,
     ) -> _Planned:
         s = state.spec
+        state.last_sent = (list(messages), new_tokens)
         params: dict[str, Any] = {"temperature": 0, "stream": True}
         if s.tools:
             params["tools"] = {"$blob": "tools"}
@@ -363,6 +365,8 @@ class _Builder:
         s = state.spec
         msgs = list(state.base)
         new = state.tokens
+        if step.op == "resend" and step.latest and state.last_sent is not None:
+            msgs, new = list(state.last_sent[0]), state.last_sent[1]
         if step.op in ("ask", "edit"):
             doc = dict(msgs[state.doc_index])
             parts = list(doc["content"])

@@ -24,6 +24,23 @@ class Verdict:
     modelled: str
     value: float | None  # the modelled figure compared (None: no request selected)
     holds: bool
+    # The figures behind `modelled`: (lowest, highest) of the requests' values for a stat of
+    # "all", else (value, value); None when nothing was selected.
+    span: tuple[float, float] | None = None
+    # The same row on a wall-clock run of the arm on the simulator (None: not run): how far a
+    # user's own `scenario run` strays from the modelled-time walk the row is judged on.
+    run: Verdict | None = None
+
+    def with_run(self, run: Verdict) -> Verdict:
+        return Verdict(self.scenario, self.expect, self.modelled, self.value, self.holds, self.span, run)
+
+    @property
+    def spread(self) -> float | None:
+        """How far the run's figures are from the walk's, relative to the larger (0 = the same;
+        for a range, the farther of its two ends); None when either selected nothing."""
+        if self.run is None or self.run.span is None or self.span is None:
+            return None
+        return max(_relative(a, b) for a, b in zip(self.span, self.run.span, strict=True))
 
     @property
     def status(self) -> str:
@@ -52,7 +69,13 @@ class Verdict:
             "value": self.value,
             "status": self.status,
             "gap": e.gap,
+            "run": None if self.run is None else {"modelled": self.run.modelled, "value": self.run.value},
+            "spread": self.spread,
         }
+
+
+def _relative(a: float, b: float) -> float:
+    return 0.0 if a == b else abs(a - b) / max(abs(a), abs(b))
 
 
 class ArmView:
@@ -111,7 +134,8 @@ class ArmView:
                 prev = self._prev.get(rec["seq"])
                 if prev is None:
                     return None
-                growth = rec["prompt_tokens"] - prev["prompt_tokens"]
+                # what the session added itself: its prompt's growth less the reply it carries back
+                growth = rec["prompt_tokens"] - prev["prompt_tokens"] - (prev.get("output_tokens") or 0)
                 return float(rec["reprocessed_tokens"] - growth)
             case "prefill_tps":
                 prefill = float(m.get("prefill_s") or 0.0)
@@ -150,6 +174,48 @@ class ArmView:
                 return float(self.initial_files + stores - len(evicted) - consumed)
             case "slots_used":
                 return float(len({(r.get("modelled") or {}).get("slot") for r in self.requests}))
+            case "span_s":
+                if not selected:
+                    return None
+                ends = [
+                    self.sent_at(r) + float((r.get("modelled") or {}).get("total_s") or 0.0) for r in selected
+                ]
+                return max(ends) - min(self.sent_at(r) for r in selected)
+            case "checkpoints_made" | "checkpoint_depth_min" | "checkpoint_depth_max":
+                prompts = {r["seq"]: r.get("prompt_tokens") or 0 for r in selected}
+                made = [
+                    s
+                    for s in served
+                    if s["event"] == "store"
+                    and s.get("reason") == "checkpoint"
+                    and s.get("tokens") is not None
+                ]
+                if metric == "checkpoints_made":
+                    return float(len(made))
+                depths = [
+                    prompts[s["request_seq"]] - s["tokens"] for s in made if s.get("request_seq") in prompts
+                ]
+                if not depths:
+                    return None
+                return float(min(depths) if metric == "checkpoint_depth_min" else max(depths))
+            case "host_cache_gib":
+                stored = [
+                    s["mib"] for s in served if s["event"] == "store" and s.get("reason") == "host_cache"
+                ]
+                return max(stored) / 1024 if stored else None
+            case "slot_file_gib" | "slot_save_s" | "slot_restore_s":
+                restarts = self.res.restarts
+                if not restarts:
+                    return None
+                save, restore = restarts[0].get("save") or {}, restarts[0].get("restore") or {}
+                if metric == "slot_file_gib":
+                    return save["n_written"] / 2**30 if "n_written" in save else None
+                ms = save.get("save_ms") if metric == "slot_save_s" else restore.get("restore_ms")
+                return ms / 1000 if ms is not None else None
+            case "cache_reuse_in_effect":
+                effective = (self.res.run.get("target") or {}).get("effective") or {}
+                value = effective.get("cache_reuse")
+                return float(value) if isinstance(value, int | float) else None
             case "second_half_ratio" | "second_half_prefill_ratio":
                 half = len(selected) // 2
                 amount = "reprocessed_tokens" if metric == "second_half_ratio" else "prefill_s"
@@ -204,7 +270,7 @@ def evaluate(scenario: str, e: Expect, arm: ArmView) -> Verdict:
         value = arm.run_value(e.metric, selected, scoped=e.scoped)
         if value is None:
             return Verdict(scenario, e, "n/a", None, False)
-        return Verdict(scenario, e, _show(value), value, lo <= value <= hi)
+        return Verdict(scenario, e, _show(value), value, lo <= value <= hi, (value, value))
     values = [v for r in selected if (v := arm.request_value(e.metric, r)) is not None]
     if e.stat == "all":
         if not values:
@@ -214,8 +280,9 @@ def evaluate(scenario: str, e: Expect, arm: ArmView) -> Verdict:
         inside = sum(1 for v in values if lo <= v <= hi)
         if inside < len(values):
             shown += f" ({len(values) - inside} of {len(values)} outside)"
-        return Verdict(scenario, e, shown, low if low < lo else high, inside == len(values))
+        value = low if low < lo else high
+        return Verdict(scenario, e, shown, value, inside == len(values), (low, high))
     value = _summary(values, e.stat)
     if value is None:
         return Verdict(scenario, e, "no requests", None, False)
-    return Verdict(scenario, e, _show(value), value, lo <= value <= hi)
+    return Verdict(scenario, e, _show(value), value, lo <= value <= hi, (value, value))

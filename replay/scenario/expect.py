@@ -2,7 +2,7 @@
 
 A row names the arm it is about, which requests it looks at (the steps whose label starts with a
 text, a window of modelled clock time, a session, a tag, a switch class, the last N), the metric and how the requests' values are summed up, the field
-figure (one value or a range) with its tolerance, and the seed-figures section it comes from. A
+figure (one value or a range) with its tolerance, and the report and section it comes from. A
 figure the model cannot reach carries `gap = "why"`: it is shown, never counted as a failure, and
 the spec's notes say why. Rows are written from the report, never tuned to what the model gives.
 """
@@ -22,8 +22,9 @@ REQUEST_METRICS: tuple[str, ...] = (
     "prompt_tokens",
     "cached_tokens",
     "reprocessed_tokens",
-    # re-processed tokens beyond what the session added since its previous request: 0 when the
-    # previous state (prompt + reply) came back whole, from live KV or from disk
+    # re-processed tokens beyond what the session added itself since its previous request (its
+    # prompt's growth less the reply it carries back): 0 when the previous state (prompt + reply)
+    # came back whole, from live KV or from disk
     "reread_beyond_growth",
     "live_miss_common",  # `common=` of the request's live-miss line
     "prefill_tps",  # re-processed tokens / modelled prefill seconds
@@ -39,11 +40,29 @@ RUN_METRICS: tuple[str, ...] = (
     "live_misses",
     "files_at_end",  # checkpoint files on disk after the last request (before the shutdown save)
     "slots_used",
+    # modelled seconds from the first selected request's send to the last one's last token (a
+    # window's length, a reply's run of calls)
+    "span_s",
     # the selected requests' re-processed tokens, second half over first half (round 2 / round 1)
     "second_half_ratio",
     # the same ratio of their modelled prompt times (ds4's `prompt done`: the prefill and the saves
     # written during it, not the disk load before it), as a report that timed its rounds measured it
     "second_half_prefill_ratio",
+    # llama-server: context checkpoints the selected requests created (`created context checkpoint`),
+    # and how many tokens before their prompt's end the nearest and the farthest of them lie
+    "checkpoints_made",
+    "checkpoint_depth_min",
+    "checkpoint_depth_max",
+    # llama-server: the largest state the host prompt cache stored (`saving prompt ... total state
+    # size`), GiB
+    "host_cache_gib",
+    # llama-server slot files around a restart (the probe's E5): the file's size (GiB) and the
+    # modelled seconds of its save and its restore
+    "slot_file_gib",
+    "slot_save_s",
+    "slot_restore_s",
+    # llama-server: `--cache-reuse` as the startup log shows it in effect (0 when turned off)
+    "cache_reuse_in_effect",
 )
 METRICS: tuple[str, ...] = REQUEST_METRICS + RUN_METRICS
 STATS: tuple[str, ...] = ("all", "min", "max", "median", "mean", "sum", "count")

@@ -22,6 +22,7 @@ from typing import Any
 
 from replay.errors import TraceError, UsageError
 from replay.scenario.expect import Expect, parse_expect
+from replay.scenario.inputs import SIM_PREFIX, Input, spec_value
 
 PLANS = ("alternate", "overlap", "timed", "closed-loop")
 OPS = ("turn", "compaction", "prewarm", "resend", "ask", "edit")
@@ -40,6 +41,7 @@ class Arm:
     about: str
     sim: tuple[str, ...]
     params: dict[str, Any]
+    source: str = ""  # the report's words for this arm's settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +99,7 @@ class Step:
     fraction: float = 0.5
     text: str = ""
     restart: bool = False
+    latest: bool = False  # resend: the prompt the session sent last, not its first
     label: str = ""
     tag: str | None = None
     when: str | None = None
@@ -155,6 +158,7 @@ class Scenario:
     system_turn_tokens: int = 0
     leftovers: tuple[Leftover, ...] = ()
     expects: tuple[Expect, ...] = ()
+    inputs: tuple[Input, ...] = ()
 
     @property
     def clock_s(self) -> float | None:
@@ -304,9 +308,13 @@ def parse_params(items: list[str]) -> dict[str, Any]:
 
 
 def _set_dotted(where: _Where, data: dict[str, Any], dotted: str, value: Any) -> None:
+    """`sessions.a.start_tokens`, or with an index into an array of tables: `steps.0.gap_s`."""
     keys = dotted.split(".")
     node: Any = data
     for i, key in enumerate(keys[:-1]):
+        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+            continue
         if not isinstance(node, dict) or key not in node:
             raise UsageError(f"--param {dotted}: no table {'.'.join(keys[: i + 1])!r} in {where.path}")
         node = node[key]
@@ -432,7 +440,15 @@ def _build(
                 raise t.fail("params", f"unknown parameter {key!r}")
             if isinstance(params[key], bool) != isinstance(value, bool):
                 raise t.fail("params", f"parameter {key!r} must be true or false")
-        arms.append(Arm(name=arm_name, about=t.text("about"), sim=t.strings("sim"), params=dict(arm_params)))
+        arms.append(
+            Arm(
+                name=arm_name,
+                about=t.text("about"),
+                sim=t.strings("sim"),
+                params=dict(arm_params),
+                source=t.text("source"),
+            )
+        )
         t.done()
     if len({a.name for a in arms}) != len(arms):
         raise where.fail(("arms",), "arm names must be unique")
@@ -456,6 +472,7 @@ def _build(
     leftovers = _leftovers(where, top.get("leftovers", list, [], "an array of tables ([[leftovers]])"))
     expect_rows = top.get("expect", list, [], "an array of tables ([[expect]])")
     expects = _expects(where, expect_rows, arms, clock_seconds(clock))
+    inputs = _inputs(where, top.get("inputs", list, [], "an array of tables ([[inputs]])"), path, params)
     steps_raw = top.get("steps", list, [], "an array of tables ([[steps]])")
     steps = tuple(_step(where, i, item, sessions, params) for i, item in enumerate(steps_raw))
     if not steps:
@@ -480,8 +497,51 @@ def _build(
         system_turn_tokens=system_turn_tokens,
         leftovers=leftovers,
         expects=expects,
+        inputs=inputs,
         **scenario_fields,
     )
+
+
+def _inputs(where: _Where, rows: list[Any], path: Path, params: dict[str, Any]) -> tuple[Input, ...]:
+    from replay.sim.model.config import SimConfig  # the fields a `sim.` input may name
+
+    out = []
+    for i, item in enumerate(rows):
+        t = _Table(where, ("inputs", i), item)
+        name = t.text("name")
+        span = t.get("range", list, None, "a range [low, high]")
+        row = Input(
+            name=name,
+            source=t.text("source"),
+            assumed=t.text("assumed"),
+            range=None if span is None else _range(t, span),
+            note=t.text("note"),
+        )
+        t.done()
+        if bool(row.source) == bool(row.assumed):
+            raise t.fail(
+                "source", "an input has its report's words (source) or says why it is assumed, one of the two"
+            )
+        if name.startswith(SIM_PREFIX):
+            if name[len(SIM_PREFIX) :] not in SimConfig.__dataclass_fields__:
+                raise t.fail("name", f"{name!r}: the simulator has no such figure")
+        elif name != "run.time_scale" and spec_value(path, name, params) is None:
+            raise t.fail("name", f"{name!r} is neither a knob nor a value this spec sets")
+        if row.assumed and row.range is None and name.startswith(SIM_PREFIX):
+            raise t.fail("range", "an assumed figure needs the range it is plausible in")
+        out.append(row)
+    if len({r.name for r in out}) != len(out):
+        raise where.fail(("inputs",), "each input is listed once")
+    return tuple(out)
+
+
+def _range(t: _Table, span: list[Any]) -> tuple[float, float]:
+    if len(span) != 2 or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in span):
+        raise t.fail("range", "must be [low, high]")
+    lo, hi = float(span[0]), float(span[1])
+    if lo > hi:
+        raise t.fail("range", "must be [low, high]")
+    return lo, hi
 
 
 LEFTOVER_KINDS = ("system-prefix", "other")
@@ -532,7 +592,9 @@ def _expects(where: _Where, rows: list[Any], arms: list[Arm], clock_s: float | N
         if raw["arm"] not in names:
             raise t.fail("arm", f"unknown arm {raw['arm']!r} (arms: {', '.join(sorted(names))})")
         if not raw["source"]:
-            raise t.fail("source", "every expectation names its source (a seed-figures section)")
+            raise t.fail(
+                "source", "every expectation names its source (the report and its section, e.g. 003, the fix)"
+            )
         try:
             out.append(parse_expect(raw, clock_s))
         except ValueError as exc:
@@ -648,6 +710,7 @@ def _step(where: _Where, i: int, data: Any, sessions: dict[str, SessionSpec], pa
         fraction=t.number("fraction", 0.5),
         text=t.text("text", "A line inserted here changes everything after it."),
         restart=t.flag("restart"),
+        latest=t.flag("latest"),
         label=t.text("label"),
         tag=t.get("tag", str, None, "a string"),
         when=when,

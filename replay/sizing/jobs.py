@@ -13,6 +13,7 @@ from replay.errors import UsageError
 from replay.sim.model.config import SimConfig
 from replay.sim.model.job import ContextTooLong, Job, build_job, plan_job, thinking_requested
 from replay.sim.model.render import Rendered
+from replay.sizing.timeline import Scheduled
 from replay.trace import iter_requests, last_references, materialize
 from replay.trace.materialize import plain_message, recorded_message
 from replay.trace.model import Request
@@ -59,7 +60,7 @@ def jobs_from_requests(
 
 
 def jobs_from_trace(
-    requests: Iterable[Request], cfg: SimConfig, history: History = "live"
+    requests: Iterable[Request], cfg: SimConfig, history: History = "live", think: str = "auto"
 ) -> Iterator[tuple[float, Job]]:
     """(send time, job) for each of a trace's requests (in trace order, as `replay.trace` reads
     them), replies spliced as the engine does: the simulator's own reply in `live` history, the
@@ -67,7 +68,32 @@ def jobs_from_trace(
 
     A request that keeps all its parent's messages is rendered as the parent's rendering plus its
     new messages (what `render` would give for the whole list), so a turn costs what it adds.
+    `think` is the run's `--think`: `off` asks the server not to think (the engine sends ds4's
+    `thinking: disabled`), `on` and `auto` leave it to the request (ds4 thinks by default).
     """
+    for req, job in _planned(requests, cfg, history, think):
+        yield req.t, job
+
+
+def scheduled_from_trace(
+    requests: Iterable[Request], cfg: SimConfig, history: History = "live", think: str = "auto"
+) -> Iterator[Scheduled]:
+    """`jobs_from_trace` with what a replay plan needs to send each job: the replies its history
+    carries and its recorded `after` (`replay.engine.plans.reply_deps`), the tool time after
+    them, and whether it rewrites its history (a compaction)."""
+    for req, job in _planned(requests, cfg, history, think):
+        deps = [m["$reply"] for m in req.append if "$reply" in m]
+        after = req.after or {}
+        if after.get("request") is not None and after["request"] not in deps:
+            deps.append(after["request"])
+        delay = float(after.get("delay_s") or 0.0)
+        yield Scheduled(req.t, job, tuple(deps), delay, req.is_compaction, req.tag)
+
+
+def _planned(
+    requests: Iterable[Request], cfg: SimConfig, history: History, think: str
+) -> Iterator[tuple[Request, Job]]:
+    """Each request with its job, rendered turn by turn (see `jobs_from_trace`)."""
     replies: dict[int, Message] = {}  # the reply each request got, for the requests that resend it
     reply_for = replies.__getitem__
     rendered: OrderedDict[int, Rendered] = OrderedDict()  # recent requests' renderings, by id
@@ -98,18 +124,28 @@ def jobs_from_trace(
                 req.id,
                 done.prompt(),
                 tools,
-                req.max_tokens,
+                _max_tokens(req),
                 cfg,
                 finish=finish,
                 tool_name=calls[0].get("name") if calls else None,
                 session=req.session,
-                thinking=thinking_requested(req.params),
+                thinking=think != "off" and thinking_requested(req.params),
             )
         except ContextTooLong as exc:
             raise UsageError(f"request {req.id}: {exc}; give a larger one with --ctx") from None
         if history == "live":
             replies[req.id] = job.reply.message()
-        yield req.t, job
+        yield req, job
+
+
+def _max_tokens(req: Request) -> int | None:
+    """What the engine asks for (`Engine._call`): the recorded reply's length, capped by the
+    request's own `max_tokens`; else that; else None (the server's default)."""
+    recorded = (req.reply or {}).get("output_tokens")
+    asked = req.params.get("max_tokens")
+    if recorded is None:
+        return asked
+    return recorded if asked is None else min(recorded, asked)
 
 
 # Renderings kept for requests still to come to extend: a trace's next turn usually follows its

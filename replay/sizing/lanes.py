@@ -8,15 +8,19 @@ their disks cannot tell them apart.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
 from replay.metrics.switch import SWITCH, SwitchTracker
+from replay.sim.model.checkpoint import Checkpoint
 from replay.sim.model.config import SimConfig
 from replay.sim.model.job import Job
 from replay.sim.model.sequential import DiskLane, Live, LiveSlots, Walk, save_room
 from replay.sizing.rows import StaleFile, SweepRow, stale_checkpoints, switch_figures
+
+# Files on disk before the first request, for a config (a scenario's earlier day, say).
+OnDisk = Callable[[SimConfig], list[Checkpoint]]
 
 
 class _Member(NamedTuple):
@@ -95,13 +99,17 @@ class _LaneTally:
 
 
 def sweep_sequential(
-    jobs: Iterable[tuple[float, Job]], variants: list[tuple[int, SimConfig]], stale: Sequence[StaleFile]
+    jobs: Iterable[tuple[float, Job]],
+    variants: list[tuple[int, SimConfig]],
+    stale: Sequence[StaleFile],
+    on_disk: OnDisk | None = None,
 ) -> list[SweepRow]:
-    """The rows of a sequential sweep over `variants` (budget, config), in their order."""
+    """The rows of a sequential sweep over `variants` (budget, config), in their order; `on_disk`
+    gives, for a config, more files on disk before the first request (fresh ones each call)."""
     members: dict[tuple[int, str], list[_Member]] = {}
     for index, (budget, vcfg) in enumerate(variants):
         members.setdefault((vcfg.slots, vcfg.routing), []).append(_Member(index, budget, vcfg))
-    layouts = [_Layout(group, stale) for group in members.values()]
+    layouts = [_Layout(group, stale, on_disk) for group in members.values()]
     requests = switches = 0
     order = SwitchTracker()  # one request at a time: each is done before the next is sent
     for _, job in jobs:
@@ -125,16 +133,20 @@ class _Layout:
     all, and lanes whose clocks and last saves are equal form a cohort, whose first lane serves a
     job that touches no disk for all of them."""
 
-    def __init__(self, members: list[_Member], stale: Sequence[StaleFile]) -> None:
+    def __init__(self, members: list[_Member], stale: Sequence[StaleFile], on_disk: OnDisk | None) -> None:
         cfg = members[0].cfg
         self.cfg = cfg
         self.live_slots = LiveSlots(cfg)
         # Budgets the stale files fit share a lane; a smaller one trims them its own way.
         members = sorted(members, key=lambda m: m.cfg.budget_bytes)
-        stale_bytes = sum(cfg.file_bytes(f.tokens) for f in stale)
+
+        def files(c: SimConfig) -> list[Checkpoint]:
+            return stale_checkpoints(stale, c) + (on_disk(c) if on_disk is not None else [])
+
+        stale_bytes = sum(cp.size for cp in files(cfg))
         fits = [m for m in members if stale_bytes <= m.cfg.budget_bytes]
         groups = [[m] for m in members if stale_bytes > m.cfg.budget_bytes] + ([fits] if fits else [])
-        self.lanes = [_LaneTally(g, DiskLane(g[0].cfg, stale_checkpoints(stale, g[0].cfg))) for g in groups]
+        self.lanes = [_LaneTally(g, DiskLane(g[0].cfg, files(g[0].cfg))) for g in groups]
         self.shared = [tally for tally in self.lanes if len(tally.members) > 1]
         self.cohorts: list[list[_LaneTally]] = []
         self._regroup()
@@ -145,8 +157,8 @@ class _Layout:
         live = self.live_slots.admit(job)
         self.misses += live.miss
         self._part(job, live)
-        walks: dict[tuple[int, int], Walk | None] = {}
-        ends: dict[tuple[int, int, float], tuple[float, float]] = {}
+        walks: dict[tuple[int, int, bool], Walk | None] = {}
+        ends: dict[tuple[int, int, bool, float], tuple[float, float]] = {}
         if live.source is None:  # to the disk: every lane on its own
             for tally in self.lanes:
                 _serve(job, live, tally, switch, walks, ends)
@@ -193,28 +205,30 @@ def _serve(
     live: Live,
     tally: _LaneTally,
     switch: bool,
-    walks: dict[tuple[int, int], Walk | None],
-    ends: dict[tuple[int, int, float], tuple[float, float]],
+    walks: dict[tuple[int, int, bool], Walk | None],
+    ends: dict[tuple[int, int, bool, float], tuple[float, float]],
 ) -> float | None:
     """One job at one budget: its own disk step (evict save, restore), then the prompt and reply.
     Those take the same steps at every budget that starts them from the same cached position with
     its last save at the same position, as long as they save nothing: walked once (`walks`), then
-    replayed on the other clocks, and added up once per start (`ends`). Returns the job's wait when
-    it touched no disk, else None."""
+    replayed on the other clocks, and added up once per start (`ends`); a start from a restore
+    walks apart from a live one (its first quantum pays the resumed prefill's fixed cost). Returns
+    the job's wait when it touched no disk, else None."""
     lane, slot = tally.lane, live.slot
     P = len(job.prompt.seq)  # noqa: N806 - ds4's name for the prompt length
     start = lane.begin(job, live)
     t0, t, cached = start.t0, start.t, start.cached
     saved_at = lane.last_store[slot]
-    walk = walks.get((cached, saved_at), _UNWALKED)
+    restored = start.source == "disk-text"
+    walk = walks.get((cached, saved_at, restored), _UNWALKED)
     if walk is None or walk is _UNWALKED:
         t_decode, t_end = lane.run(job, slot, start)
         if walk is _UNWALKED:
-            walks[cached, saved_at] = walk = lane.walk
+            walks[cached, saved_at, restored] = walk = lane.walk
     else:
-        end = ends.get((cached, saved_at, t))
+        end = ends.get((cached, saved_at, restored, t))
         if end is None:
-            end = ends[cached, saved_at, t] = walk.replay(t)
+            end = ends[cached, saved_at, restored, t] = walk.replay(t)
         t_decode, t_end = end
         lane.advance(t_end)
     wait = (t_end - t0) - max(0.0, t_end - t_decode)  # a `Result`'s total_s - decode_s

@@ -80,7 +80,10 @@ def sweep_table(report: SweepReport) -> Table:
             f"{r.wait_max_s:.1f}s",
             human_bytes(r.peak_disk_bytes),
         )
-    notes = [PEAK_NOTE]
+    notes = [
+        f"walker: {report.walker} ({report.why})" if report.why else f"walker: {report.walker}",
+        PEAK_NOTE,
+    ]
     if report.target_reread is not None:
         notes.insert(
             0,
@@ -114,4 +117,6 @@ def sweep_json(report: SweepReport) -> dict[str, Any]:
         "rows": [asdict(r) for r in report.rows],
         "target_reread": report.target_reread,
         "best_budget": report.best_budget,
+        "walker": report.walker,
+        "why": report.why,
     }

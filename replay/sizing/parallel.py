@@ -66,7 +66,7 @@ def sweep_in_workers(
     """The rows of `sweep_trace(path, budgets, **kwargs)`, as dicts in budget order: this process
     reads and renders, `workers - 1` processes (at least one) split the budgets, each with `run`."""
     options = dict(kwargs)
-    cfg, history = options.pop("cfg"), options.pop("history")
+    cfg, history, think = options.pop("cfg"), options.pop("history"), options.pop("think", "auto")
     ctx = mp.get_context("spawn")  # no fork: the parent may hold threads
     n = max(1, min(workers - 1, len(budgets)))
     parts = [list(range(i, len(budgets), n)) for i in range(n)]
@@ -83,7 +83,7 @@ def sweep_in_workers(
             reader.close()  # the worker's end: with it closed here, the worker sees our exit
             procs.append(proc)
             pipes.append(writer)
-        for batch in _batches(jobs_from_trace(read_requests(path, progress), cfg, history)):
+        for batch in _batches(jobs_from_trace(read_requests(path, progress), cfg, history, think)):
             _send(pickle.dumps(batch, pickle.HIGHEST_PROTOCOL), pipes, procs, results)
         _send(b"", pipes, procs, results)
         rows = _collect(results, procs)

@@ -73,6 +73,9 @@ class SweepReport:
     rows: list[SweepRow]
     target_reread: int | None
     best_budget: int | None
+    # Which walk served the plan ("sequential" or "event loop") and why (`sweep.walker_for`).
+    walker: str = "sequential"
+    why: str = ""
 
 
 def switch_figures(row: SweepRow, rereads: Sequence[int], waits: Sequence[float]) -> None:

@@ -129,5 +129,22 @@ def launched(
         yield Server(url=m["url"], child=child, log_path=log_path)
 
 
+SIM = [sys.executable, "-m", "replay.sim", "--server", "llama"]
+
+
+@contextmanager
+def launched_sim(
+    model: Path | str, *flags: str, log_path: Path, cwd: Path | None = None, timeout: float = 60.0
+) -> Iterator[Server]:
+    """The simulator playing llama-server on the same model and flags, started and stopped the
+    same way as the real server (its readiness line is llama-server's)."""
+    log_path.write_bytes(b"")
+    argv = [*SIM, "-m", str(model), "--port", "0", *flags]
+    child = ChildProcess(argv, log_path=log_path, cwd=cwd, stop_timeout=10.0, give_up=True, name="llama-sim")
+    with child:
+        m = child.wait_for_line(READY, timeout)
+        yield Server(url=m["url"], child=child, log_path=log_path)
+
+
 def printable(text: str) -> bool:
     return bool(text) and text.isascii() and text.isprintable()

@@ -495,6 +495,7 @@ def test_the_pods_run_as_the_kubelet_starts_them_and_the_collector_sees_every_sh
             "replay",
             "report",
             "--json",
+            "--merge",
             *map(str, sorted(results.glob(k8s.RESULTS_GLOB))),
         ],
         capture_output=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 
 from replay.metrics.results import read_summary_line
-from replay.runs.k8s_collect import collect, ended_shards
+from replay.runs.k8s_collect import LOST, collect, ended_shards, set_aside_lost_attempts
 
 START = 1_800_000_000.0  # a wall-clock instant (2027-01-15)
 
@@ -69,6 +69,23 @@ def test_a_pod_lost_to_a_drain_is_not_an_ended_shard_but_its_second_attempt_is(t
     assert ended_shards(tmp_path, 1) == {}
     _results(tmp_path, "shard-0.morning-0-zz9y8.results.jsonl", "done")
     assert ended_shards(tmp_path, 1) == {0: "done"}
+
+
+def test_a_lost_attempt_of_a_shard_that_ended_later_is_set_aside_out_of_the_report_glob(
+    tmp_path: Path,
+) -> None:
+    lost = _results(tmp_path, "shard-0.morning-0-a1b2c.results.jsonl", "SIGTERM")  # drained
+    _results(tmp_path, "shard-0.morning-0-zz9y8.results.jsonl", "done")  # its second attempt
+    only = _results(tmp_path, "shard-1.morning-1-q7w6e.results.jsonl", "SIGTERM")  # never ended
+    clock, said = Clock(), []
+    collect(tmp_path, 2, START, 0, said.append, clock.time, clock.sleep)
+    assert sorted(p.name for p in tmp_path.glob("*.results.jsonl")) == [
+        "shard-0.morning-0-zz9y8.results.jsonl",
+        only.name,  # all there is of shard 2: kept where the report reads it
+    ]
+    assert (tmp_path / LOST / lost.name).is_file()  # kept, not deleted
+    assert any(line.startswith("moved 1 lost attempt(s)") for line in said)
+    assert set_aside_lost_attempts(tmp_path, 2) == []  # nothing more to move
 
 
 def test_worker_parts_other_files_and_indexes_past_the_last_are_not_shards(tmp_path: Path) -> None:

@@ -20,7 +20,15 @@ from replay.scenario.check import ArmView, evaluate
 from replay.scenario.expect import Expect, clock_window
 
 # The built-in scenarios that reproduce numeric rows of seed figures sections 1-3.
-FIELD_SCENARIOS = ("slow-morning", "three-overnight", "switching", "batched-routing", "cold-ab")
+FIELD_SCENARIOS = (
+    "slow-morning",
+    "three-overnight",
+    "switching",
+    "batched-routing",
+    "batched-starvation",
+    "cold-ab",
+    "prewarm",
+)
 
 SPEC = """
 [scenario]
@@ -58,7 +66,7 @@ def test_every_field_scenario_has_expectations_with_a_source() -> None:
     for name in FIELD_SCENARIOS:
         assert specs[name].expects, name
         for e in specs[name].expects:
-            assert re.match(r"seed-figures [123]\b", e.source), (name, e.source)
+            assert re.match(r"00[023], ", e.source), (name, e.source)  # the report it comes from
             if e.gap is not None:  # a known gap is explained, and the spec's notes point at it
                 assert len(e.gap) > 20 and "gap" in specs[name].notes, name
 
@@ -171,7 +179,8 @@ def test_check_runs_the_arms_and_states_each_figure(tmp_path: Path) -> None:
     code = check(CheckArgs(names=["cold-ab"], out=tmp_path), console)
     text = out.getvalue()
     assert code == 0, text
-    assert "seed-figures 3" in text and "0.187" in text and "known gap" in text
+    assert "000, A/B" in text and "0.187" in text and "known gap" in text
+    assert "spread cold-ab/on-2nd: 0.0%" in text  # alternate-plan arms: the run is the walk
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert check(CheckArgs(names=["batched-routing"], json=True, out=tmp_path / "j"), console) == 0
@@ -188,3 +197,103 @@ def test_check_fails_when_a_figure_does_not_hold(tmp_path: Path) -> None:
     out = io.StringIO()
     assert check(CheckArgs(names=[str(path)], out=tmp_path / "r"), Console(file=out, width=250)) == 1
     assert "FAIL" in out.getvalue()
+
+
+def test_rows_are_judged_on_the_modelled_walk_the_same_every_run(tmp_path: Path) -> None:
+    """The slow morning's rows (closed-loop, two in flight) come out the same walk after walk:
+    a per-window row no longer depends on how busy the machine is (it passed 2 of 4 wall-clock
+    runs before)."""
+    from replay.runs.sensitivity import walk_rows
+
+    spec = find_scenario("slow-morning")
+    first = walk_rows(spec, tmp_path)
+    again = walk_rows(spec, tmp_path)
+    assert [(v.modelled, v.status) for v in first] == [(v.modelled, v.status) for v in again]
+    windows = [v for v in first if v.expect.step in ("06:45", "07:55")]
+    assert len(windows) >= 8
+
+
+def test_a_rows_spread_is_how_far_the_run_strays_from_the_walk() -> None:
+    from replay.commands.scenario import spread_lines
+    from replay.scenario.check import Verdict
+
+    e = Expect(arm="24G", metric="call_s", lo=68, hi=363)
+    walked = Verdict("s", e, "40-250", 40.0, False, (40.0, 250.0))
+    ran = Verdict("s", e, "20-250", 20.0, False, (20.0, 250.0))
+    row = walked.with_run(ran)
+    assert row.spread == pytest.approx(0.5)  # the low end, 20 against 40
+    assert walked.with_run(walked).spread == 0.0
+    assert spread_lines([row]) == ["spread s/24G: 50.0% at most, 1 of 1 row(s) differ on the wall-clock run"]
+    assert row.to_json()["run"] == {"modelled": "20-250", "value": 20.0}
+
+
+def test_show_inputs_lists_every_input_with_its_source_and_how_far_rows_move() -> None:
+    from replay.commands.scenario import inputs_table
+
+    out = io.StringIO()
+    console = Console(file=out, width=300)
+    console.print(inputs_table(find_scenario("cold-ab"), console))
+    text = out.getvalue()
+    for name in ("defaults.system_tokens", "sim.resume_prefill_s", "sim.prefill_tps", "arm on-2nd"):
+        assert name in text
+    assert 'assumed: "それぞれ約 12,000 文字の system' in text and '000: "chat ctx=6144..6657:513' in text
+    # the logged request's run decides the resumed prefill's cost: the cold-on ratios move with it
+    assert "on-2nd: cold saves on, second run" in text and "0.191" in text
+
+
+def test_llama_server_figures_come_from_its_log_records_and_slot_files() -> None:
+    """Checkpoints (`store`, reason checkpoint: how far before the prompt's end), the host cache's
+    largest state, the slot file of a restart, and `--cache-reuse` as the startup log shows it."""
+    requests = [_request(1, "doc", 32_155, 0, 160.0), _request(2, "doc", 32_155, 32_151, 0.7)]
+    server = [
+        {
+            "kind": "server",
+            "event": "store",
+            "request_seq": 1,
+            "line": 5,
+            "reason": "checkpoint",
+            "tokens": 31_639,
+        },
+        {
+            "kind": "server",
+            "event": "store",
+            "request_seq": 1,
+            "line": 6,
+            "reason": "checkpoint",
+            "tokens": 32_151,
+        },
+        {
+            "kind": "server",
+            "event": "store",
+            "request_seq": 2,
+            "line": 9,
+            "reason": "checkpoint",
+            "tokens": 32_151,
+        },
+        {
+            "kind": "server",
+            "event": "store",
+            "request_seq": 2,
+            "line": 8,
+            "reason": "host_cache",
+            "mib": 2867.2,
+        },
+    ]
+    restart = {
+        "kind": "probe_restart",
+        "save": {"n_written": 730_144_440, "save_ms": 3600.0},
+        "restore": {"restore_ms": 300.0},
+    }
+    run = {"target": {"time_scale": 1.0, "effective": {"cache_reuse": 0}}}
+    view = ArmView(RunResults(path="x", run=run, requests=requests, server=server, restarts=[restart]))
+    first = [view.requests[0]]
+    assert view.run_value("checkpoints_made", first, scoped=True) == 2
+    assert view.run_value("checkpoint_depth_min", first, scoped=True) == 4
+    assert view.run_value("checkpoint_depth_max", first, scoped=True) == 516
+    assert view.run_value("checkpoints_made", view.requests) == 3
+    assert view.run_value("host_cache_gib", view.requests) == 2.8
+    assert view.run_value("slot_file_gib", []) == 730_144_440 / 2**30
+    assert (view.run_value("slot_save_s", []), view.run_value("slot_restore_s", [])) == (3.6, 0.3)
+    assert view.run_value("cache_reuse_in_effect", []) == 0
+    bare = ArmView(RunResults(path="x", run={"target": {}}, requests=requests))
+    assert bare.run_value("slot_save_s", []) is None and bare.run_value("cache_reuse_in_effect", []) is None

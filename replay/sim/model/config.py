@@ -41,6 +41,13 @@ class Preset:
     prefill_chunk: int
     visible_key: VisibleKey
     note: str
+    # Whether the model's chat template has dedicated user/assistant tokens ds4's cold save can
+    # cut at (the "chat anchor"); without them the cut is always the aligned fallback.
+    chat_anchor: bool = True
+    disk_read_gbps: float = 3.0
+    disk_write_gbps: float = 1.5
+    # Fixed seconds a prefill resumed from a restored checkpoint costs on top of its tokens.
+    resume_prefill_s: float = 0.0
 
 
 PRESETS: dict[str, Preset] = {
@@ -64,6 +71,37 @@ PRESETS: dict[str, Preset] = {
         prefill_chunk=2048,
         visible_key="tool-calls",
         note="Qwen3.8-Flash-Next q2 on ds4 (seed figures, Apple silicon)",
+        # Report 000: qwen4exp has no dedicated separator token (ChatML spells <|im_start|>user as
+        # text), so ds4's cold save "always falls back" to the aligned cut.
+        chat_anchor=False,
+        # Report 003's Mac: "a switch between two 100K-token conversations now restores in about
+        # a second", 100K x 34.5 KiB = 3.5 GB in a second. It gives no write figure; report
+        # 000's machine wrote both slots (the last two pre-warmed prompts, 6,655 and 5,822
+        # tokens) at SIGTERM in 56-61 ms, 7.2-7.9 GB/s, the only one measured for these files.
+        disk_read_gbps=3.5,
+        disk_write_gbps=7.6,
+    ),
+    # Report 000's machine (M5 Max 128 GB, the q4k package): the A/B's logged round-2 request
+    # (`ctx=6144..6657:513 ... 0.980s`) took ~0.25 s more than its 513 tokens at the run's own
+    # round-1 rate (19,609 tokens in 27.87 s): a fixed cost of a resumed prefill. Its prefill
+    # rate moved run to run as the page cache warmed (19,609 tokens in 38.27 -> 23.25 s), so an
+    # arm sets the rate of the run it models.
+    "qwen38-q4k": Preset(
+        model_id="qwen3.8-flash-next",
+        bytes_per_token=int(34.5 * KiB),
+        fixed_bytes=0,
+        prefill_tps=894.0,
+        decode_tps=41.0,
+        ctx=262144,
+        prefill_chunk=2048,
+        visible_key="tool-calls",
+        note="Qwen3.8-Flash-Next q4k on ds4, report 000's M5 Max 128 GB",
+        chat_anchor=False,
+        # 000's restores: 6,144 tokens in 29.2 ms, 110,592 in 496.9 ms, 182,272 in 1,049.9 ms
+        # (6.1-7.9 GB/s); its SIGTERM save, 7.2-7.9 GB/s (see qwen38-q2).
+        disk_read_gbps=7.4,
+        disk_write_gbps=7.6,
+        resume_prefill_s=0.25,
     ),
     # ds4-server reference 4.3: 13.45 KiB/token + 22.9 MiB per file; README q2 prefill 250-470 t/s,
     # decode 21-37 t/s; ds4 defaults: ctx 32768, prefill chunk 4096 (August build). The A/B source
@@ -118,8 +156,14 @@ class SimConfig:
     # "exact": continued saves only when a progress event lands on a multiple (A/B builds);
     # "crossed": when an event has crossed one since the last save (later builds, PR 903).
     continued_trigger: ContinuedTrigger = "exact"
-    disk_read_gbps: float = 3.0
-    disk_write_gbps: float = 1.5
+    disk_read_gbps: float = PRESETS[DEFAULT_PRESET].disk_read_gbps
+    disk_write_gbps: float = PRESETS[DEFAULT_PRESET].disk_write_gbps
+    # The model has a chat anchor for the cold cut (see `Preset.chat_anchor`).
+    chat_anchor: bool = PRESETS[DEFAULT_PRESET].chat_anchor
+    # Fixed seconds of a prefill resumed after a disk restore (see `Preset.resume_prefill_s`).
+    resume_prefill_s: float = PRESETS[DEFAULT_PRESET].resume_prefill_s
+    # The server build whose rules these are, when `--build` named one (see `builds.py`).
+    build: str = ""
     # The generated text holds reasoning the client never sends back (ds4 issue 1053).
     hidden_reasoning: bool = False
     reasoning_tokens: int = 64
@@ -192,6 +236,10 @@ def config_for(preset: str = DEFAULT_PRESET, **overrides: object) -> SimConfig:
         decode_tps=p.decode_tps,
         prefill_chunk=p.prefill_chunk,
         visible_key=p.visible_key,
+        chat_anchor=p.chat_anchor,
+        disk_read_gbps=p.disk_read_gbps,
+        disk_write_gbps=p.disk_write_gbps,
+        resume_prefill_s=p.resume_prefill_s,
     )
     return replace(base, **{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
 

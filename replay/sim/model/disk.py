@@ -129,7 +129,9 @@ class DiskStore:
                 return StoreOutcome(None, [], [], duplicate=True)
         before: list[Checkpoint] = []
         if self.cfg.eviction == "aug":
-            before = self._evict_over(self.need(size), now, protect=None, incoming=seq)
+            # `ds4_kvstore_evict(kc, live, est_file_bytes, &incoming)`: room for the file itself
+            # (the 1% slack only decides whether it may be written at all).
+            before = self._evict_over(size, now, protect=None, incoming=seq)
         cp = Checkpoint(seq, reason, key, size, created=now, last_used=now, trimmed=trimmed)
         self.files[cp] = None
         self.total += size

@@ -58,6 +58,7 @@ class _Run:
     last_dec_t: float = 0.0
     last_dec_gen: int = 0
     abort: bool = False
+    resumed: bool = False  # the first quantum after a restore has paid `resume_prefill_s`
 
     @property
     def n(self) -> int:
@@ -255,7 +256,11 @@ class CacheModel:
             step = self.cfg.mixed_prefill_quantum if decoders else self.cfg.prefill_step
             stop = run.cold_cut if run.cold_cut is not None and run.pos < run.cold_cut else run.P
             q = max(1, min(step, stop - run.pos))
-            self.gpu = _Op("prefill", self.now, q / self.cfg.prefill_tps, 1, (slot,), q)
+            dt = q / self.cfg.prefill_tps
+            if run.pos == run.cached and run.source == "disk-text" and not run.resumed:
+                run.resumed = True  # the resumed prefill's fixed cost, once
+                dt = dt + self.cfg.resume_prefill_s
+            self.gpu = _Op("prefill", self.now, dt, 1, (slot,), q)
         elif decoders:
             k = 1 if prefillers else min(self._decode_stop(s) for s in decoders)
             self.gpu = _Op("decode", self.now, 1.0 / self.cfg.decode_tps, max(1, k), tuple(decoders))
@@ -419,7 +424,7 @@ class CacheModel:
         self._emit(ev.PromptStart(self.now, run.job.id, slot.index, cached, run.P, self._flags(run)))
         run.progress = policy.shows_progress(cached, run.P, self.cfg)
         if policy.cold_save_applies(cached, run.P, self.cfg):
-            run.cold_cut = policy.cold_cut(run.P, run.job.prompt.anchor, self.cfg)
+            run.cold_cut = policy.cold_cut(run.P, policy.anchor_of(run.job.prompt.anchor, self.cfg), self.cfg)
         if run.progress:
             if self.progress:
                 self._emit(self._chunk_event(run))
@@ -613,11 +618,11 @@ class CacheModel:
         def written() -> None:
             outcome = disk.store(seq, reason, key, self.now, trimmed)
             for cp in outcome.evicted_before:
-                self._emit(ev.Evicted(self.now, cp))
+                self._emit(ev.Evicted(self.now, cp, job_id))
             if outcome.stored is not None:
                 self._emit(ev.Stored(self.now, job_id, slot.index, outcome.stored, reason, save_s))
             for cp in outcome.evicted_after:
-                self._emit(ev.Evicted(self.now, cp))
+                self._emit(ev.Evicted(self.now, cp, job_id))
             then()
 
         self._io(slot, save_s, written)

@@ -101,6 +101,7 @@ class Skipped(Event):
 @dataclass(frozen=True, slots=True)
 class Evicted(Event):
     checkpoint: Checkpoint
+    job_id: int | None = None  # the request whose save it made room for (None: the startup pass)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,12 @@ def cold_save_applies(cached: int, prompt_tokens: int, cfg: SimConfig) -> bool:
     )
 
 
+def anchor_of(anchor: int | None, cfg: SimConfig) -> int | None:
+    """The prompt's chat anchor as ds4 finds it: only a model with dedicated user/assistant
+    tokens has one (`ds4_kvstore_chat_anchor_pos` needs their ids; Qwen's ChatML has none)."""
+    return anchor if cfg.chat_anchor else None
+
+
 def cold_cut(prompt_tokens: int, anchor: int | None, cfg: SimConfig) -> int:
     """Where the cold save cuts: the chat anchor when it is >= min, else the fallback cut."""
     if anchor is not None and cfg.kv_cache_min_tokens <= anchor < prompt_tokens:
@@ -145,7 +151,10 @@ def decayed_hits(cp: Checkpoint, now: float, cfg: SimConfig) -> float:
 
 
 def eviction_score(cp: Checkpoint, now: float, cfg: SimConfig, incoming: TokenSeq | None = None) -> float:
-    """Lowest goes first: (h + 1) * tokens / size; the August build weighs reasons too."""
+    """Lowest goes first: (h + 1) * tokens / size; from the August build on, anchors (cold,
+    evict, shutdown) x2 and a continued file that is a strict prefix of the incoming one
+    x(0.05 + 0.45 * h / (h + 1)) (`ds4_kvstore_entry_eviction_score`, KV_CACHE_ANCHOR_REASON_
+    SCORE_FACTOR and KV_CACHE_CONTINUED_PREFIX_MIN/HIT_FACTOR)."""
     h = decayed_hits(cp, now, cfg)
     score = (h + 1.0) * cp.tokens / max(1, cp.size)
     if cfg.eviction == "aug":
@@ -157,7 +166,7 @@ def eviction_score(cp: Checkpoint, now: float, cfg: SimConfig, incoming: TokenSe
             and len(cp.seq) < len(incoming)
             and is_prefix(cp.seq, incoming)
         ):
-            score *= 0.05 if h == 0.0 else 0.5
+            score *= 0.05 + 0.45 * (h / (h + 1.0))
     return score
 
 

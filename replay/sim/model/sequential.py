@@ -254,7 +254,8 @@ class DiskLane:
         that asked for no save leaves its steps in `walk` (else `walk` is None)."""
         saves = self.saves
         prefill: list[float] = []
-        t_decode = self._prefill(start.t, job, slot, start.cached, prefill)
+        resumed = start.source == "disk-text"
+        t_decode = self._prefill(start.t, job, slot, start.cached, prefill, resumed)
         decode: list[float] = []
         t = self._decode(t_decode, job, slot, decode)
         self.walk = Walk(tuple(prefill), tuple(decode)) if self.saves == saves else None
@@ -268,13 +269,15 @@ class DiskLane:
         if disk is not None and disk.peak > self.peak_disk_bytes:
             self.peak_disk_bytes = disk.peak
 
-    def _prefill(self, t: float, job: Job, slot: int, pos: int, steps: list[float]) -> float:
+    def _prefill(self, t: float, job: Job, slot: int, pos: int, steps: list[float], resumed: bool) -> float:
         """Prefill quanta from `pos`, with the cold save at its cut and continued saves at
-        progress events on the interval (`CacheModel._prompt_start` to `_start_decode`)."""
+        progress events on the interval (`CacheModel._prompt_start` to `_start_decode`); a
+        prefill `resumed` after a restore pays `resume_prefill_s` with its first quantum."""
         cfg, P = self.cfg, len(job.prompt.seq)  # noqa: N806
         last = self.last_store
         progress = policy.shows_progress(pos, P, cfg)
-        cut = policy.cold_cut(P, job.prompt.anchor, cfg) if policy.cold_save_applies(pos, P, cfg) else None
+        anchor = policy.anchor_of(job.prompt.anchor, cfg)
+        cut = policy.cold_cut(P, anchor, cfg) if policy.cold_save_applies(pos, P, cfg) else None
         if progress and policy.continued_due(pos, last[slot], cfg):
             t = self._save_prefix(t, job, slot, pos, "continued", 0)
         step, tps = cfg.prefill_step, cfg.prefill_tps
@@ -282,6 +285,9 @@ class DiskLane:
             stop = cut if cut is not None and pos < cut else P
             q = max(1, min(step, stop - pos))
             dt = self._prefill_s if q == step else q / tps
+            if resumed:
+                resumed = False
+                dt = dt + cfg.resume_prefill_s
             steps.append(dt)
             t = t + dt
             pos += q

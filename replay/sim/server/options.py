@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from replay.errors import UsageError
 from replay.serving.guard import Limits
+from replay.sim.model.builds import BUILDS
 from replay.sim.model.config import (
     CONTINUED_TRIGGERS,
     DEFAULT_PRESET,
@@ -51,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="A simulated ds4-server: ds4's cache policy, slots and log lines, no model needed.",
     )
     g = p.add_argument_group("server")
+    g.add_argument(
+        "--server",
+        choices=["ds4", "llama"],
+        default="ds4",
+        help="which server to simulate: ds4-server (these flags) or llama-server "
+        "(`replay sim serve --server llama --help` lists its flags)",
+    )
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument(
         "--port", type=int, default=8000, help="0 picks a free port (printed in the listening line)"
@@ -100,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--fixed-bytes", type=_bytes_arg, help="checkpoint bytes per file, e.g. 22.9MiB")
     m.add_argument("--disk-read-gbps", type=float)
     m.add_argument("--disk-write-gbps", type=float)
+    m.add_argument("--resume-prefill-s", type=float)
     m.add_argument(
         "--hidden-reasoning",
         action="store_true",
@@ -128,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--kv-cache-continued-interval-tokens", type=int)
     k.add_argument("--kv-cache-boundary-trim-tokens", type=int)
     k.add_argument("--kv-cache-boundary-align-tokens", type=int)
+    k.add_argument(
+        "--build",
+        choices=sorted(BUILDS),
+        help="the ds4 build whose cache rules to run (eviction, saves, keys): "
+        + "; ".join(f"{b.name} = {b.about}" for b in BUILDS.values())
+        + " (a rule flag below overrides the build's)",
+    )
     k.add_argument("--eviction", choices=EVICTIONS, help="base = May build, aug = August build multipliers")
     k.add_argument(
         "--consume-deep-hits", action="store_true", default=None, help="May build: delete restored > cold_max"
@@ -145,6 +161,7 @@ _HELP = {
     "decode_tps": "decode speed, tokens per modelled second",
     "disk_read_gbps": "checkpoint read speed, GB per modelled second",
     "disk_write_gbps": "checkpoint write speed, GB per modelled second",
+    "resume_prefill_s": "fixed seconds a prefill resumed after a disk restore costs",
     "reasoning_tokens": "hidden reasoning tokens per reply (with --hidden-reasoning)",
     "batched_sessions": "resident sessions (slots), each with its own KV, as ds4's --batched-session",
     "routing": "which slot a request goes to: ds4's (upstream) or one that prefers a slot already holding its prefix",
@@ -225,6 +242,7 @@ _CONFIG_FIELDS = (
     "fixed_bytes",
     "disk_read_gbps",
     "disk_write_gbps",
+    "resume_prefill_s",
     "hidden_reasoning",
     "reasoning_tokens",
     "visible_key",
@@ -311,6 +329,10 @@ def parse(argv: list[str] | None = None) -> tuple[SimConfig, ServeOptions]:
         raise UsageError("--tool-call-rate must be between 0 and 1")
     if ns.tool_call_max < 0:
         raise UsageError("--tool-call-max must be >= 0")
+    if ns.build is not None:
+        build = BUILDS[ns.build]
+        given = {k: v for k, v in overrides.items() if v is not None}
+        overrides = {**build.rules(), "build": build.name, **given}
     cfg = config_for(ns.preset, disk=ns.kv_disk_dir is not None, **overrides)
     host = "127.0.0.1" if ns.host == "localhost" else ns.host
     clock = offset = None

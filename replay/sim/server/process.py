@@ -27,6 +27,7 @@ from replay.sim.server import heap
 from replay.sim.server import log as simlog
 from replay.sim.server.agentic import AgentOptions
 from replay.sim.server.app import create_app
+from replay.sim.server.flags import server_kind
 from replay.sim.server.options import ServeOptions, parse
 from replay.sim.server.runtime import LogSink, SimRuntime
 
@@ -41,8 +42,13 @@ class _Server(uvicorn.Server):
 
 def serve(argv: list[str] | None = None) -> int:
     """Entry point of `python -m replay.sim` / `replay sim serve`; returns the exit code."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if server_kind(args) == "llama":
+        from replay.sim.server.llama.process import serve as serve_llama
+
+        return serve_llama(args)
     try:
-        cfg, opts = parse(argv)
+        cfg, opts = parse(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

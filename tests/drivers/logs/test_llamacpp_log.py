@@ -214,6 +214,9 @@ def test_startup_lines() -> None:
             srv("load_model", "%s", "cache_reuse is not supported with MTP, it will be disabled"),
         ]
     )
+    build, *rest = log.events
+    assert build.kind == "build_info" and build.build == 6970  # type: ignore[attr-defined]
+    log.events[:] = rest
     kinds = [e.kind for e in log.events]
     assert kinds == [
         "cache_reuse_disabled",
@@ -262,7 +265,8 @@ def test_prefix_styles_give_the_same_events(style: str) -> None:
     assert strip(log.events) == strip(plain.events)
     assert log.stats.warnings == []
     if style in ("prefixed", "colour"):
-        assert log.events[0].t == pytest.approx(1.0 + 0.25 * 2, abs=1e-6)
+        assert log.events[0].kind == "build_info" and log.events[0].t == pytest.approx(1.0, abs=1e-6)
+        assert log.events[1].t == pytest.approx(1.0 + 0.25 * 2, abs=1e-6)
         assert log.events[-1].t is not None and log.events[-1].t > log.events[0].t
 
 

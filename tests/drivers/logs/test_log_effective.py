@@ -51,6 +51,7 @@ def test_llamacpp_cache_reuse_disabled_is_a_warning() -> None:
     lines = startup(n_slots=2, n_ctx=8192, reuse_disabled="multimodal", cache_ram=0)
     eff = llamacpp_settings(llamacpp.parse_lines(lines).events)
     assert eff == {
+        "build": 6970,  # `build: 6970 (abcdef12) with ...`: the rules a cache model applies
         "cache_reuse": 0,
         "cache_reuse_disabled_by": "multimodal",
         "n_parallel": 2,

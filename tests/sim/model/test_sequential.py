@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from replay.metrics.switch import SwitchTracker
 from replay.sim.model import events as ev
 from replay.sim.model.config import MiB, SimConfig, config_for
 from replay.sim.model.engine import CacheModel
@@ -25,6 +26,7 @@ from replay.sim.model.tokenizer import _TOKEN, tokenize
 from replay.sizing import StaleFile, SweepRow, jobs_from_trace, sweep
 from replay.sizing.rows import stale_checkpoints
 from replay.sizing.sweep import _Tally
+from replay.sizing.timeline import Scheduled, Sent
 from replay.trace import TraceWriter, materialize, read_trace, recorded_reply
 from replay.trace.synth import synth_text
 
@@ -201,14 +203,21 @@ def _event_loop_row(cfg: SimConfig, jobs: list[Job], budget: int, stale: list[St
     model = CacheModel(
         cfg.with_(kv_disk_space_mb=budget // MiB), stale_checkpoints(stale, cfg), progress=False
     )
-    tally = _Tally(SweepRow(budget, cfg.slots, cfg.routing), model)
-    tally.add(model.startup())
+    tally = _Tally(SweepRow(budget, cfg.slots, cfg.routing))
+    tracker = SwitchTracker()
+    for e in model.startup():
+        tally.add(e)
     for job in jobs:
-        tally.add(model.run_until_idle())
-        tally.sessions[job.id] = job.session
+        for e in model.run_until_idle():
+            tally.add(e)
+        tally.add(Sent(model.now, Scheduled(0.0, job), tracker.on_send(job.session, False)))
         model.submit(job, model.now)
-        tally.add(model.drain())
-    tally.add(model.run_until_idle())
+        for e in model.drain():
+            tally.add(e)
+    for e in model.run_until_idle():
+        tally.add(e)
+    assert model.disk is not None
+    tally.row.peak_disk_bytes = model.disk.peak
     return tally.close()
 
 

@@ -249,8 +249,8 @@ def test_field_build_stores_plain_text_replies_under_a_key_tool_requests_never_l
     field = _text_conversation_turns(cfg.with_(tool_replay_key=True))
     assert [r.cache_source for r in field[1:]] == ["disk-text", "disk-text"]
     assert all(r.cached_tokens <= 6_000 for r in field)
-    # the A/B source finds the same conversation's chain prefixes past its first reply
-    assert upstream[2].cached_tokens > 10_240
+    # the A/B source finds the same conversation's chain prefixes past its first reply (6,000)
+    assert upstream[2].cached_tokens > 6_000
 
 
 def test_stored_reply_key_is_the_kind_of_the_last_reply_in_the_text() -> None:
@@ -292,11 +292,17 @@ def test_continued_saves_land_on_chunk_boundaries_only() -> None:
 
 
 def test_cold_save_at_the_chat_anchor_and_no_cold_save_past_cold_max() -> None:
-    cfg = QWEN.with_(kv_disk_space_mb=8192)
+    """A model with dedicated user/assistant tokens cuts at the chat anchor; Qwen has none
+    (report 000: its cold save "always falls back" to the aligned cut)."""
+    cfg = QWEN.with_(kv_disk_space_mb=8192, chat_anchor=True)
     model = CacheModel(cfg, progress=False)
     _, events = run_turn(model, Convo("a", SYSTEM, 6_000, seed=1), 1, cfg, grow=10)
     (cold,) = [e for e in of(events, ev.Stored) if e.reason == "cold"]
     assert cold.checkpoint.tokens == 2_000 and cold.checkpoint.trimmed > 0
+    qwen = CacheModel(QWEN.with_(kv_disk_space_mb=8192), progress=False)
+    result, events = run_turn(qwen, Convo("a", SYSTEM, 6_000, seed=1), 1, QWEN, grow=10)
+    (cold,) = [e for e in of(events, ev.Stored) if e.reason == "cold"]
+    assert cold.checkpoint.tokens == (result.prompt_tokens - 32) // 2048 * 2048 == 4_096
     model = CacheModel(cfg, progress=False)
     _, events = run_turn(model, Convo("b", SYSTEM, 31_000, seed=1), 1, cfg, grow=10)
     assert not [e for e in of(events, ev.Stored) if e.reason == "cold"]

@@ -57,9 +57,11 @@ def lines_of_a_busy_run(batched: bool) -> list[str]:
         kv_disk_space_mb=1_500,
         hidden_reasoning=True,
         visible_key="no-tools",
-        # The workload was laid out (restores and evictions both) for files of equal density;
-        # this test is about line formats, not which file the score picks.
+        # The workload was laid out (restores and evictions both) for files of equal density
+        # and cold saves cut at the chat anchor (the shared system turn every conversation
+        # restores); this test is about line formats, not which file the score picks.
         fixed_bytes=0,
+        chat_anchor=True,
     )
     model = CacheModel(cfg)
     lines = [simlog.line(m) for m in simlog.startup_lines(cfg)]
