@@ -220,10 +220,11 @@ def run(args: ScenarioRunArgs, console: Console) -> int:
 def check_scenario(spec: Scenario, out_dir: Path) -> list[Verdict]:
     """Every row judged on its arm walked in modelled time (`runs.modelled`: the same figures
     every run), beside the same row on a wall-clock run of the arm on the simulator (all arms
-    side by side), whose distance from the walk is the row's spread."""
+    side by side), whose distance from the walk is the row's spread. An arm the walk does not
+    model (the simulator playing llama-server: `modelled.walkable`) is judged on its run."""
     from replay.metrics.results import read_results
     from replay.runs.leftovers import leftover_count
-    from replay.runs.modelled import model_arm
+    from replay.runs.modelled import model_arm, walkable
 
     arms = list(dict.fromkeys(e.arm for e in spec.expects))
     runs = run_arms(spec, out_dir, arms)
@@ -238,8 +239,10 @@ def check_scenario(spec: Scenario, out_dir: Path) -> list[Verdict]:
         armed = spec.with_params(arm.params)
         labels = {p.rid: p.label for p in plan_requests(armed)}
         initial = leftover_count(armed, list(arm.sim))
-        walked[run.arm] = ArmView(model_arm(armed, arm, run.trace), initial, labels)
         ran[run.arm] = ArmView(read_results(run.results), initial, labels)
+        walked[run.arm] = (
+            ArmView(model_arm(armed, arm, run.trace), initial, labels) if walkable(arm) else ran[run.arm]
+        )
     return [
         evaluate(spec.name, e, walked[e.arm]).with_run(evaluate(spec.name, e, ran[e.arm]))
         for e in spec.expects

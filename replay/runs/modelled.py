@@ -23,6 +23,18 @@ from replay.sizing.jobs import read_requests, scheduled_from_trace
 from replay.sizing.timeline import Schedule, Sent, Timeline
 
 
+def walkable(arm: Arm) -> bool:
+    """Whether the in-process walk models this arm: it walks ds4's model. An arm on the
+    simulator playing llama-server (`--server llama`) is judged on its run instead: its figures
+    come from the server's log and slot files, its probe restarts the server between requests,
+    and it serves one request at a time, so no order depends on the machine's load."""
+    sim = list(arm.sim)
+    return not any(
+        flag == "--server" and i + 1 < len(sim) and sim[i + 1] == "llama" or flag == "--server=llama"
+        for i, flag in enumerate(sim)
+    )
+
+
 def arm_config(arm: Arm) -> SimConfig:
     """The cache model `replay sim serve` runs for this arm's flags (disk KV on)."""
     cfg, _ = parse([*arm.sim, "--kv-disk-dir", "unused"])

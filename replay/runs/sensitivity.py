@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.runs.leftovers import leftover_count
-from replay.runs.modelled import arm_config, model_arm
+from replay.runs.modelled import arm_config, model_arm, walkable
 from replay.scenario.build import generate, plan_requests
 from replay.scenario.check import ArmView, Verdict, evaluate
 from replay.scenario.inputs import Input, set_to, spec_value
@@ -41,25 +41,30 @@ def current_value(spec: Scenario, inp: Input) -> Any:
         return spec.run.time_scale
     field = inp.sim_field
     if field is not None:
-        values = {repr(getattr(arm_config(arm), field)) for arm in spec.arms}
-        first = getattr(arm_config(spec.arms[0]), field)
+        ds4 = [arm for arm in spec.arms if walkable(arm)]
+        values = {repr(getattr(arm_config(arm), field)) for arm in ds4}
+        first = getattr(arm_config(ds4[0]), field)
         return first if len(values) == 1 else "per arm: " + ", ".join(sorted(values))
     return spec_value(spec.path, inp.name, spec.params)
 
 
 def walk_rows(spec: Scenario, workdir: Path, arms: dict[str, Arm] | None = None) -> list[Verdict]:
-    """Every row of the spec judged on its arm walked in modelled time."""
+    """Every row of the spec judged on its arm walked in modelled time (the rows of arms the
+    walk does not model, `modelled.walkable`, are left out: they are judged on their run)."""
     verdicts = []
     views: dict[str, ArmView] = {}
     for name in dict.fromkeys(e.arm for e in spec.expects):
         arm = (arms or {}).get(name) or spec.arm(name)
+        if not walkable(arm):
+            continue
         armed = spec.with_params(arm.params)
         trace = workdir / f"{spec.name}-{name}.trace.jsonl"
         generate(armed, trace)
         labels = {p.rid: p.label for p in plan_requests(armed)}
         views[name] = ArmView(model_arm(armed, arm, trace), leftover_count(armed, list(arm.sim)), labels)
     for e in spec.expects:
-        verdicts.append(evaluate(spec.name, e, views[e.arm]))
+        if e.arm in views:
+            verdicts.append(evaluate(spec.name, e, views[e.arm]))
     return verdicts
 
 
