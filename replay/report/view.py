@@ -271,7 +271,8 @@ def _disk(res: RunResults, requests: list[RequestView], kind: str) -> list[DiskP
     used = 0.0
     out: list[DiskPoint] = []
     for s in sorted(events, key=lambda s: (times[id(s)], _int(s.get("line")))):
-        mib = float(s.get("mib") or 0.0)
+        # A host-cache save makes an entry of its state and the slot's checkpoints (`entry_mib`).
+        mib = float(s.get("entry_mib") or s.get("mib") or 0.0)
         event = str(s.get("event"))
         if event == "store":
             used += mib

@@ -15,7 +15,8 @@ Record names follow ds4's: `request`, `restore` (source `host_cache`, `checkpoin
 `checkpoint_too_close`, `context_shift`, `slot_cleared`, `slot_purged`), and `live_miss` with reason
 `full_reprocess` for "forcing full prompt re-processing" or `lora_change`. The host cache is
 followed entry by entry (``llama_host_cache``): a save the server skipped is a `store_skipped`, a
-host-cache restore carries the `mib` it took out of the cache (`taken`), and every `cache state`
+save carries the size of the entry it made (`entry_mib`: its state, `mib`, and the slot's
+checkpoints), a host-cache restore the `mib` it took out of the cache (`taken`), and every `cache state`
 line is a `host_cache_state` with the server's figure and the ledger's. Numbers only.
 """
 
@@ -163,9 +164,10 @@ def _cache_record(
                 tokens=ev.tokens,
                 mib=ev.mib,
             )
-        # The entry's size counts the slot's checkpoints; the save line's (`state_mib`) does not.
-        mib = effect.mib if effect.mib is not None else ev.mib
-        return _record(seq, "store", ev, reason="host_cache", tokens=ev.tokens, mib=mib, state_mib=ev.mib)
+        # `mib` is the save line's state; the entry the cache holds also counts the slot's checkpoints.
+        return _record(
+            seq, "store", ev, reason="host_cache", tokens=ev.tokens, mib=ev.mib, entry_mib=effect.mib
+        )
     if isinstance(ev, ll.PromptCacheEvict):
         return _record(seq, "evict", ev, reason=f"host_cache_{ev.cause}", mib=ev.mib)
     if isinstance(ev, ll.PromptCacheObsolete):

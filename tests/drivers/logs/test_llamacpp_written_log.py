@@ -45,7 +45,10 @@ def test_idle_saves_obsolete_prompts_room_and_a_load_follow_the_server() -> None
     host = [r for r in recs if "host_cache" in (str(r.get("reason")), str(r.get("source")))]
     host += [r for r in recs if str(r.get("reason") or "").startswith("host_cache_")]
     host.sort(key=lambda r: r["line"])
-    assert [(r["event"], r.get("reason") or r.get("source"), r.get("mib")) for r in host] == [
+    sizes = [r.get("entry_mib") or r.get("mib") for r in host]  # a save's entry, else the line's MiB
+    assert [
+        (r["event"], r.get("reason") or r.get("source"), m) for r, m in zip(host, sizes, strict=True)
+    ] == [
         ("store", "host_cache", 0.605),  # A from idle slot 0, with its checkpoint
         ("store", "host_cache", 0.605),  # B from idle slot 1
         ("store_skipped", "host_cache", 0.505),  # B again: already cached
