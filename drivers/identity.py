@@ -22,6 +22,8 @@ SYSTEM_DIRS = ("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/lib32/", "/usr/
 SYSTEM_BIN = ("/bin", "/usr/bin", "/sbin", "/usr/sbin")  # shared with every system tool: not scanned
 _NATIVE = re.compile(r"\.(so(\.\d+)*|dylib|pyd|dll)$")
 _LDD_LINE = re.compile(r"^\s*(\S+)\s+=>\s+(/\S+)\s+\(0x[0-9a-f]+\)")
+# `libggml.so.0.20.0` -> `libggml.so`: the names one library goes by (its soname and link name).
+_SO_VERSION = re.compile(r"(\.so)(?:\.\d+)+$")
 _HASHES: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, per process
 
 
@@ -66,12 +68,48 @@ def ldd_libraries(executable: Path) -> list[Path]:
 
 
 def native_libraries(executable: Path) -> list[Path]:
-    """Non-system libraries it loads, plus the native libraries in its own directory, sorted."""
+    """Non-system libraries it loads, plus the native libraries in its own directory, sorted; one
+    path per real file (symlinks and hard links resolved)."""
     libs = {p.resolve() for p in ldd_libraries(executable)}
     parent = executable.resolve().parent
     if str(parent) not in SYSTEM_BIN and not is_system(str(parent) + "/"):
         libs |= {p.resolve() for p in parent.iterdir() if p.is_file() and _NATIVE.search(p.name)}
-    return sorted(p for p in libs if not is_system(str(p)))
+    inodes: dict[tuple[int, int], Path] = {}
+    for p in sorted(libs):
+        if not is_system(str(p)):
+            st = p.stat()
+            inodes.setdefault((st.st_dev, st.st_ino), p)
+    return sorted(inodes.values())
+
+
+def library_name(path: Path) -> str:
+    """The name a library is known by whatever its version suffix: `libggml.so.0.20.0` -> `libggml.so`."""
+    return _SO_VERSION.sub(r"\1", path.name)
+
+
+def library_entries(paths: list[Path]) -> list[dict[str, Any]]:
+    """One entry per library: a wheel that copies `libx.so`, `libx.so.0` and `libx.so.0.1.0` as three
+    files of the same bytes is one library (its other names in `aliases`); copies that differ stay
+    apart under their own names."""
+    groups: dict[tuple[str, str], list[Path]] = {}
+    for p in paths:
+        groups.setdefault((library_name(p), sha256_file(p)), []).append(p)
+    names = [name for name, _ in groups]
+    out = []
+    for (name, digest), members in groups.items():
+        real = max(members, key=lambda m: (len(m.name), m.name))  # the fully versioned file
+        shown = name if names.count(name) == 1 else real.name
+        entry: dict[str, Any] = {
+            "name": shown,
+            "path": str(real),
+            "sha256": digest,
+            "size": real.stat().st_size,
+        }
+        aliases = sorted(m.name for m in members if m.name != shown)
+        if aliases:
+            entry["aliases"] = aliases
+        out.append(entry)
+    return sorted(out, key=lambda e: e["name"])
 
 
 def combine(parts: list[tuple[str, str]]) -> str:
@@ -90,11 +128,7 @@ def native_identity(executable: str | Path) -> dict[str, Any]:
     except OSError:
         return {"path": str(exe), "exists": False}
     digest = sha256_file(exe)
-    libraries = [
-        {"name": lib.name, "path": str(lib), "sha256": sha256_file(lib), "size": lib.stat().st_size}
-        for lib in native_libraries(exe)
-        if lib != exe.resolve()
-    ]
+    libraries = library_entries([lib for lib in native_libraries(exe) if lib != exe.resolve()])
     parts = [(exe.name, digest), *((lib["name"], lib["sha256"]) for lib in libraries)]
     return {
         "path": str(exe),

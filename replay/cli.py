@@ -246,7 +246,13 @@ def ab(
     round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns.")] = False,
     api: Annotated[str | None, typer.Option(help="openai | anthropic | openai-responses")] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send.")] = None,
-    history: Annotated[str, typer.Option(help="live | recorded")] = "live",
+    history: Annotated[
+        str,
+        typer.Option(
+            help="recorded (the default: both arms get the same prompts) | live (each arm's own replies "
+            "go back into its history; where they differ, later prompts differ too)"
+        ),
+    ] = "recorded",
     think: Annotated[str, typer.Option(help="off | on | auto")] = "off",
     timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
     max_duration: Annotated[float | None, typer.Option(help="Stop each run after this many seconds.")] = None,

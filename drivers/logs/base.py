@@ -58,6 +58,9 @@ class ParseStats:
     known_ignored: int = 0
     """Lines of a known kind that carry nothing we use (engine chatter, tool-map rewrites...)."""
     unrecognised: int = 0
+    unrecognised_cache: int = 0
+    """Of the unrecognised lines, those about a cache (a parser that knows the line would have
+    counted a store, restore or eviction)."""
     unknown_values: int = 0
     """Closed-vocabulary fields whose value was outside the vocabulary (emitted as `other`)."""
     by_kind: Counter[str] = field(default_factory=Counter)
@@ -66,6 +69,11 @@ class ParseStats:
     @property
     def warnings(self) -> list[str]:
         out = [c.warning() for c in self.checks if not c.ok]
+        if self.unrecognised_cache:
+            out.append(
+                f"{self.unrecognised_cache} line(s) about the server's caches were not recognised: "
+                "its cache events (stores, restores, evictions) may be undercounted"
+            )
         if self.unknown_values:
             out.append(
                 f"{self.unknown_values} field value(s) outside the known vocabulary, counted as 'other'"
@@ -79,6 +87,7 @@ class ParseStats:
             "recognised": self.recognised,
             "known_ignored": self.known_ignored,
             "unrecognised": self.unrecognised,
+            "unrecognised_cache": self.unrecognised_cache,
             "unknown_values": self.unknown_values,
             "by_kind": dict(sorted(self.by_kind.items())),
             "checks": [

@@ -24,6 +24,10 @@ from drivers.logs.base import ParseStats, SubstringCounter, Vocab, strip_ansi
 
 REUSE_DISABLED_BY = Vocab("multimodal", "context", "mtp", "speculative")
 SELECTED_BY = Vocab("lcp", "lru", "id")
+# Why a prompt was not saved to the host cache (server-task.cpp `server_prompt_cache::alloc`).
+SAVE_SKIPPED_BY = Vocab("present", "too_big", "no_memory")
+# What went wrong with the context checkpoints appended to a slot file (server-context.cpp).
+SLOT_FILE_FAULTS = Vocab("failed", "incomplete", "invalid", "truncated", "draft_mismatch")
 
 # ---------------------------------------------------------------------------------------------
 # Events
@@ -175,6 +179,118 @@ class CheckpointEvicted(SlotEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointPruned(SlotEvent):
+    """`erasing context checkpoint too close to an earlier one (...)`: with `--ctx-checkpoints`
+    full, a checkpoint of an earlier task within `--checkpoint-min-step` tokens of the one before
+    it goes before the oldest does (newer builds' `create_checkpoint`)."""
+
+    kind: ClassVar[str] = "checkpoint_pruned"
+    pos_min: int | None
+    pos_max: int | None
+    n_tokens: int | None
+    mib: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointDecision(SlotEvent):
+    """`main/do_checkpoint = yes|no, pos_min = A, pos_max = B` (-lv 5): whether this batch ends in a
+    checkpoint."""
+
+    kind: ClassVar[str] = "checkpoint_decision"
+    create: bool
+    pos_min: int
+    pos_max: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeculativeCheckpoint(SlotEvent):
+    """`created speculative checkpoint (...)` / `restoring speculative checkpoint (...)` (-lv 5): the
+    state a draft is rolled back to; it lives for one step and serves no later request."""
+
+    kind: ClassVar[str] = "speculative_checkpoint"
+    action: str  # "save" | "restore"
+    pos_min: int | None
+    pos_max: int | None
+    n_tokens: int | None = None
+    mib: float | None = None
+    draft_mib: float | None = None
+    size_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheReuseStart(SlotEvent):
+    """`trying to reuse chunks with size > N, n_past = M` (-lv 5): `--cache-reuse` looks past the
+    common prefix for chunks it can shift into place."""
+
+    kind: ClassVar[str] = "cache_reuse_start"
+    min_chunk: int
+    n_past: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheReuseChunk(SlotEvent):
+    """`reusing chunk with size N, shifting KV cache [a, b) -> [c, d)`: N cached tokens moved, not
+    re-processed."""
+
+    kind: ClassVar[str] = "cache_reuse_chunk"
+    n_tokens: int
+    src_start: int
+    src_end: int
+    dst_start: int
+    dst_end: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheReuseDone(SlotEvent):
+    """`after context reuse, new n_past = N` (-lv 5): the prefix kept once the chunks are in place."""
+
+    kind: ClassVar[str] = "cache_reuse_done"
+    n_past: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextShift(SlotEvent):
+    """`slot context shift, n_keep = K, n_left = L, n_discard = D`: the context was full, D tokens
+    after the first K were dropped from the slot's KV."""
+
+    kind: ClassVar[str] = "context_shift"
+    n_keep: int
+    n_left: int
+    n_discard: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlotCleared(SlotEvent):
+    """`clearing prompt with N tokens` (the slot's KV emptied: after a failed host-cache load, or an
+    idle slot of a unified KV), or `clearing cache for lora change` (`lora` true)."""
+
+    kind: ClassVar[str] = "slot_cleared"
+    n_tokens: int | None = None
+    lora: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlotMemoryError(SlotEvent):
+    """`n_past = N, slot.prompt.tokens.size() = M, seq_id = S, pos_min = -1`: the slot's memory lost
+    positions its prompt still claims; the server aborts right after."""
+
+    kind: ClassVar[str] = "slot_memory_error"
+    n_past: int
+    n_tokens: int
+    pos_min: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlotFileCheckpointFault(SlotEvent):
+    """The context checkpoints of a slot file were not written or read whole: `failed to append`,
+    `the appendix is incomplete`, `invalid`/`truncated ... appendix - ignored`, draft data dropped."""
+
+    kind: ClassVar[str] = "slot_file_checkpoint_fault"
+    action: str  # "save" | "restore"
+    fault: Annotated[str | None, SLOT_FILE_FAULTS]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SlotFileCheckpoints(SlotEvent):
     """`appended|restored N context checkpoint(s)` on a slot save/restore: the slot file holds them."""
 
@@ -272,8 +388,83 @@ class PromptCacheState(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PromptCacheEvict(Event):
     kind: ClassVar[str] = "prompt_cache_evict"
-    cause: str  # "size" | "tokens"
+    cause: str  # "size" | "tokens" | "room" (made room for a new entry)
     mib: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptCacheSkip(Event):
+    """A save that did not happen: `prompt is already in the cache, skipping`, `prompt state size X
+    MiB exceeds cache size limit Y MiB, skipping`, `failed to allocate memory for prompt cache
+    state` (the limit then drops: `PromptCacheLimit`)."""
+
+    kind: ClassVar[str] = "prompt_cache_skip"
+    cause: Annotated[str | None, SAVE_SKIPPED_BY]
+    mib: float | None = None
+    limit_mib: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptCacheObsolete(Event):
+    """`removing obsolete cached prompt with length N`: a cached prompt the one being saved contains
+    goes (no size printed: the entry of that length)."""
+
+    kind: ClassVar[str] = "prompt_cache_obsolete"
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptCacheEntry(Event):
+    """`   - prompt 0x...: N tokens, checkpoints: C, X MiB`: one entry the cache holds, listed after
+    each `cache state` (X counts its checkpoints; the pointer is never read)."""
+
+    kind: ClassVar[str] = "prompt_cache_entry"
+    tokens: int
+    checkpoints: int
+    mib: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptCacheLimit(Event):
+    """`cache size limit reduced to X MiB`: an allocation failed, the limit drops to 40% of use."""
+
+    kind: ClassVar[str] = "prompt_cache_limit"
+    limit_mib: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptCacheLoadFailed(Event):
+    """`failed to restore state with size N` / `failed to load prompt from cache`: the chosen entry
+    could not be loaded (it stays in the cache; the slot is cleared)."""
+
+    kind: ClassVar[str] = "prompt_cache_load_failed"
+    size_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdleSlotSave(SlotEvent):
+    """`saving idle slot to prompt cache` (`--cache-idle-slots`): the save lines that follow are this
+    slot's, not the one just selected."""
+
+    kind: ClassVar[str] = "idle_slot_save"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlotPurged(Event):
+    """`purging slot S with N tokens`: a unified KV out of room empties an idle slot."""
+
+    kind: ClassVar[str] = "slot_purged"
+    purged_slot: int
+    n_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvCacheFull(Event):
+    """`failed to find free space in the KV cache, retrying with smaller batch size, ...`."""
+
+    kind: ClassVar[str] = "kv_cache_full"
+    n_batch: int
+    ret: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -401,8 +592,9 @@ STARTUP_KINDS = (
 # `key = value, ...` list by key, so a field inserted by a newer build moves nothing.
 
 _TS = re.compile(r"(?:^|\s)(\d+)\.(\d\d)\.(\d{3})\.(\d{3}) (?:[IWEDT] )?")
-_SLOT = re.compile(r"(?:^|\s)slot\s+\w+: id\s+(-?\d+) \| task (-?\d+) \| ?(.*)$")
-_SRV = re.compile(r"(?:^|\s)srv\s+\w+: ?(.*)$")
+# The function name is `__func__` cut to 12 characters: a lambda's is `operator()`, not a word.
+_SLOT = re.compile(r"(?:^|\s)slot\s+[^\s:]+: id\s+(-?\d+) \| task (-?\d+) \| ?(.*)$")
+_SRV = re.compile(r"(?:^|\s)srv\s+[^\s:]+: ?(.*)$")
 _NUM = r"-?\d+(?:\.\d+)?"
 _KV = re.compile(rf"(\w+) = ({_NUM})")
 _SIZE_MIB = re.compile(rf"size = ({_NUM}) MiB")
@@ -473,6 +665,71 @@ ROWS: tuple[Row, ...] = (
     ),
     _row(r"superseding context checkpoint at n_tokens = (?P<n_tokens>\d+)", CheckpointSuperseded),
     _row(r"erasing old context checkpoint \((?P<listed>[^()]*)\)", CheckpointEvicted, listed=True),
+    _row(
+        r"erasing context checkpoint too close to an earlier one \((?P<listed>[^()]*)\)",
+        CheckpointPruned,
+        listed=True,
+    ),
+    _row(
+        r"main/do_checkpoint = (?P<create>yes|no), pos_min = (?P<pos_min>-?\d+), pos_max = (?P<pos_max>-?\d+)",
+        CheckpointDecision,
+    ),
+    _row(
+        rf"created speculative checkpoint \(pos_min = (?P<pos_min>-?\d+), pos_max = (?P<pos_max>-?\d+), "
+        rf"n_tokens = (?P<n_tokens>\d+), size = {_num('mib')} MiB, draft = {_num('draft_mib')} MiB\)",
+        SpeculativeCheckpoint,
+        action="save",
+    ),
+    _row(
+        r"restoring speculative checkpoint \(pos_min = (?P<pos_min>-?\d+), pos_max = (?P<pos_max>-?\d+), "
+        r"size = (?P<size_bytes>\d+)\)",
+        SpeculativeCheckpoint,
+        action="restore",
+    ),
+    _row(r"trying to reuse chunks with size > (?P<min_chunk>\d+), n_past = (?P<n_past>\d+)", CacheReuseStart),
+    _row(
+        r"reusing chunk with size (?P<n_tokens>\d+), shifting KV cache \[(?P<src_start>\d+), "
+        r"(?P<src_end>\d+)\) -> \[(?P<dst_start>\d+), (?P<dst_end>\d+)\)",
+        CacheReuseChunk,
+    ),
+    _row(r"after context reuse, new n_past = (?P<n_past>\d+)", CacheReuseDone),
+    _row(
+        r"slot context shift, n_keep = (?P<n_keep>-?\d+), n_left = (?P<n_left>-?\d+), n_discard = (?P<n_discard>-?\d+)",
+        ContextShift,
+    ),
+    _row(r"clearing prompt with (?P<n_tokens>\d+) tokens", SlotCleared, lora=False),
+    _row(r"clearing cache for lora change", SlotCleared, lora=True),
+    _row(
+        r"^n_past = (?P<n_past>-?\d+), slot\.prompt\.tokens\.size\(\) = (?P<n_tokens>\d+), "
+        r"seq_id = -?\d+, pos_min = (?P<pos_min>-?\d+)",
+        SlotMemoryError,
+    ),
+    # The slot file's name that these lines quote is never read.
+    _row(
+        r"failed to append context checkpoints to .* - the appendix is incomplete",
+        SlotFileCheckpointFault,
+        action="save",
+        fault="incomplete",
+    ),
+    _row(r"failed to append context checkpoints to ", SlotFileCheckpointFault, action="save", fault="failed"),
+    _row(
+        r"invalid context checkpoint appendix in .* - ignored",
+        SlotFileCheckpointFault,
+        action="restore",
+        fault="invalid",
+    ),
+    _row(
+        r"truncated context checkpoint appendix in .* - ignored",
+        SlotFileCheckpointFault,
+        action="restore",
+        fault="truncated",
+    ),
+    _row(
+        r"draft context checkpoint data in .* does not match the draft context - dropped",
+        SlotFileCheckpointFault,
+        action="restore",
+        fault="draft_mismatch",
+    ),
     # The file name that follows is never read.
     _row(
         rf"appended (?P<count>\d+) context checkpoint\(s\)(?: \({_num('mib')} MiB\))?",
@@ -513,14 +770,42 @@ ROWS: tuple[Row, ...] = (
         PromptCacheState,
     ),
     _row(
+        rf"cache token limit \(\d+, est: \d+\) reached, removing oldest entry \(size = {_num('mib')} MiB\)",
+        PromptCacheEvict,
+        cause="tokens",
+    ),
+    _row(
         rf"cache size limit reached, removing oldest entry \(size = {_num('mib')} MiB\)",
         PromptCacheEvict,
         cause="size",
     ),
     _row(
-        rf"cache token limit \(\d+, est: \d+\) reached, removing oldest entry \(size = {_num('mib')} MiB\)",
+        rf"making room for prompt cache entry, removing oldest entry \(size = {_num('mib')} MiB\)",
         PromptCacheEvict,
-        cause="tokens",
+        cause="room",
+    ),
+    _row(r"- prompt is already in the cache, skipping", PromptCacheSkip, cause="present"),
+    _row(
+        rf"- prompt state size {_num('mib')} MiB exceeds cache size limit {_num('limit_mib')} MiB, skipping",
+        PromptCacheSkip,
+        cause="too_big",
+    ),
+    # The allocator's message that follows is never read.
+    _row(r"failed to allocate memory for prompt cache state", PromptCacheSkip, cause="no_memory"),
+    _row(rf"- cache size limit reduced to {_num('limit_mib')} MiB", PromptCacheLimit),
+    _row(r"- removing obsolete cached prompt with length (?P<tokens>\d+)", PromptCacheObsolete),
+    _row(
+        rf"- prompt (?:0x)?[0-9A-Fa-f]+: +(?P<tokens>\d+) tokens, checkpoints: +(?P<checkpoints>\d+), +{_num('mib')} MiB",
+        PromptCacheEntry,
+    ),
+    _row(r"failed to restore state with size (?P<size_bytes>\d+)", PromptCacheLoadFailed),
+    _row(r"failed to load prompt from cache", PromptCacheLoadFailed),
+    _row(r"purging slot (?P<purged_slot>\d+) with (?P<n_tokens>\d+) tokens", SlotPurged),
+    _row(r"saving idle slot to prompt cache", IdleSlotSave),
+    _row(
+        r"failed to find free space in the KV cache, retrying with smaller batch size, off = -?\d+, "
+        r"n_batch = (?P<n_batch>-?\d+), ret = (?P<ret>-?\d+)",
+        KvCacheFull,
     ),
     _row(rf"prompt cache update took {_num('ms')} ms", PromptCacheUpdate),
     _row(
@@ -566,14 +851,30 @@ ROWS: tuple[Row, ...] = (
 
 _IGNORED = re.compile(
     r"processing task, is_child|total time =|graphs reused =|draft acceptance|n_gen =|init sampler|"
-    r"prompt is already in the cache|removing obsolete cached prompt|updating prompt cache|"
-    r"- prompt 0x|- prompt [0-9A-Fa-f]+:|sampler chain|sampler params|release: id|"
+    r"updating prompt cache|sampler chain|sampler params|release: id|"
     r"slot\s+\w+: id\s+-?\d+ \| task -?\d+ \|\s*$|"
     r"use `--cache-ram|for more info see|model loaded|loading model|all slots are idle|"
-    r"saving idle slot|clearing prompt with|clearing slot with|cancel task|stopped by|"
+    r"clearing slot with|cancel task|stopped by|"
     r"- skipping, |n_past was set to|conv_id=|chat template|preserve_reasoning|"
     r"initializing \.\.\.|threads for HTTP server|security: |local path |"
-    r"no implementations specified for speculative|cleaning up before exit|~Server: "
+    r"no implementations specified for speculative|cleaning up before exit|~Server: |"
+    # Speculative decoding's accepted drafts, and adapter (alora) bookkeeping: no cache figure.
+    r"accepted +\d+/ *\d+ draft tokens|keeping cache for alora|only caching to alora invocation start|"
+    r"processing pre-alora tokens|stop prompt batch filling at|"
+    # The KV pool sized per slot at start-up (--kv-unified-per-slot): the size is `initializing`'s.
+    r"--kv-unified-per-slot|capping per-slot context|speculative decoding (?:will use checkpoints|"
+    r"context initialized|not supported)|"
+    # Router mode's model instances and the web UI's files: caches of models and pages, not of KV.
+    r"name=|cached model presets|serve nocache|"
+    # Newer builds' start-up: the chat format picked, the CORS warning box, how the port is bound.
+    r"chat format: |CORS is set to allow|this can be a security risk|more info: https?://|"
+    r"llama_server: -{5,}|binding port with"
+)
+# Words of a line about a cache: an unrecognised one means the server said something about its
+# caches this parser does not know, and the run's cache figures may be incomplete.
+_CACHE_WORDS = re.compile(
+    r"(?i)cache|checkpoint|memory_seq|\bkv\b|prompt (?:state|save|load)|restor|evict|purg|erasing|"
+    r"erased|discard|context shift|n_past"
 )
 # Model loading and backend set-up: whole families of lines that never say anything about caching
 # (the tokenizer's `load:` lines are not the prompt cache's `srv  load:` ones).
@@ -600,7 +901,7 @@ _CROSS_CHECKS = (
     ("full_reprocess", "forcing full prompt re-processing"),
     ("cache_reuse_disabled", "cache_reuse is not supported"),
     ("prompt_cache_save", "saving prompt with length"),
-    ("prompt_progress", "prompt processing progress"),
+    ("prompt_progress", "progress = "),  # `prompt processing progress, ...` and `prompt processing, ...`
 )
 
 
@@ -738,6 +1039,8 @@ class LlamaParser:
                 st.known_ignored += 1
             else:
                 st.unrecognised += 1
+                if _CACHE_WORDS.search(msg):
+                    st.unrecognised_cache += 1
             return None
         st.recognised += 1
         st.by_kind[ev.kind] += 1

@@ -28,7 +28,9 @@ class AbArgs:
     round_robin: bool = False
     api: str | None = None
     model: str | None = None
-    history: str = "live"
+    # Recorded history: both arms answer the same prompts, so a reply that differs (a numerics change)
+    # cannot change what later requests compare.
+    history: str = "recorded"
     think: str = "off"
     timeout: float = 1800.0
     max_duration: float | None = None

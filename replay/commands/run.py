@@ -122,7 +122,8 @@ def run(args: RunArgs, console: Console) -> int:
             (done,) = replay([job], say=say, console=shown)
             for line in done.outcome.warnings:  # the load fell short of what was asked
                 say(f"[yellow]warning:[/yellow] {line}")
-        finish(done, served.log_path)
+        for warning in finish(done, served.log_path):
+            say(f"[yellow]warning:[/yellow] {warning}")
     line = run_ending(args.out, len(loaded.requests))
     code = done.exit_code
     lenient = code == EXIT_FAILED and not args.fail_on_errors and done.outcome.outcome in FINISHED

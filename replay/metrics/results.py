@@ -27,6 +27,14 @@ def _between(start: int | None, end: int | None) -> float | None:
     return None if us is None else us / 1e6
 
 
+def _server_decode_tps(timings: dict[str, Any] | None) -> float | None:
+    """llama-server's `timings.predicted_per_second`: tokens generated per second of its decode."""
+    value = (timings or {}).get("predicted_per_second")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return round(float(value), 3)
+    return None
+
+
 def request_line(rec: RequestRecord) -> dict[str, Any]:
     """A record as its `request` line; the fields up to `error` are the format's, in its order."""
     usage = rec.usage
@@ -67,6 +75,8 @@ def request_line(rec: RequestRecord) -> dict[str, Any]:
         "first_byte_s": _between(rec.t_sent, rec.t_first_byte),
         "reused": rec.reused,
         "client_queue_s": _between(rec.t_first_token, rec.t_first_token_read),
+        # The server's own decode speed where it reports one (llama.cpp `timings`).
+        "server_decode_tps": _server_decode_tps(rec.timings),
     }
     if rec.x_sim is not None:
         line["modelled"] = rec.x_sim

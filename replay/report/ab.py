@@ -145,8 +145,10 @@ def modelled_means(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, flo
 
 
 def class_figures(summary: Summary, records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per class: TTFT p50/p99, mean re-processed and cached tokens, modelled seconds where known."""
+    """Per class: TTFT p50/p99, end-to-end p50, mean decode tok/s, mean re-processed and cached
+    tokens, modelled seconds where known."""
     modelled = modelled_means(records)
+    decode = decode_means(records)
     names = [c for c in ORDER if c in summary.classes] + sorted(set(summary.classes) - set(ORDER))
     out: dict[str, dict[str, Any]] = {}
     for name in names:
@@ -156,6 +158,8 @@ def class_figures(summary: Summary, records: list[dict[str, Any]]) -> dict[str, 
             "errors": row["errors"],
             "ttft_p50_s": row["ttft_p50_s"],
             "ttft_p99_s": row["ttft_p99_s"],
+            "latency_p50_s": row["latency_p50_s"],
+            "mean_decode_tps": decode.get(name),
             "mean_reprocessed": row["mean_reprocessed"],
             "mean_cached": row["mean_cached"],
             "modelled": modelled.get(name),
@@ -163,11 +167,48 @@ def class_figures(summary: Summary, records: list[dict[str, Any]]) -> dict[str, 
     return out
 
 
+def decode_rate(rec: dict[str, Any]) -> float | None:
+    """The request's decode speed: the server's own (llama-server's `timings.predicted_per_second`)
+    where it reported one, else the stream's."""
+    rate = rec.get("server_decode_tps")
+    return float(rate) if rate is not None else rec.get("decode_tps")
+
+
+def decode_means(records: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Mean decode tok/s per switch class."""
+    acc: dict[str, list[float]] = defaultdict(list)
+    for rec in records:
+        rate = decode_rate(rec) if _ok(rec) else None
+        if rate is not None:
+            for cls in (ALL, *rec.get("switch", ())):
+                acc[cls].append(rate)
+    return {cls: round(fmean(v), 2) for cls, v in acc.items()}
+
+
+def run_level(res: RunResults) -> dict[str, float]:
+    """A run's wall time (its summary's `duration_s`) and throughput (output tokens of its
+    successful requests per second of it)."""
+    duration = (res.summary_line or {}).get("duration_s")
+    if not isinstance(duration, int | float) or duration <= 0:
+        return {}
+    tokens = sum(int(r.get("output_tokens") or 0) for r in res.requests if _ok(r))
+    return {"duration_s": float(duration), "throughput": tokens / float(duration)}
+
+
+def log_parse(res: RunResults) -> dict[str, Any] | None:
+    """How much of the server's log was understood (its `log_parse` record), if it was read."""
+    found = [s for s in res.server if s.get("event") == "log_parse"]
+    if not found:
+        return None
+    return {k: found[-1].get(k) for k in ("lines", "recognised", "unrecognised", "unrecognised_cache")}
+
+
 def run_figures(run: ArmRun) -> dict[str, Any]:
     res = run.results
     source, per_round = rounds(res)
     restores = [s for s in res.server if s.get("event") == "restore"]
     return {
+        "log": log_parse(res),
         "index": run.index,
         "arm": run.arm,
         "results": res.path,
@@ -176,6 +217,7 @@ def run_figures(run: ArmRun) -> dict[str, Any]:
         "outcome": (res.summary_line or {}).get("outcome", "cut short"),
         "requests": len(res.requests),
         "errors": sum(1 for r in res.requests if not _ok(r)),
+        **run_level(res),
         "restores": len(restores) if res.server else None,
         "prefill_source": source,
         "rounds": [
@@ -309,17 +351,51 @@ def compare_outputs(runs: list[ArmRun], temp0_ids: set[int] | None) -> dict[str,
     }
 
 
-def paired_stats(runs: list[ArmRun], confidence: float = ab_stats.CONFIDENCE) -> list[dict[str, Any]]:
-    """B/A with intervals from the matched requests of each adjacent (A, B) pair of runs."""
-    run_pairs = []
-    prefill = []
+def _run_pairs(runs: list[ArmRun]) -> list[tuple[ArmRun, ArmRun]]:
+    out = []
     for i in range(0, len(runs) - 1, 2):
         two = {runs[i].arm: runs[i], runs[i + 1].arm: runs[i + 1]}
-        if set(two) != set(ARMS):
-            continue
-        run_pairs.append((two["A"].results.requests, two["B"].results.requests))
-        prefill.append((prefill_times(two["A"].results)[1], prefill_times(two["B"].results)[1]))
-    return ab_stats.compare(ab_stats.matched_units(run_pairs, prefill), confidence=confidence)
+        if set(two) == set(ARMS):
+            out.append((two["A"], two["B"]))
+    return out
+
+
+@dataclass(slots=True)
+class PairedStats:
+    """B/A rows, and when live history let replies change later prompts, which figures those are."""
+
+    rows: list[dict[str, Any]]
+    with_drift: list[dict[str, Any]]  # every request pair, drift and all (empty when there is none)
+    drift: dict[str, Any] | None  # {"clean": pairs without drift, "pairs": all}
+
+
+def paired_stats(
+    runs: list[ArmRun], confidence: float = ab_stats.CONFIDENCE, live: bool = False
+) -> PairedStats:
+    """B/A with intervals from the matched requests of each adjacent (A, B) pair of runs, and from
+    the pairs' run-level figures (wall time, throughput).
+
+    In live history a request whose session had an earlier reply that differed between the two
+    runs was sent a different prompt by each; its figures compare prompts, not builds. Then the
+    rows come from the other requests, and `with_drift` keeps the rows over every request (and the
+    run-level ones are marked: a run's wall time includes them all)."""
+    pairs = _run_pairs(runs)
+    units = ab_stats.matched_units(
+        [(a.results.requests, b.results.requests) for a, b in pairs],
+        [(prefill_times(a.results)[1], prefill_times(b.results)[1]) for a, b in pairs],
+    )
+    run_rows = ab_stats.compare_runs(
+        [(run_level(a.results), run_level(b.results)) for a, b in pairs], confidence
+    )
+    clean = [u for u in units if not u.drift]
+    if not live or len(clean) == len(units):
+        return PairedStats(ab_stats.compare(units, confidence=confidence) + run_rows, [], None)
+    for row in run_rows:
+        row["drift"] = True
+    rows = ab_stats.compare(clean, confidence=confidence) + run_rows
+    return PairedStats(
+        rows, ab_stats.compare(units, confidence=confidence), {"clean": len(clean), "pairs": len(units)}
+    )
 
 
 def analyze(
@@ -330,21 +406,31 @@ def analyze(
 ) -> dict[str, Any]:
     """The whole A/B summary as one JSON-able dict (what ab.json holds and the console shows)."""
     figures = [run_figures(r) for r in runs]
-    stats = paired_stats(runs, confidence)
+    live = (header or {}).get("history") == "live"
+    paired = paired_stats(runs, confidence, live=live)
+    stats = paired.rows
     outputs = compare_outputs(runs, temp0_ids)
-    if (header or {}).get("history") == "live" and outputs.get("status") == "differ":
+    if live and outputs.get("status") == "differ":
         outputs["note"] = (
             "in live history mode a differing reply goes back into its session's history, so every later "
             "prompt of that session differs between the arms and their timings compare different prompts; "
-            "rerun with --history recorded to compare the same prompts"
+            "the B/A figures use only the requests before each session's first difference, and "
+            "--history recorded (the default) compares the same prompts throughout"
         )
     warnings = list((header or {}).get("warnings") or [])
+    for fig in figures:
+        unknown = (fig.get("log") or {}).get("unrecognised_cache")
+        if unknown:
+            warnings.append(
+                f"run {fig['index']:02d} ({fig['arm']}): the server log has {unknown} line(s) about its caches "
+                "that this tool does not recognise; its stores, restores and evictions may be undercounted"
+            )
     n_pairs = len(runs) // 2
     if n_pairs < 2:
         warnings.append(
             f"only {n_pairs} run pair(s): run-to-run drift is sampled once; use --repeat 2 or more"
         )
-    few = sorted({r["class"] for r in stats if r["few_pairs"]})
+    few = sorted({r["class"] for r in stats if r["few_pairs"] and r["class"] != ab_stats.RUN})
     if few:
         warnings.append(
             f"fewer than {ab_stats.min_pairs_for(confidence)} matched pairs for a {confidence:.0%} interval "
@@ -370,11 +456,13 @@ def analyze(
         "note": DRIFT_NOTE,
         "runs": figures,
         "arms": arms,
-        "verdict": ab_stats.verdict(stats, outputs),
+        "verdict": ab_stats.verdict([r for r in stats if not r.get("drift")], outputs, paired.drift),
         "method": ab_stats.method_note(confidence),
         "confidence": confidence,
         "warnings": warnings,
         "stats": stats,
+        "drift": paired.drift,
+        "stats_with_drift": paired.with_drift,
         "ab": ab_ratios(figures),
         "outputs": outputs,
     }
@@ -416,7 +504,9 @@ def render(doc: dict[str, Any], console: Console) -> None:
     for w in doc.get("warnings") or ():
         say(f"[bold yellow]warning:[/bold yellow] {w}", highlight=False)
     if doc.get("stats"):
-        console.print(_stats_table(doc))
+        console.print(_stats_table(doc, doc["stats"]))
+        if doc.get("stats_with_drift"):
+            console.print(_stats_table(doc, doc["stats_with_drift"], drift=True))
         say(f"method: {doc.get('method', '')}", highlight=False)
     say(f"[yellow]note:[/yellow] {doc['note']}", highlight=False)
     console.print(_within_table(doc))
@@ -486,33 +576,69 @@ def _ab_table(doc: dict[str, Any]) -> Table:
     return t
 
 
-def _stats_table(doc: dict[str, Any]) -> Table:
+def _stats_table(doc: dict[str, Any], rows: list[dict[str, Any]], drift: bool = False) -> Table:
     conf = doc.get("confidence", ab_stats.CONFIDENCE)
-    t = Table(
-        title=f"B / A per switch class, {conf:.0%} interval from matched pairs (lower is better for every metric)",
-        title_justify="left",
-    )
-    for col in ("class", "metric", "A", "B", "B/A", "interval", "pairs", "result"):
-        t.add_column(col, justify="left" if col in ("class", "metric", "result") else "right")
-    for row in doc["stats"]:
-        t.add_row(
-            row["class"],
-            row["metric"],
-            _f(row["a"]),
-            _f(row["b"]),
-            _f(row["ratio"]),
-            "-" if row["low"] is None else f"{_f(row['low'])}-{_f(row['high'])}",
-            f"{row['pairs']}" + (" (few)" if row["few_pairs"] else ""),
-            ("B higher" if row["ratio"] > 1 else "B lower")
-            if row["difference"]
-            else "no difference detected",
-            style="bold" if row["difference"] else None,
+    if drift:
+        title = (
+            "For reference, every request pair including those after a reply that differed (live history: "
+            "their prompts differ between the arms, so these mix the build with the drift)"
         )
+    else:
+        title = (
+            f"B / A per switch class, {conf:.0%} interval from matched pairs "
+            "(lower is better except decode tok/s and throughput)"
+        )
+    t = Table(title=title, title_justify="left")
+    for col in STATS_COLUMNS:
+        t.add_column(col, justify="left" if col in ("class", "metric", "result") else "right")
+    for cells, row in zip(stats_cells(rows), rows, strict=True):
+        t.add_row(*cells, style="bold" if row["difference"] and not drift else None)
     return t
 
 
+STATS_COLUMNS = ("class", "metric", "A", "B", "B/A", "interval", "pairs", "result")
+
+
+def stats_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """The B/A table's cells, shared by the console, the page and the markdown: the estimate with
+    the decimals that show it inside its interval, or why there is no interval."""
+    out = []
+    for row in rows:
+        d = ab_stats.digits(row)
+        result = ab_stats.result_text(row)
+        if row.get("drift"):
+            result += "; includes drift"
+        out.append(
+            [
+                row["class"],
+                row["metric"],
+                _f(row["a"]),
+                _f(row["b"]),
+                "-" if row["ratio"] is None else f"{row['ratio']:.{d}f}",
+                ab_stats.interval_text(row),
+                f"{row['pairs']}" + (" (few)" if row["few_pairs"] else ""),
+                result,
+            ]
+        )
+    return out
+
+
+def short_value(value: Any) -> str:
+    """A difference's value as read: a sha256 cut to 12 hex digits, nothing as `(not set)`."""
+    if value is None:
+        return "(not set)"
+    text = str(value)
+    return text[:12] if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else text
+
+
+def difference_text(d: dict[str, Any]) -> str:
+    """`--cache-ram: 0 -> 8192`, `library.libllama.so: 4fc8d2911c26 -> 9a1f03c2b7de`."""
+    return d.get("detail") or f"{d['field']}: {short_value(d['a'])} -> {short_value(d['b'])}"
+
+
 def identity_lines(doc: dict[str, Any]) -> list[str]:
-    """Which build each arm ran (binary and library hashes, package, checkout) and how the arms differ."""
+    """Which build each arm ran (binary and library hashes, package, checkout) and how the arms
+    differ, one difference a line."""
     lines = []
     for arm in ARMS:
         ident = ((doc.get("identity") or {}).get(arm)) or {}
@@ -520,8 +646,8 @@ def identity_lines(doc: dict[str, Any]) -> list[str]:
             lines.append(f"{arm}: {ident.get('summary', '')}")
     diffs = doc.get("differences") or []
     if diffs:
-        shown = [f"{d['field']}: " + (d.get("detail") or f"{d['a']} -> {d['b']}") for d in diffs]
-        lines.append("arms differ in: " + "; ".join(shown))
+        lines.append(f"arms differ in {len(diffs)} field(s):")
+        lines += [f"  {difference_text(d)}" for d in diffs]
     return lines
 
 
@@ -534,6 +660,8 @@ def _class_table(doc: dict[str, Any]) -> Table:
         "err",
         "TTFT p50 s",
         "p99",
+        "e2e p50 s",
+        "decode tok/s",
         "re-processed",
         "cached",
         "mod. prefill s",
@@ -555,6 +683,8 @@ def _class_table(doc: dict[str, Any]) -> Table:
                 _f(row["errors"]),
                 _f(row["ttft_p50_s"]),
                 _f(row["ttft_p99_s"]),
+                _f(row.get("latency_p50_s")),
+                _f(row.get("mean_decode_tps"), 1),
                 _f(row["mean_reprocessed"]),
                 _f(row["mean_cached"]),
                 _f(m.get("prefill_s")),

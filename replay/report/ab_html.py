@@ -20,7 +20,7 @@ from rich.console import Console
 from replay.errors import UsageError
 from replay.outputs import write_text
 from replay.report import plots
-from replay.report.ab import FORMATS, render
+from replay.report.ab import FORMATS, STATS_COLUMNS, render, short_value, stats_cells
 from replay.report.html import CSS, _table, load_run
 
 SUMMARY_FILE = "ab.json"
@@ -58,29 +58,11 @@ def _f(value: Any, digits: int = 3) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def _result(row: dict[str, Any]) -> str:
-    if not row["difference"]:
-        return "no difference detected"
-    return "B higher (worse)" if row["ratio"] > 1 else "B lower (better)"
+def stats_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+    return stats_cells(rows)
 
 
-def stats_rows(doc: dict[str, Any]) -> list[list[str]]:
-    return [
-        [
-            r["class"],
-            r["metric"],
-            _f(r["a"]),
-            _f(r["b"]),
-            _f(r["ratio"]),
-            "-" if r["low"] is None else f"{_f(r['low'])}-{_f(r['high'])}",
-            f"{r['pairs']}" + (" (few)" if r["few_pairs"] else ""),
-            _result(r),
-        ]
-        for r in doc.get("stats") or ()
-    ]
-
-
-STATS_HEADER = ["class", "metric", "A", "B", "B/A", "interval", "pairs", "result"]
+STATS_HEADER = list(STATS_COLUMNS)
 
 
 def order_rows(doc: dict[str, Any]) -> list[list[str]]:
@@ -130,7 +112,20 @@ def _identity(doc: dict[str, Any]) -> list[list[str]]:
 
 
 def _diff_rows(doc: dict[str, Any]) -> list[list[str]]:
-    return [[d["field"], _f(d["a"]), _f(d["b"]), d.get("detail") or ""] for d in doc.get("differences") or ()]
+    """Field, A, B: hashes cut to 12 digits (the full ones are in ab.json), flags by name."""
+    rows = []
+    for d in doc.get("differences") or ():
+        field = d["field"].removeprefix("flag ")
+        rows.append([field, short_value(d["a"]), short_value(d["b"])])
+    return rows
+
+
+# Paths and long values wrap inside the page instead of widening it.
+_AB_CSS = (
+    ".wrap table { table-layout: fixed; width: 100%; } .wrap td { word-break: break-all; text-align: left; } "
+    ".ident th:nth-child(1) { width: 3em; } .ident th:nth-child(2) { width: 12em; } "
+    ".diffs th:nth-child(1) { width: 16em; }"
+)
 
 
 def outputs_text(out: dict[str, Any]) -> str:
@@ -153,7 +148,7 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+        f"<title>{esc(title)}</title><style>{CSS}{_AB_CSS}</style></head><body>",
         f"<h1>{esc(title)}</h1>",
         f'<p class="verdict" id="verdict">{esc(verdict)}</p>',
     ]
@@ -161,19 +156,23 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
         parts.append(f'<p class="verdict" style="border-color:#c0392b">warning: {esc(w)}</p>')
     parts += [
         '<section id="arms"><h2>The arms</h2>',
-        _table(_identity(doc), ["arm", "name", "build"]),
+        '<div class="wrap ident">' + _table(_identity(doc), ["arm", "name", "build"]) + "</div>",
     ]
     diffs = _diff_rows(doc)
     parts.append(
-        "<h3>Every difference between the arms</h3>" + _table(diffs, ["field", "A", "B", "change"])
+        "<h3>Every difference between the arms</h3>"
+        + f'<div class="wrap diffs">{_table(diffs, ["field", "A", "B"])}</div>'
         if diffs
         else '<p class="note">The arms do not differ (an A/A noise check).</p>'
     )
     parts += [
         "</section>",
         '<section id="ratios"><h2>B / A with intervals</h2>',
-        _table(stats_rows(doc), STATS_HEADER),
-        f'<p class="note">{esc(doc.get("method", ""))}. Lower is better for every metric.</p>',
+        _table(stats_rows(doc.get("stats") or []), STATS_HEADER),
+        f'<p class="note">{esc(doc.get("method", ""))}. Lower is better except decode tok/s and throughput; '
+        "decode tok/s is the server's own figure where it reports one (llama-server's "
+        "timings.predicted_per_second), else the stream's; run-level rows have one value per run.</p>",
+        *_drift_table(doc),
         f'<p class="note">{esc(outputs_text(doc.get("outputs") or {}))}</p>',
         f'<p class="note">{esc(doc.get("note", ""))}</p>',
         "</section>",
@@ -182,7 +181,9 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
         "</section>",
         '<section id="timeline"><h2>Timelines, one run pair per row (A left, B right)</h2>',
         '<p class="note">One lane per session; each bar a request split into queue, disk work, prefill and '
-        "decode; underneath, when the server's log was read, disk KV in use, restores and evictions.</p>",
+        "decode; underneath, when the server's log was read, the cache it keeps between requests: disk KV in "
+        "use (ds4, the simulator) or, for llama-server, its host-RAM prompt cache (--cache-ram), with restores "
+        "and evictions.</p>",
     ]
     runs = [r for r in doc.get("runs") or () if _results_path(r, base).is_file()]
     views = [load_run(_results_path(r, base)) for r in runs]
@@ -199,6 +200,20 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
         parts.append("</div>")
     parts += ["</section>", "</body></html>"]
     return "\n".join(parts) + "\n"
+
+
+def _drift_table(doc: dict[str, Any]) -> list[str]:
+    rows = doc.get("stats_with_drift") or []
+    if not rows:
+        return []
+    drift = doc.get("drift") or {}
+    return [
+        "<h3>Including the requests after a reply that differed (live history)</h3>",
+        f'<p class="note">The table above uses the {drift.get("clean")} of {drift.get("pairs")} request pairs '
+        "whose prompts were the same in both arms; these rows use them all, so they mix the build with "
+        "the drift of the replies.</p>",
+        _table(stats_rows(rows), STATS_HEADER),
+    ]
 
 
 def _results_path(run: dict[str, Any], base: Path) -> Path:
@@ -224,7 +239,7 @@ def ab_markdown(doc: dict[str, Any]) -> str:
     out += ["", "## The arms", "", _md_table(_identity(doc), ["arm", "name", "build"]), ""]
     diffs = _diff_rows(doc)
     out += (
-        ["Every difference:", "", _md_table(diffs, ["field", "A", "B", "change"])]
+        ["Every difference:", "", _md_table(diffs, ["field", "A", "B"])]
         if diffs
         else ["The arms do not differ (an A/A noise check)."]
     )
@@ -232,8 +247,19 @@ def ab_markdown(doc: dict[str, Any]) -> str:
         "",
         "## B / A with intervals",
         "",
-        _md_table(stats_rows(doc), STATS_HEADER),
+        _md_table(stats_rows(doc.get("stats") or []), STATS_HEADER),
         "",
+        *(
+            [
+                "Including the requests after a reply that differed (live history: these mix the build "
+                "with the drift):",
+                "",
+                _md_table(stats_rows(doc["stats_with_drift"]), STATS_HEADER),
+                "",
+            ]
+            if doc.get("stats_with_drift")
+            else []
+        ),
         f"Method: {doc.get('method', '-')}.",
         "",
         outputs_text(doc.get("outputs") or {}),

@@ -58,4 +58,10 @@ LEGEND = {
     "restore": TERMS["restore"],
     "evicted, 0 hits": TERMS["eviction"],
     "evicted, had hits": "a checkpoint deleted to stay within the budget after it had been restored at least once",
+    "host-cache memory in use (--cache-ram) (MiB)": (
+        "llama-server's prompt cache in host RAM: each saved prompt adds its state and checkpoints, each "
+        "prompt loaded back or evicted leaves it"
+    ),
+    "limit": "the host cache's size limit (--cache-ram)",
+    "evicted": "a prompt the host cache dropped to stay within its limit, or one a longer saved prompt contains",
 }

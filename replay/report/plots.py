@@ -126,14 +126,25 @@ def timeline(run: RunView, x_max: float | None = None) -> str:
 
 
 def _disk_strip(ax: plt.Axes, run: RunView) -> None:
+    """Disk KV in use (GiB) with its budget, or, for llama-server, its host-RAM prompt cache
+    (`--cache-ram`) in MiB with its limit when the limit is on the scale; restores and evictions
+    marked above."""
     points = run.disk
+    host = run.cache == "host"
+    scale = 1.0 if host else 1024.0
+    unit = "MiB" if host else "GiB"
+    what = "host-cache memory in use (--cache-ram)" if host else "disk KV in use"
     xs = [0.0] + [p.t for p in points]
-    ys = [0.0] + [p.used_mib / 1024 for p in points]
-    ax.step(xs, ys, where="post", color="#2f6db5", linewidth=1.2, label="disk KV in use (GiB)")
+    ys = [0.0] + [p.used_mib / scale for p in points]
+    ax.step(xs, ys, where="post", color="#2f6db5", linewidth=1.2, label=f"{what} ({unit})")
     ax.fill_between(xs, ys, step="post", color="#2f6db5", alpha=0.12)
-    if run.budget_mib:
-        ax.axhline(run.budget_mib / 1024, color="#555555", linestyle="--", linewidth=0.8, label="budget")
-    top = max(max(ys), (run.budget_mib or 0) / 1024) or 1.0
+    budget = (run.budget_mib or 0) / scale
+    peak = max(ys)
+    # A limit far above what was used would flatten the line: drawn only when it is on the scale.
+    shown = budget if budget and (not host or budget <= 4 * max(peak, 1e-9)) else 0.0
+    if shown:
+        ax.axhline(shown, color="#555555", linestyle="--", linewidth=0.8, label="limit" if host else "budget")
+    top = max(peak, shown) or 1.0
     restores = [p.t for p in points if p.event == "restore"]
     cold_evictions = [p.t for p in points if p.event == "evict" and not p.hits]
     hit_evictions = [p.t for p in points if p.event == "evict" and p.hits]
@@ -144,18 +155,21 @@ def _disk_strip(ax: plt.Axes, run: RunView) -> None:
         "v",
         color="#c00000",
         markersize=5,
-        label="evicted, 0 hits",
+        label="evicted" if host else "evicted, 0 hits",
     )
-    ax.plot(
-        hit_evictions,
-        [top * 1.16] * len(hit_evictions),
-        "v",
-        color="#e8913a",
-        markersize=5,
-        label="evicted, had hits",
-    )
+    if not host:
+        ax.plot(
+            hit_evictions,
+            [top * 1.16] * len(hit_evictions),
+            "v",
+            color="#e8913a",
+            markersize=5,
+            label="evicted, had hits",
+        )
     ax.set_ylim(0, top * 1.25)
-    ax.set_ylabel("disk KV (GiB)")
+    ax.set_ylabel(f"host cache ({unit})" if host else f"disk KV ({unit})")
+    if host and budget and not shown:
+        ax.set_title(f"limit {run.budget_mib:,.0f} MiB, off the scale", fontsize=8, loc="right")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
 

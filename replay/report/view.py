@@ -62,12 +62,16 @@ class RequestView:
 
 @dataclass(slots=True)
 class DiskPoint:
+    """The server's cache after one event: disk KV files (ds4, the simulator) or, for llama-server,
+    the host-RAM prompt cache (`--cache-ram`)."""
+
     t: float
     used_mib: float
-    event: str  # store | evict | restore
+    event: str  # store | evict | restore | host_cache_state (the server's own figure)
     tokens: int
     hits: int | None = None
     reason: str | None = None
+    line: int | None = None  # of the server log
 
 
 @dataclass(slots=True)
@@ -81,6 +85,7 @@ class RunView:
     budget_mib: float | None
     server: list[dict[str, Any]] = field(default_factory=list)
     header: dict[str, Any] = field(default_factory=dict)
+    cache: str = "disk"  # what `disk` follows: "disk" (KV files) or "host" (llama-server's --cache-ram)
 
     @property
     def clock_start(self) -> float | None:
@@ -215,8 +220,28 @@ class _ModelledClock:
         return start
 
 
-def _disk(res: RunResults, requests: list[RequestView]) -> list[DiskPoint]:
-    """Disk usage after each store/evict/restore, placed inside the request that caused it.
+HOST = "host_cache"
+
+
+def is_host_cache(rec: dict[str, Any]) -> bool:
+    """A record about llama-server's host-RAM prompt cache (store, restore, eviction, state)."""
+    return HOST in (str(rec.get("reason") or ""), str(rec.get("source") or "")) or str(
+        rec.get("reason") or ""
+    ).startswith(HOST + "_")
+
+
+def cache_kind(res: RunResults) -> str:
+    """`host` when the server's log speaks of a host-RAM prompt cache (llama-server), else `disk`."""
+    return "host" if any(is_host_cache(s) for s in res.server) else "disk"
+
+
+def _disk(res: RunResults, requests: list[RequestView], kind: str) -> list[DiskPoint]:
+    """Cache in use after each store/evict/restore, placed inside the request that caused it.
+
+    Disk KV (ds4, the simulator): a store adds its file, an eviction removes one, a restore reads
+    one and leaves it. Host memory (llama-server's `--cache-ram`, ``kind == "host"``): a save adds
+    its entry, an eviction removes one, and a restore takes the entry it loads out of the cache
+    (`server_prompt_cache::load` erases it); the context checkpoints of a slot are not in it.
 
     The log has no usable clock under a time scale (and only whole seconds otherwise), so each
     event is placed by order: the events of one request are spread over its queue, disk and
@@ -224,6 +249,11 @@ def _disk(res: RunResults, requests: list[RequestView]) -> list[DiskPoint]:
     """
     by_seq = {r.seq: r for r in requests}
     events = [s for s in res.server if s.get("event") in ("store", "evict", "restore")]
+    if kind == "host":
+        # The server's own `cache state` lines put the level back on its figure: sizes in the log
+        # are rounded, and a long run would otherwise drift by their rounding.
+        events = [s for s in res.server if is_host_cache(s) or s.get("event") == "host_cache_state"]
+        events = [s for s in events if s.get("event") in ("store", "evict", "restore", "host_cache_state")]
     events.sort(key=lambda s: _int(s.get("line")))
     owned: dict[Any, list[dict[str, Any]]] = {}
     for s in events:
@@ -241,21 +271,25 @@ def _disk(res: RunResults, requests: list[RequestView]) -> list[DiskPoint]:
     used = 0.0
     out: list[DiskPoint] = []
     for s in sorted(events, key=lambda s: (times[id(s)], _int(s.get("line")))):
-        mib = float(s.get("mib") or 0.0)
-        kind = str(s.get("event"))
-        if kind == "store":
+        # A host-cache save makes an entry of its state and the slot's checkpoints (`entry_mib`).
+        mib = float(s.get("entry_mib") or s.get("mib") or 0.0)
+        event = str(s.get("event"))
+        if event == "store":
             used += mib
-        elif kind == "evict":
+        elif event == "evict" or (event == "restore" and s.get("taken")):
             used = max(0.0, used - mib)
+        elif event == "host_cache_state":
+            used = mib
         hits = s.get("hits")
         out.append(
             DiskPoint(
                 times[id(s)],
                 used,
-                kind,
+                event,
                 _int(s.get("tokens")),
                 _int(hits) if hits is not None else None,
                 s.get("reason"),
+                _int(s.get("line")) or None,
             )
         )
     return out
@@ -272,15 +306,17 @@ def load_run(path: str | Path, server_log: ServerLog | None = None) -> RunView:
         res.server = server_log(res)
     requests, clock = _requests(res)
     effective = (res.run.get("target") or {}).get("effective") or {}
-    budget = effective.get("kv_disk_budget_mib")
+    kind = cache_kind(res)
+    budget = effective.get("cache_ram_mib" if kind == "host" else "kv_disk_budget_mib")
     return RunView(
         path=str(path),
         label=run_label(res),
         clock=clock,
         requests=requests,
-        disk=_disk(res, requests),
+        disk=_disk(res, requests, kind),
         summary=res.summary,
-        budget_mib=float(budget) if isinstance(budget, int | float) else None,
+        budget_mib=float(budget) if isinstance(budget, int | float) and budget > 0 else None,
         server=res.server,
         header=res.run,
+        cache=kind,
     )

@@ -159,7 +159,8 @@ def run_arm(
             header=header,
         )
         (done,) = replay([job], say=say)
-    finish(done, served.log_path)
+    for warning in finish(done, served.log_path):
+        say(f"[bold yellow]warning:[/bold yellow] {plan.name}: {warning}")
     files, size = _dir_usage(kv)
     removed = False
     if kv is not None and plan.fresh and not keep_cache and kv.is_dir() and kv.is_relative_to(plan.workdir):
@@ -211,7 +212,7 @@ def run_ab(
     arms = check_arms(targets, out_dir / "work" / "plan", allow_identical)
     for w in arms["warnings"]:
         say(f"[bold yellow]warning:[/bold yellow] {w}")
-    options = options or RunOptions(plan=make_plan("alternate"))
+    options = options or RunOptions(plan=make_plan("alternate"), history="recorded")
     temp0 = {r.id for r in loaded.requests if not r.params.get("temperature")}
     header = {
         "trace": str(trace),

@@ -10,10 +10,11 @@ refused unless the user asks for an A/A noise check (``--allow-identical``).
 
 from __future__ import annotations
 
-import difflib
+import re
 from pathlib import Path
 from typing import Any
 
+from drivers.build import version_line
 from drivers.launch import plan_target
 from drivers.target import Target
 from replay.errors import UsageError
@@ -21,12 +22,18 @@ from replay.errors import UsageError
 ARMS = ("A", "B")
 # Where the files are does not make two builds different when their hashes agree.
 _PATHS = frozenset({"binary.path", "model.path"})
+FLAG = "flag "  # prefix of a view key that holds one command-line flag's value(s)
+NOT_SET = "(not set)"
+SET = "(set)"  # a flag given without a value
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?$")
 
 
 def arm_view(target: Target, build: dict[str, Any]) -> dict[str, Any]:
     """The arm as a flat dict of what makes a build and a configuration (no names, ports, paths
     of run directories)."""
     view: dict[str, Any] = {"kind": target.kind, "flags": " ".join(target.flags), "host": target.host}
+    for name, values in flag_values(list(target.flags)).items():
+        view[FLAG + name] = " ".join(v or SET for v in values)
     for key, value in sorted(target.env.items()):
         view[f"env.{key}"] = value
     view["kv_disk_dir"] = (
@@ -58,30 +65,44 @@ def arm_view(target: Target, build: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-def differences(views: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every key whose value differs between the arms (missing on one side counts); flags also
-    say what B removes and adds, which is what a reader looks for."""
-    a, b = views["A"], views["B"]
-    out = []
-    for key in dict.fromkeys([*a, *b]):
-        if a.get(key) == b.get(key):
+def flag_values(flags: list[str]) -> dict[str, list[str | None]]:
+    """Each flag's value(s) in order (None for a flag given alone): `-c 4096 --swa-full` ->
+    {"-c": ["4096"], "--swa-full": [None]}. A token that starts with `-` and is not a number is a
+    flag; `--x=v` carries its value; a flag given twice keeps both values."""
+    out: dict[str, list[str | None]] = {}
+    i = 0
+    while i < len(flags):
+        token = flags[i]
+        if not token.startswith("-") or _NUMBER.match(token):
+            out.setdefault("(argument)", []).append(token)  # a stray value: compared as such
+            i += 1
             continue
-        diff: dict[str, Any] = {"field": key, "a": a.get(key), "b": b.get(key)}
-        if key == "flags":
-            diff["detail"] = flag_change(str(a.get(key) or "").split(), str(b.get(key) or "").split())
-        out.append(diff)
+        name, eq, value = token.partition("=")
+        if eq:
+            out.setdefault(name, []).append(value)
+            i += 1
+            continue
+        following = flags[i + 1] if i + 1 < len(flags) else None
+        takes = following is not None and (not following.startswith("-") or bool(_NUMBER.match(following)))
+        out.setdefault(name, []).append(following if takes else None)
+        i += 2 if takes else 1
     return out
 
 
-def flag_change(a: list[str], b: list[str]) -> str:
-    """`B removes X; B adds Y` from the two flag lists, by the longest common runs."""
-    parts = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
-        if op in ("delete", "replace"):
-            parts.append(f"B removes {' '.join(a[i1:i2])}")
-        if op in ("insert", "replace"):
-            parts.append(f"B adds {' '.join(b[j1:j2])}")
-    return "; ".join(parts)
+def differences(views: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every key whose value differs between the arms (missing on one side counts); a flag reads
+    `--cache-ram: 0 -> 8192`, named, whatever its place on the command line."""
+    a, b = views["A"], views["B"]
+    out = []
+    for key in dict.fromkeys([*a, *b]):
+        if key == "flags" or a.get(key) == b.get(key):
+            continue
+        diff: dict[str, Any] = {"field": key, "a": a.get(key), "b": b.get(key)}
+        if key.startswith(FLAG):
+            name = key.removeprefix(FLAG)
+            diff["detail"] = f"{name}: {a.get(key) or NOT_SET} -> {b.get(key) or NOT_SET}"
+        out.append(diff)
+    return out
 
 
 def model_warning(diffs: list[dict[str, Any]]) -> str | None:
@@ -134,7 +155,11 @@ def check_arms(targets: dict[str, Target], workdir: Path, allow_identical: bool)
     views: dict[str, dict[str, Any]] = {}
     builds: dict[str, dict[str, Any]] = {}
     for arm in ARMS:
-        builds[arm] = plan_target(targets[arm], workdir).build
+        plan = plan_target(targets[arm], workdir)
+        builds[arm] = dict(plan.build)
+        argv = plan.launch.version_argv
+        if builds[arm].get("version") is None and argv and Path(argv[0]).is_file():
+            builds[arm]["version"] = version_line(argv, timeout=60.0)  # as the server reports it
         views[arm] = arm_view(targets[arm], builds[arm])
     diffs = differences(views)
     identical = all(d["field"] in _PATHS for d in diffs)

@@ -9,9 +9,15 @@ id; slot-less host-cache lines go to the next task that opens. Tasks are matched
 the way ds4 requests are (``correlate.match_requests``): in order, by the prompt length and the
 cached prefix the client got back (llama's `prompt_n` = tokens re-processed).
 
-Record names follow ds4's: `request`, `restore` (source `host_cache`, `checkpoint`, `slot_file`),
-`store` (reason `host_cache`, `checkpoint`, `slot_file`), `evict`, and `live_miss` with reason
-`full_reprocess` for "forcing full prompt re-processing". Numbers only.
+Record names follow ds4's: `request`, `restore` (source `host_cache`, `checkpoint`, `slot_file`,
+`cache_reuse`), `store` (reason `host_cache`, `checkpoint`, `slot_file`), `evict` (reason
+`host_cache_size|tokens|room|obsolete`, `checkpoint`, `checkpoint_invalidated`,
+`checkpoint_too_close`, `context_shift`, `slot_cleared`, `slot_purged`), and `live_miss` with reason
+`full_reprocess` for "forcing full prompt re-processing" or `lora_change`. The host cache is
+followed entry by entry (``llama_host_cache``): a save the server skipped is a `store_skipped`, a
+save carries the size of the entry it made (`entry_mib`: its state, `mib`, and the slot's
+checkpoints), a host-cache restore the `mib` it took out of the cache (`taken`), and every `cache state`
+line is a `host_cache_state` with the server's figure and the ledger's. Numbers only.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 
 from drivers.logs import llamacpp as ll
 from replay.runs.correlate import match_requests
+from replay.runs.llama_host_cache import Effect, replay_host_cache
 
 
 @dataclass(slots=True)
@@ -57,6 +64,10 @@ def assemble(events: Sequence[ll.Event]) -> tuple[list[LlamaTask], list[ll.Event
             selected[ev.slot] = ev
             continue
         if isinstance(ev, ll.NewPrompt) and ev.task is not None:
+            opened = open_by_id.get(ev.task)
+            if opened is not None and opened.prompt is None:
+                opened.prompt = ev.n_tokens  # a line of the task came first (a LoRA change, say)
+                continue
             sel = selected.pop(ev.slot, None)
             task = LlamaTask(
                 index=len(tasks),
@@ -74,7 +85,7 @@ def assemble(events: Sequence[ll.Event]) -> tuple[list[LlamaTask], list[ll.Event
             open_by_id[ev.task] = task
             closed.discard(ev.task)
             continue
-        if isinstance(ev, ll.SlotFileCheckpoints):
+        if isinstance(ev, ll.SlotFileCheckpoints | ll.SlotFileCheckpointFault):
             orphans.append(ev)  # a /slots save or restore: no request of the run owns it
             continue
         if isinstance(ev, ll.SlotEvent):
@@ -124,14 +135,55 @@ def _record(seq: int | None, event: str, ev: ll.Event, **fields: object) -> dict
     return {"kind": "server", "request_seq": seq, "event": event, "line": ev.line, "log_t": ev.t, **fields}
 
 
-def _cache_record(seq: int | None, ev: ll.Event, task: LlamaTask | None) -> dict[str, object] | None:
+def _cache_record(
+    seq: int | None, ev: ll.Event, task: LlamaTask | None, effect: Effect | None
+) -> dict[str, object] | None:
+    effect = effect or Effect()
     if isinstance(ev, ll.PromptCacheLoad):
         tokens = task.cached if task else None
-        return _record(seq, "restore", ev, source="host_cache", tokens=tokens, f_keep=ev.f_keep, sim=ev.sim)
+        return _record(
+            seq,
+            "restore",
+            ev,
+            source="host_cache",
+            tokens=tokens,
+            f_keep=ev.f_keep,
+            sim=ev.sim,
+            mib=effect.mib,
+            entry_tokens=effect.entry_tokens,
+            taken=True,  # `load` erases the entry it restores
+        )
     if isinstance(ev, ll.PromptCacheSave):
-        return _record(seq, "store", ev, reason="host_cache", tokens=ev.tokens, mib=ev.mib)
+        if effect.saved is False:
+            return _record(
+                seq,
+                "store_skipped",
+                ev,
+                reason="host_cache",
+                cause=effect.skipped,
+                tokens=ev.tokens,
+                mib=ev.mib,
+            )
+        # `mib` is the save line's state; the entry the cache holds also counts the slot's checkpoints.
+        return _record(
+            seq, "store", ev, reason="host_cache", tokens=ev.tokens, mib=ev.mib, entry_mib=effect.mib
+        )
     if isinstance(ev, ll.PromptCacheEvict):
         return _record(seq, "evict", ev, reason=f"host_cache_{ev.cause}", mib=ev.mib)
+    if isinstance(ev, ll.PromptCacheObsolete):
+        return _record(seq, "evict", ev, reason="host_cache_obsolete", tokens=ev.tokens, mib=effect.mib)
+    if isinstance(ev, ll.PromptCacheState):
+        return _record(
+            seq,
+            "host_cache_state",
+            ev,
+            prompts=ev.prompts,
+            mib=ev.mib,
+            limit_mib=ev.limit_mib,
+            ledger_mib=effect.ledger_mib,
+        )
+    if isinstance(ev, ll.PromptCacheLoadFailed):
+        return _record(seq, "restore_failed", ev, source="host_cache")
     if isinstance(ev, ll.CheckpointCreated):
         return _record(seq, "store", ev, reason="checkpoint", tokens=ev.n_tokens, mib=ev.mib)
     if isinstance(ev, ll.CheckpointRestored):
@@ -140,6 +192,18 @@ def _cache_record(seq: int | None, ev: ll.Event, task: LlamaTask | None) -> dict
         return _record(seq, "evict", ev, reason="checkpoint", tokens=ev.n_tokens, mib=ev.mib)
     if isinstance(ev, ll.CheckpointErased):
         return _record(seq, "evict", ev, reason="checkpoint_invalidated", tokens=ev.n_tokens, mib=ev.mib)
+    if isinstance(ev, ll.CheckpointPruned):
+        return _record(seq, "evict", ev, reason="checkpoint_too_close", tokens=ev.n_tokens, mib=ev.mib)
+    if isinstance(ev, ll.CacheReuseChunk):
+        return _record(seq, "restore", ev, source="cache_reuse", tokens=ev.n_tokens)
+    if isinstance(ev, ll.ContextShift):
+        return _record(seq, "evict", ev, reason="context_shift", tokens=ev.n_discard)
+    if isinstance(ev, ll.SlotCleared):
+        if ev.lora:
+            return _record(seq, "live_miss", ev, reason="lora_change", prompt=task.prompt if task else None)
+        return _record(seq, "evict", ev, reason="slot_cleared", tokens=ev.n_tokens)
+    if isinstance(ev, ll.SlotPurged):
+        return _record(seq, "evict", ev, reason="slot_purged", tokens=ev.n_tokens)
     if isinstance(ev, ll.SlotFileCheckpoints):
         name = "restore" if ev.action == "restore" else "store"
         key = "source" if name == "restore" else "reason"
@@ -154,6 +218,7 @@ def correlate(requests: Sequence[Mapping[str, Any]], events: Sequence[ll.Event])
     seconds from `prompt eval time`, decode rate) and one per cache event it owns."""
     tasks, orphans = assemble(events)
     seq_of = match_requests(requests, tasks)  # type: ignore[arg-type]  # LlamaTask has the fields it reads
+    effects = replay_host_cache(events).effects
     out: list[dict[str, object]] = []
     for task in tasks:
         seq = seq_of.get(task.index)
@@ -177,11 +242,11 @@ def correlate(requests: Sequence[Mapping[str, Any]], events: Sequence[ll.Event])
             }
         )
         for ev in task.events:
-            rec = _cache_record(seq, ev, task)
+            rec = _cache_record(seq, ev, task, effects.get(ev.line))
             if rec is not None:
                 out.append(rec)
     for ev in orphans:
-        rec = _cache_record(None, ev, None)
+        rec = _cache_record(None, ev, None, effects.get(ev.line))
         if rec is not None:
             out.append(rec)
     out.sort(key=lambda r: r["line"])  # type: ignore[arg-type, return-value]

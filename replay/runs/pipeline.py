@@ -45,6 +45,7 @@ from replay.runs.serverlog import (
     DS4_FORMAT_KINDS,
     effective_settings,
     log_kind,
+    log_warnings,
     server_records,
     setting_warnings,
 )
@@ -261,12 +262,15 @@ def reads_records(served: Served) -> bool:
     return served.target.kind in DS4_FORMAT_KINDS or metrics_url(served) is not None
 
 
-def finish(done: Replayed, log_path: Path | None) -> None:
+def finish(done: Replayed, log_path: Path | None) -> list[str]:
     """Append the lines that follow the summary: counters, memory, and the server log's records
-    (read from `log_path`: the stopped server's log, or the stretch of it this replay wrote)."""
+    (read from `log_path`: the stopped server's log, or the stretch of it this replay wrote).
+    Returns what the caller must say about them (cache lines of the log not recognised)."""
     last = done.processes[-1]
     kind = log_kind(last.target.kind, last.build.get("argv") or [])
-    append_records(done.out, [*done.metrics, *done.memory, *server_records(kind, log_path, done.records)])
+    server = server_records(kind, log_path, done.records)
+    append_records(done.out, [*done.metrics, *done.memory, *server])
+    return log_warnings(server)
 
 
 def _warn_disagreements(metrics: dict[str, Any], say: Say) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from drivers.logs import ds4, llamacpp
+from drivers.logs.base import ParseStats
 from drivers.logs.effective import ds4_settings, llamacpp_settings, warn_missing
 from replay.metrics.results import RunResults
 from replay.runs.correlate import correlate
@@ -91,15 +92,45 @@ def setting_warnings(kind: str, argv: list[str], effective: dict[str, Any]) -> l
 
 
 def server_records(kind: str, log_path: Path | None, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`server` records for the results file, attributed to request `seq` where the log allows."""
+    """`server` records for the results file, attributed to request `seq` where the log allows; the
+    last one (`log_parse`) says how much of the log was understood."""
     if log_path is None or not Path(log_path).exists():
         return []
     if kind == "llamacpp":
-        return llama_correlate(requests, llamacpp.parse_files([log_path]).events)
+        llama = llamacpp.parse_files([log_path])
+        return [*llama_correlate(requests, llama.events), parse_record(llama.stats)]
     if kind not in DS4_FORMAT_KINDS:
         return []
     parsed = ds4.parse_files([log_path])
-    return [dict(r) for r in correlate(requests, parsed.events)]
+    return [*(dict(r) for r in correlate(requests, parsed.events)), parse_record(parsed.stats)]
+
+
+def parse_record(stats: ParseStats) -> dict[str, Any]:
+    """The log's parse counts as a `server` record: lines unrecognised, those about a cache apart,
+    and the parser's warnings (built from numbers and its own words only)."""
+    return {
+        "kind": "server",
+        "request_seq": None,
+        "event": "log_parse",
+        "lines": stats.lines,
+        "recognised": stats.recognised,
+        "unrecognised": stats.unrecognised,
+        "unrecognised_cache": stats.unrecognised_cache,
+        "warnings": stats.warnings,
+    }
+
+
+def log_warnings(server: list[dict[str, Any]]) -> list[str]:
+    """What a results file's `log_parse` record says a reader must know: cache lines the parser
+    did not recognise (the run's cache figures may be short of what the server did)."""
+    out = []
+    for rec in server:
+        if rec.get("event") == "log_parse" and rec.get("unrecognised_cache"):
+            out.append(
+                f"the server log has {rec['unrecognised_cache']} line(s) about its caches that this tool does "
+                "not recognise: its stores, restores and evictions may be undercounted"
+            )
+    return out
 
 
 def records_beside(res: RunResults) -> list[dict[str, Any]]:

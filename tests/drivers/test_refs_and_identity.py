@@ -143,3 +143,46 @@ def test_ab_arms_from_two_refs_list_every_difference_and_one_toml_with_one_ref_i
     same = resolve_refs({"A": one, "B": one}, {"A": "v1", "B": "v1"}, say=lambda _m: None)
     with pytest.raises(UsageError, match="identical"):
         check_arms(same, tmp_path / "plan", allow_identical=False)
+
+
+def test_a_library_copied_under_its_three_names_is_one_library(tmp_path: Path) -> None:
+    """A wheel that flattens `libx.so -> libx.so.0 -> libx.so.0.20.0` into three copies (the second
+    llama-server wheel of the A/B tests does) holds one library, not three."""
+    from drivers.identity import native_identity
+
+    exe = tmp_path / "llama-server"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    for name in ("libx.so", "libx.so.0", "libx.so.0.20.0"):
+        (tmp_path / name).write_bytes(b"x" * 100)
+    (tmp_path / "liby.so.1").write_bytes(b"y" * 50)
+    (tmp_path / "liby.so").symlink_to("liby.so.1")  # a symlink: the same real file
+    (tmp_path / "libz.so").write_bytes(b"z1")
+    (tmp_path / "libz.so.2").write_bytes(b"z2")  # same name, other bytes: two libraries
+    got = native_identity(exe)["libraries"]
+    assert [(lib["name"], lib.get("aliases")) for lib in got] == [
+        ("libx.so", ["libx.so.0", "libx.so.0.20.0"]),
+        ("liby.so", ["liby.so.1"]),
+        ("libz.so", None),
+        ("libz.so.2", None),
+    ]
+    assert got[0]["path"].endswith("libx.so.0.20.0") and got[0]["size"] == 100
+
+
+def test_ab_arms_carry_the_version_a_binary_reports(tmp_path: Path) -> None:
+    from replay.runs.ab_arms import check_arms
+
+    def server(name: str, commit: str) -> Target:
+        exe = tmp_path / name / "llama-server"
+        exe.parent.mkdir()
+        exe.write_text(
+            f"#!/bin/sh\necho 'version: 1 (build 7, commit {commit})' >&2\necho 'built with cc' >&2\n"
+        )
+        exe.chmod(0o755)
+        return target_from_dict({"kind": "llamacpp", "binary": str(exe)})
+
+    arms = check_arms({"A": server("a", "aaaaaaa"), "B": server("b", "7e4c0a9")}, tmp_path / "plan", False)
+    assert arms["identity"]["B"]["view"]["version"] == "version: 1 (build 7, commit 7e4c0a9)"
+    assert "commit 7e4c0a9" in arms["identity"]["B"]["summary"]
+    fields = {d["field"]: d for d in arms["differences"]}
+    assert fields["version"]["a"] == "version: 1 (build 7, commit aaaaaaa)"

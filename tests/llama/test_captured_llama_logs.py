@@ -34,7 +34,21 @@ MARKERS = {
     ],
     "llama_server_swa_forcing": ["forcing full prompt re-processing due to lack of cache data"],
     "llama_server_swa_full": ["stop processing"],
+    "llama_server_two_slots_cache": [
+        "saving idle slot to prompt cache",
+        "prompt is already in the cache, skipping",
+        "cache state: 3 prompts",
+    ],
+    "llama_server_cache_limits": [
+        "prompt cache is enabled, size limit: 1 MiB",
+        "erasing context checkpoint too close to an earlier one",
+        "making room for prompt cache entry, removing oldest entry",
+        "exceeds cache size limit 1.000 MiB, skipping",
+    ],
 }
+# The second build prints the same cache lines (and announces itself as build 1, commit 7e4c0a9).
+for _name in ("two_slots_cache", "cache_limits"):
+    MARKERS[f"llama_server_b_{_name}"] = [*MARKERS[f"llama_server_{_name}"], "build 1 (7e4c0a9)"]
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

@@ -56,7 +56,7 @@ def test_host_cache_off_reprocesses_more_per_switch_and_the_log_says_why(
         doc["verdict"]["text"].startswith("B re-processes ")
         and "more tokens per switch" in doc["verdict"]["text"]
     )
-    assert [d["field"] for d in doc["differences"]] == ["flags"]
+    assert [d["detail"] for d in doc["differences"]] == ["--cache-ram: (not set) -> 0"]
 
     # Build identity: the wheel's package, version and native-library hash, on both arms.
     for arm in ("A", "B"):

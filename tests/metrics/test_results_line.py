@@ -53,7 +53,7 @@ SUMMARY_ALL = {
     },
 }
 # Fields added to request lines since; anything else new would be a silent format change.
-ADDED = {"connect_s", "headers_s", "first_byte_s", "reused", "client_queue_s"}
+ADDED = {"connect_s", "headers_s", "first_byte_s", "reused", "client_queue_s", "server_decode_tps"}
 ORIGIN = 1_000_000_000_000  # the run started at this monotonic time
 
 
@@ -191,3 +191,14 @@ def test_the_summary_line_is_read_from_the_end_whatever_follows_it_and_wherever_
 def test_a_span_is_printed_as_its_whole_microseconds_ties_to_even(start: int | None, end: int | None) -> None:
     us = micros(span_ns(start, end))
     assert _between(start, end) == (None if us is None else us / 1e6)
+
+
+def test_the_servers_own_decode_speed_is_kept_where_it_reports_one() -> None:
+    """llama-server's `timings.predicted_per_second` (the A/B's decode figure) becomes
+    `server_decode_tps`; a server without timings leaves it null."""
+    from replay.metrics.results import request_line
+
+    rec = _ok()
+    assert request_line(rec)["server_decode_tps"] is None
+    rec.timings = {"predicted_n": 64, "predicted_ms": 640.0, "predicted_per_second": 100.00049}
+    assert request_line(rec)["server_decode_tps"] == 100.0

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.report.ab_stats import compare, matched_units, min_pairs_for, phrase, verdict
+from replay.report.ab_stats import (
+    compare,
+    compare_runs,
+    digits,
+    interval_text,
+    matched_units,
+    min_pairs_for,
+    phrase,
+    result_text,
+    verdict,
+)
 
 
 def records(values: list[tuple[int, float]], switch: tuple[str, ...] = ("switch",)) -> list[dict[str, Any]]:
@@ -31,9 +42,9 @@ def test_identical_arms_show_no_difference_in_any_metric() -> None:
         pairs.append((records(vals), records(vals)))
     rows = compare(matched_units(pairs))
     assert rows and all(not r["difference"] and r["ratio"] == 1.0 for r in rows)
-    assert (
-        verdict(rows, {"status": "match"})["text"]
-        == "no difference detected in any metric; outputs identical"
+    assert verdict(rows, {"status": "match"})["text"] == (
+        "no difference detected in any metric with an interval; TTFT p99 (switches): 1.00x, no interval "
+        "(48 pairs; a p99 needs 500 pairs: about --repeat 21); outputs identical"
     )
 
 
@@ -48,13 +59,18 @@ def test_eight_times_more_reprocessing_is_named_with_its_interval() -> None:
     re = rows[("switch", "re-processed tokens per request")]
     assert re["difference"] and 7.5 < re["low"] < re["ratio"] < re["high"] < 8.5
     assert phrase(re).startswith("B re-processes 8.0x (7.9-8.") and "more tokens per switch" in phrase(re)
-    assert "TTFT p99 4." in phrase(rows[("switch", "TTFT p99")]) and "worse" in phrase(
-        rows[("switch", "TTFT p99")]
-    )
-    text = verdict(list(rows.values()), {"status": "match"})["text"]
+    # 80 pairs hold no p99 interval: said, with the repeats that would; no difference named
+    p99 = rows[("switch", "TTFT p99")]
+    assert (p99["low"], p99["difference"], p99["pairs_needed"]) == (None, False, 500)
     assert (
-        text.startswith("B re-processes 8.0x") and "TTFT p99" in text and text.endswith("outputs identical")
+        phrase(p99)
+        == "TTFT p99 (switches): 4.0x, no interval (80 pairs; a p99 needs 500 pairs: about --repeat 13)"
     )
+    p50 = rows[("switch", "TTFT p50")]  # 4x in every request: every resample says 4.00
+    assert p50["interval_note"] == "same in every resample" and p50["difference"]
+    text = verdict(list(rows.values()), {"status": "match"})["text"]
+    assert text.startswith("B re-processes 8.0x") and "TTFT p99 (switches): 4.0x, no interval" in text
+    assert text.endswith("outputs identical")
 
 
 def test_an_effect_under_the_floor_is_no_difference_even_when_consistent() -> None:
@@ -62,7 +78,134 @@ def test_an_effect_under_the_floor_is_no_difference_even_when_consistent() -> No
     b = [(1030, 1.05)] * 20  # 3% more tokens, 5% slower: consistent but under the floors
     rows = compare(matched_units([(records(a), records(b)), (records(a), records(b))]))
     assert all(not r["difference"] for r in rows)
-    assert all(r["low"] > 1 for r in rows)  # the interval excludes 1; the floor decides
+    # every resample says 1.03 or 1.05 (or a p99 has too few pairs for one): the floor decides
+    assert all(r["ratio"] > 1 and r["interval_note"] for r in rows)
+    assert {r["interval_note"] for r in rows} == {"same in every resample", "a p99 needs 500 pairs"}
+
+
+def test_a_p99_of_32_pairs_has_no_interval_and_the_tool_says_how_many_repeats_would() -> None:
+    """Issue #40: with 32 pairs a p99 is the largest value and no resample exceeds it; the old
+    interval put the estimate on its edge (1.14x in 1.14-1.28x)."""
+    rng = random.Random(5)
+    pairs = []
+    for _ in range(4):  # --repeat 2: four run pairs of eight switches
+        a = [(1000, rng.uniform(0.05, 0.2)) for _ in range(8)]
+        pairs.append((records(a), records([(t, s * rng.uniform(0.9, 1.4)) for t, s in a])))
+    p99 = rows_by(compare(matched_units(pairs)))[("switch", "TTFT p99")]
+    assert p99["pairs"] == 32 and p99["low"] is None and p99["high"] is None and not p99["difference"]
+    assert p99["repeat_needed"] == 32  # 500 pairs at 16 per A B B A block
+    assert interval_text(p99) == "none (a p99 needs 500 pairs: about --repeat 32)"
+    many = []
+    for _ in range(4):  # 125 pairs per run pair: 500 in all, enough for a p99
+        a = [(1000, rng.uniform(0.05, 0.2)) for _ in range(125)]
+        many.append((records(a), records([(t, s * 3) for t, s in a])))
+    p99 = rows_by(compare(matched_units(many), resamples=300))[("switch", "TTFT p99")]
+    assert (
+        p99["pairs"] == 500 and "pairs_needed" not in p99 and p99["interval_note"] == "same in every resample"
+    )
+
+
+def test_decode_speed_and_end_to_end_latency_are_compared_the_servers_own_speed_first() -> None:
+    rng = random.Random(6)
+    pairs = []
+    for _ in range(4):
+        a = records([(500, 0.1)] * 10)
+        b = records([(500, 0.1)] * 10)
+        for ra, rb in zip(a, b, strict=True):
+            slow, fast = rng.uniform(38, 44), rng.uniform(90, 105)
+            ra |= {"decode_tps": 999.0, "server_decode_tps": slow, "latency_s": 150 / slow}
+            rb |= {"decode_tps": 1.0, "server_decode_tps": fast, "latency_s": 150 / fast}
+        pairs.append((a, b))
+    rows = rows_by(compare(matched_units(pairs)))
+    decode = rows[("all", "decode tok/s per request")]
+    assert (
+        decode["better"] == "higher" and decode["difference"] and 2.2 < decode["low"] < decode["high"] < 2.6
+    )
+    assert phrase(decode).startswith("B decodes 2.") and phrase(decode).endswith("faster")
+    assert result_text(decode) == "B higher (better)"
+    latency = rows[("all", "end-to-end s per request")]
+    assert latency["difference"] and result_text(latency) == "B lower (better)"
+    assert phrase(latency).startswith("end-to-end s per request 2.") and phrase(latency).endswith("better")
+    # Without the server's figure in one arm, both use the stream's.
+    pairs[0][1][0].pop("server_decode_tps")
+    unit = matched_units(pairs)[0]
+    assert (unit.a["decode_tps"], unit.b["decode_tps"]) == (999.0, 1.0)
+
+
+def test_run_wall_time_and_throughput_compare_run_pairs() -> None:
+    values = [
+        ({"duration_s": 50.0 + i, "throughput": 30.0}, {"duration_s": 26.0 + i, "throughput": 58.0})
+        for i in range(4)
+    ]
+    rows = rows_by(compare_runs(values))
+    wall, tput = rows[("run", "run wall time s")], rows[("run", "throughput, output tok/s")]
+    assert wall["pairs"] == 4 and wall["few_pairs"] and wall["difference"] and wall["ratio"] < 0.6
+    assert phrase(wall) == "B's runs are 1.87x (1.84-1.91x) faster (wall time)"
+    assert tput["interval_note"] == "same in every resample" and phrase(tput).startswith(
+        "B's throughput is 1.93x"
+    )
+    text = verdict(list(rows.values()), {"status": "match"})["text"]
+    assert text.startswith("B's runs are 1.87x") and "B's throughput is 1.93x" in text
+
+
+def test_requests_after_a_reply_that_differed_are_marked_as_drift() -> None:
+    a = records([(100, 1.0)] * 4)
+    b = records([(100, 1.0)] * 4)
+    for i, (ra, rb) in enumerate(zip(a, b, strict=True)):
+        ra |= {"session": "s" if i < 3 else "t", "output_sha1": f"a{i}"}
+        rb |= {"session": ra["session"], "output_sha1": f"a{i}" if i != 1 else "other"}
+    units = matched_units([(a, b)])
+    # request 2's reply differed: request 3 (same session) drifts; 4 (other session) does not
+    assert [(u.request, u.drift) for u in units] == [(1, False), (2, False), (3, True), (4, False)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(st.integers(0, 5000), st.floats(0.001, 10.0), st.floats(0.2, 5.0), st.floats(0.5, 2.0)),
+            min_size=1,
+            max_size=12,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from([0.8, 0.9, 0.95]),
+)
+def test_an_interval_printed_always_holds_its_estimate_strictly_inside(
+    blocks: list[list[tuple[int, float, float, float]]], confidence: float
+) -> None:
+    pairs = []
+    for block in blocks:
+        a = records([(t, s) for t, s, _, _ in block])
+        b = records([(int(t * f), s * g) for t, s, f, g in block])
+        for ra, rb, (_, s, f, g) in zip(a, b, block, strict=True):
+            ra |= {"decode_tps": 100 / s, "latency_s": s * 2}
+            rb |= {"decode_tps": 100 / (s * g), "latency_s": s * 2 * f}
+        pairs.append((a, b))
+    runs = [
+        (
+            {"duration_s": sum(s for _, s, _, _ in bl), "throughput": 10.0},
+            {"duration_s": sum(s * g for _, s, _, g in bl), "throughput": 9.0},
+        )
+        for bl in blocks
+    ]
+    rows = compare(matched_units(pairs), confidence=confidence, resamples=200) + compare_runs(
+        runs, confidence, 200
+    )
+    for row in rows:
+        if row["low"] is None:
+            assert row["high"] is None and row["interval_note"]
+            continue
+        assert row["low"] < row["ratio"] < row["high"], row
+        d = digits(row)
+        assert float(f"{row['low']:.{d}f}") < float(f"{row['ratio']:.{d}f}") < float(f"{row['high']:.{d}f}")
+        shown = re.search(r"(\d+\.\d+)x \((\d+\.\d+)-(\d+\.\d+)x\)", phrase(row))
+        if shown:
+            est, lo, hi = (float(g) for g in shown.groups())
+            assert lo < est < hi, phrase(row)
+        if row["pairs"] < (row.get("pairs_needed") or 0):
+            raise AssertionError(("a tail printed with too few pairs", row))
 
 
 def test_few_pairs_are_flagged() -> None:
@@ -97,7 +240,7 @@ def test_same_values_in_both_arms_never_differ(blocks: list[list[tuple[int, floa
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.tuples(st.floats(0, 1e4), st.integers(0, 4)), min_size=1, max_size=30),
-    st.sampled_from(["sum", "p50", "p99"]),
+    st.sampled_from(["sum", "hmean", "p50", "p99"]),
 )
 def test_a_resample_by_counts_equals_the_statistic_of_the_drawn_values(
     drawn: list[tuple[float, int]], stat: str
@@ -106,7 +249,7 @@ def test_a_resample_by_counts_equals_the_statistic_of_the_drawn_values(
 
     from replay.report.ab_stats import Metric, _Cell, _statistic
 
-    vals = np.array([v for v, _ in drawn])
+    vals = np.array([v + 0.001 for v, _ in drawn])  # rates are positive
     counts = np.array([c for _, c in drawn])
     cell = _Cell(
         "all",

@@ -7,6 +7,8 @@ built on them break if the parser drifts from what the server prints.
 
 from __future__ import annotations
 
+import re
+
 SLT = "slot %12.*s: id %2d | task %d | "
 SRV = "srv  %12.*s: "
 
@@ -105,3 +107,44 @@ def request(sid: int, task: int, n_tokens: int, kept: int, eval_n: int, eval_ms:
     out += timing(sid, task, max(1.0, todo * 0.05), max(1, todo), eval_ms, eval_n)
     out.append(slot("release", sid, task, RELEASE, n_tokens + eval_n, 0))
     return out
+
+
+# Cache messages of newer builds (tools/server/server-context.cpp `create_checkpoint`,
+# `update_slots`, `try_clear_idle_slots`; server-task.cpp `server_prompt_cache::alloc/load/update`),
+# as both builds of the A/B tests print them (their binaries hold these format strings).
+CKPT_TOO_CLOSE = (
+    "erasing context checkpoint too close to an earlier one (pos_min = %d, pos_max = %d, "
+    "n_tokens = %ld, size = %.3f MiB)"
+)
+CKPT_DECISION = "main/do_checkpoint = %s, pos_min = %d, pos_max = %d"
+SPEC_CKPT_NEW = "created speculative checkpoint (pos_min = %d, pos_max = %d, n_tokens = %d, size = %.3f MiB, draft = %.3f MiB)"
+SPEC_CKPT_RESTORE = "restoring speculative checkpoint (pos_min = %d, pos_max = %d, size = %zu)"
+REUSE_START = "trying to reuse chunks with size > %d, n_past = %d"
+REUSE_CHUNK = "reusing chunk with size %zu, shifting KV cache [%zu, %zu) -> [%zu, %zu)"
+REUSE_DONE = "after context reuse, new n_past = %d"
+CONTEXT_SHIFT = "slot context shift, n_keep = %d, n_left = %d, n_discard = %d"
+CLEAR_PROMPT = "clearing prompt with %zu tokens"
+CLEAR_LORA = "clearing cache for lora change. %zu loras -> %zu loras"
+POS_ERROR = "n_past = %d, slot.prompt.tokens.size() = %d, seq_id = %d, pos_min = %d"
+APPEND_FAILED = "failed to append context checkpoints to '%s'"
+APPEND_INCOMPLETE = "failed to append context checkpoints to '%s' - the appendix is incomplete"
+APPENDIX_INVALID = "invalid context checkpoint appendix in '%s' - ignored"
+APPENDIX_TRUNCATED = "truncated context checkpoint appendix in '%s' - ignored"
+DRAFT_DROPPED = "draft context checkpoint data in '%s' does not match the draft context - dropped"
+CACHE_PRESENT = " - prompt is already in the cache, skipping"
+CACHE_TOO_BIG = " - prompt state size %.3f MiB exceeds cache size limit %.3f MiB, skipping"
+CACHE_ROOM = " - making room for prompt cache entry, removing oldest entry (size = %.3f MiB)"
+CACHE_NO_MEMORY = "failed to allocate memory for prompt cache state: %s"
+CACHE_LIMIT = " - cache size limit reduced to %.3f MiB"
+CACHE_OBSOLETE = " - removing obsolete cached prompt with length %d"
+CACHE_ENTRY = "   - prompt %p: %7d tokens, checkpoints: %2zu, %9.3f MiB"
+RESTORE_FAILED = "failed to restore state with size %zu"
+LOAD_FAILED = "failed to load prompt from cache"
+PURGE = "purging slot %d with %zu tokens"
+KV_FULL = "failed to find free space in the KV cache, retrying with smaller batch size, off = %d, n_batch = %d, ret = %d"
+
+
+def c_format(fmt: str, *args: object) -> str:
+    """A C format string with Python's `%`: the length modifiers (`%ld`, `%zu`) and `%p` mapped."""
+    py = re.sub(r"%(\d*)(?:ld|zu)", r"%\1d", fmt).replace("%p", "0x%x")
+    return py % args

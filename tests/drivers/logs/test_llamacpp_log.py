@@ -7,27 +7,56 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from llama_logtext import (
+    APPEND_FAILED,
+    APPEND_INCOMPLETE,
+    APPENDIX_INVALID,
+    APPENDIX_TRUNCATED,
+    CACHE_ENTRY,
+    CACHE_LIMIT,
+    CACHE_NO_MEMORY,
+    CACHE_OBSOLETE,
+    CACHE_PRESENT,
+    CACHE_ROOM,
+    CACHE_TOO_BIG,
+    CKPT_DECISION,
     CKPT_ERASED,
     CKPT_NEW,
     CKPT_RESTORED,
+    CKPT_TOO_CLOSE,
+    CLEAR_LORA,
+    CLEAR_PROMPT,
+    CONTEXT_SHIFT,
     DONE,
+    DRAFT_DROPPED,
     EVAL_OLD,
     FULL,
+    KV_FULL,
+    LOAD_FAILED,
     NEW_PROMPT,
+    POS_ERROR,
     PR_LINK,
     PROGRESS,
     PROGRESS_PP,
     PROMPT_EVAL,
+    PURGE,
     RELEASE,
+    RESTORE_FAILED,
+    REUSE_CHUNK,
+    REUSE_DONE,
+    REUSE_START,
     SEL_LCP,
     SEL_LCP_OLD,
     SEQ_RM,
+    SPEC_CKPT_NEW,
+    SPEC_CKPT_RESTORE,
     TOTAL,
+    c_format,
     prefixed,
     request,
     slot,
@@ -163,13 +192,15 @@ def test_prompt_cache_lines() -> None:
         "prompt_cache_evict",
         "prompt_cache_evict",
         "prompt_cache_state",
+        "prompt_cache_entry",
         "prompt_cache_update",
     ]
     assert (ev[0].tokens, ev[0].mib, ev[0].draft_mib) == (42057, 1546.853, 0.0)  # type: ignore[attr-defined]
     assert ev[1].draft_mib is None  # type: ignore[attr-defined]
     assert (ev[4].cause, ev[5].cause) == ("size", "tokens")  # type: ignore[attr-defined]
     assert (ev[6].prompts, ev[6].limit_mib, ev[6].est_tokens) == (4, 8192.0, 167792)  # type: ignore[attr-defined]
-    assert log.stats.unrecognised == 0 and log.stats.known_ignored == 2
+    assert (ev[7].tokens, ev[7].checkpoints, ev[7].mib) == (1378, 2, 535.03)  # type: ignore[attr-defined]
+    assert log.stats.unrecognised == 0 and log.stats.known_ignored == 1
 
 
 def test_startup_lines() -> None:
@@ -257,7 +288,7 @@ def test_unknown_lines_and_cross_check() -> None:
         "llama_model_loader: - kv   0: general.architecture str = llama",
         slot("get_availabl", 0, -1, "selected slot by a brand new rule"),
         slot("update_slots", 0, 3, "created context checkpoint one of many"),
-        slot("update_slots", 0, 3, "prompt processing progress, n_tokens = many"),
+        slot("update_slots", 0, 3, "prompt processing progress, n_tokens = many, progress = all"),
     ]
     log = events(lines)
     # the two variants no pattern knows (build and loader lines are known startup output)
@@ -313,7 +344,9 @@ def test_llama_summary_windows_and_figures() -> None:
 VOCAB_WORDS = (
     L.SELECTED_BY.names
     | L.REUSE_DISABLED_BY.names
-    | {"other", "save", "restore", "size", "tokens", "context"}
+    | L.SAVE_SKIPPED_BY.names
+    | L.SLOT_FILE_FAULTS.names
+    | {"other", "save", "restore", "size", "tokens", "context", "room"}
 )
 
 
@@ -341,3 +374,169 @@ def test_a_row_cannot_feed_log_text_to_a_free_text_field() -> None:
         L.check_row(L.Row(re.compile(r"x"), L.Release, {"bogus": 1}))
     for row in L.ROWS:
         L.check_row(row)
+
+
+# The cache lines of newer builds: each format as the server prints it, any numbers it may print.
+
+POS = st.integers(0, 10**7)
+MIB = st.floats(0, 10**5, allow_nan=False).map(lambda x: round(x, 3))
+FILE = st.text(st.characters(codec="ascii", exclude_characters="\n\r'"), max_size=20)
+
+
+def _slot(fmt: str, *args: object) -> str:
+    return slot("update_slots", 0, 7, "%s", c_format(fmt, *args)) if args else slot("update_slots", 0, 7, fmt)
+
+
+def _srv(fmt: str, *args: object) -> str:
+    return srv("update", "%s", c_format(fmt, *args)) if args else srv("update", "%s", fmt)
+
+
+# (line maker, argument strategies, event kind, fields the arguments land in, fixed fields)
+NEWER_LINES: list[tuple[Any, str, tuple[Any, ...], str, tuple[str | None, ...], dict[str, object]]] = [
+    (
+        _slot,
+        CKPT_TOO_CLOSE,
+        (POS, POS, POS, MIB),
+        "checkpoint_pruned",
+        ("pos_min", "pos_max", "n_tokens", "mib"),
+        {},
+    ),
+    (
+        _slot,
+        CKPT_DECISION,
+        (st.sampled_from(["yes", "no"]), POS, POS),
+        "checkpoint_decision",
+        (None, "pos_min", "pos_max"),
+        {},
+    ),
+    (
+        _slot,
+        SPEC_CKPT_NEW,
+        (POS, POS, POS, MIB, MIB),
+        "speculative_checkpoint",
+        ("pos_min", "pos_max", "n_tokens", "mib", "draft_mib"),
+        {"action": "save"},
+    ),
+    (
+        _slot,
+        SPEC_CKPT_RESTORE,
+        (POS, POS, POS),
+        "speculative_checkpoint",
+        ("pos_min", "pos_max", "size_bytes"),
+        {"action": "restore"},
+    ),
+    (_slot, REUSE_START, (POS, POS), "cache_reuse_start", ("min_chunk", "n_past"), {}),
+    (
+        _slot,
+        REUSE_CHUNK,
+        (POS, POS, POS, POS, POS),
+        "cache_reuse_chunk",
+        ("n_tokens", "src_start", "src_end", "dst_start", "dst_end"),
+        {},
+    ),
+    (_slot, REUSE_DONE, (POS,), "cache_reuse_done", ("n_past",), {}),
+    (_slot, CONTEXT_SHIFT, (POS, POS, POS), "context_shift", ("n_keep", "n_left", "n_discard"), {}),
+    (_slot, CLEAR_PROMPT, (POS,), "slot_cleared", ("n_tokens",), {"lora": False}),
+    (_slot, CLEAR_LORA, (POS, POS), "slot_cleared", (None, None), {"lora": True}),
+    (
+        _slot,
+        POS_ERROR,
+        (POS, POS, st.integers(0, 64), st.just(-1)),
+        "slot_memory_error",
+        ("n_past", "n_tokens", None, "pos_min"),
+        {},
+    ),
+    (
+        _slot,
+        APPEND_FAILED,
+        (FILE,),
+        "slot_file_checkpoint_fault",
+        (None,),
+        {"action": "save", "fault": "failed"},
+    ),
+    (
+        _slot,
+        APPEND_INCOMPLETE,
+        (FILE,),
+        "slot_file_checkpoint_fault",
+        (None,),
+        {"action": "save", "fault": "incomplete"},
+    ),
+    (
+        _slot,
+        APPENDIX_INVALID,
+        (FILE,),
+        "slot_file_checkpoint_fault",
+        (None,),
+        {"action": "restore", "fault": "invalid"},
+    ),
+    (
+        _slot,
+        APPENDIX_TRUNCATED,
+        (FILE,),
+        "slot_file_checkpoint_fault",
+        (None,),
+        {"action": "restore", "fault": "truncated"},
+    ),
+    (
+        _slot,
+        DRAFT_DROPPED,
+        (FILE,),
+        "slot_file_checkpoint_fault",
+        (None,),
+        {"action": "restore", "fault": "draft_mismatch"},
+    ),
+    (_slot, LOAD_FAILED, (), "prompt_cache_load_failed", (), {"size_bytes": None}),
+    (_slot, "saving idle slot to prompt cache", (), "idle_slot_save", (), {}),
+    (_srv, CACHE_PRESENT, (), "prompt_cache_skip", (), {"cause": "present"}),
+    (_srv, CACHE_TOO_BIG, (MIB, MIB), "prompt_cache_skip", ("mib", "limit_mib"), {"cause": "too_big"}),
+    (_srv, CACHE_NO_MEMORY, (FILE,), "prompt_cache_skip", (None,), {"cause": "no_memory"}),
+    (_srv, CACHE_ROOM, (MIB,), "prompt_cache_evict", ("mib",), {"cause": "room"}),
+    (_srv, CACHE_LIMIT, (MIB,), "prompt_cache_limit", ("limit_mib",), {}),
+    (_srv, CACHE_OBSOLETE, (POS,), "prompt_cache_obsolete", ("tokens",), {}),
+    (
+        _srv,
+        CACHE_ENTRY,
+        (st.integers(1, 2**47), POS, st.integers(0, 99), MIB),
+        "prompt_cache_entry",
+        (None, "tokens", "checkpoints", "mib"),
+        {},
+    ),
+    (_srv, RESTORE_FAILED, (POS,), "prompt_cache_load_failed", ("size_bytes",), {}),
+    (_srv, PURGE, (st.integers(0, 64), POS), "slot_purged", ("purged_slot", "n_tokens"), {}),
+    (_srv, KV_FULL, (POS, POS, st.integers(-2, 1)), "kv_cache_full", (None, "n_batch", "ret"), {}),
+]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_newer_cache_lines_give_their_numbers(data: st.DataObject) -> None:
+    maker, fmt, strategies, kind, names, fixed = data.draw(st.sampled_from(NEWER_LINES))
+    args = tuple(data.draw(s) for s in strategies)
+    us = data.draw(st.integers(0, 10**9))
+    log = events([prefixed(maker(fmt, *args), us, data.draw(st.sampled_from("IWED")))])
+    assert log.stats.unrecognised == 0 and len(log.events) == 1, (fmt, args)
+    ev = log.events[0]
+    assert ev.kind == kind
+    got = ev.to_dict()
+    for name, value in zip(names, args, strict=True):
+        if name is not None:
+            assert got[name] == value, (name, got)
+    for name, value in fixed.items():
+        assert got[name] == value, (name, got)
+    if kind == "checkpoint_decision":
+        assert got["create"] is (args[0] == "yes")
+    _only_numbers(ev)
+
+
+def test_an_unknown_line_about_a_cache_is_counted_and_said() -> None:
+    lines = [
+        *startup(),
+        slot("update_slots", 0, 3, "moving context checkpoint to the host pool (n_tokens = %d)", 4096),
+        slot("update_slots", 0, 3, "some brand new message about sampling"),
+        srv("update", "%s", " - cache state: 2 prompts, 1.5 MiB, a layout no build printed"),
+    ]
+    st_ = events(lines).stats
+    assert (st_.unrecognised, st_.unrecognised_cache) == (3, 2)
+    assert any("2 line(s) about the server's caches were not recognised" in w for w in st_.warnings)
+    assert st_.to_dict()["unrecognised_cache"] == 2

@@ -36,6 +36,9 @@ VOCAB = {
     "speculative",
     "size",
     "tokens",
+    *L.SAVE_SKIPPED_BY.names,
+    *L.SLOT_FILE_FAULTS.names,
+    "room",
 }
 
 
