@@ -116,13 +116,21 @@ class Schedule:
         return (*entry.deps, prev.job.id)
 
     def release(self, entry: Scheduled, deps_done: float, origin: float) -> float:
-        """`Plan.release_ns` in modelled seconds: when the request is due once its deps are done."""
-        trace_t = (entry.t - origin) / self.speed
+        """`Plan.release_ns`: when the request is due once its deps are done, in modelled seconds
+        since `origin`. Reckoned on the engine's clock (trace time over speed) in its whole
+        nanoseconds, as `Plan.release_ns` does: the model steps in fixed times, so a request a
+        nanosecond later can miss a decode step (a closed-loop reply came 0.025 s later)."""
+        base = origin / self.speed
+        deps_ns = round((deps_done + base) * 1e9)
         if self.plan == "timed":
-            return max(trace_t, deps_done)
-        if self.plan == "closed-loop":
-            return trace_t if not entry.deps else deps_done + entry.delay_s / self.speed
-        return deps_done
+            due_ns = max(int(entry.t / self.speed * 1e9), deps_ns)
+        elif self.plan == "closed-loop" and not entry.deps:
+            due_ns = int(entry.t / self.speed * 1e9)
+        elif self.plan == "closed-loop":
+            due_ns = deps_ns + int(entry.delay_s / self.speed * 1e9)
+        else:
+            due_ns = deps_ns
+        return due_ns / 1e9 - base
 
 
 @dataclass(init=False, slots=True)
