@@ -8,7 +8,6 @@ apart.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 import shutil
@@ -121,19 +120,6 @@ def git_identity(checkout: Path) -> dict[str, Any]:
         "changed_files": len(changed),
         "changed": [line.split(None, 1)[-1] for line in changed[:_SHOWN_CHANGED]],  # the first few paths
     }
-
-
-def file_identity(path: str) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        st = p.stat()
-    except OSError:
-        return {"path": path, "exists": False}
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return {"path": str(p), "sha256": h.hexdigest(), "size": st.st_size}
 
 
 def version_line(argv: list[str], timeout: float = 15.0) -> str | None:

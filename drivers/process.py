@@ -97,10 +97,6 @@ class ChildProcess:
     def started(self) -> bool:
         return self._popen is not None
 
-    @property
-    def term_sent(self) -> bool:
-        return self._term_sent
-
     def describe(self) -> str:
         return f"{self.name} (pid {self.pid})" if self.started else self.name
 

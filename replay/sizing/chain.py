@@ -29,10 +29,6 @@ class Chain:
     def total_bytes(self) -> int:
         return sum(f.bytes for f in self.files)
 
-    @property
-    def final_bytes(self) -> int:
-        return self.files[-1].bytes if self.files else 0
-
 
 def chain(
     tokens: int,

@@ -88,10 +88,6 @@ def count_tokens(text: str) -> int:
     return len(tokenize(text))
 
 
-def detokenize(tokens: Block) -> str:
-    return "".join(tokens)
-
-
 def special(*pieces: str) -> Block:
     """A block of template markers that must stay single tokens (never passed through the regex)."""
     return tuple(sys.intern(p) for p in pieces)
