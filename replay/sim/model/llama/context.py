@@ -37,13 +37,13 @@ class SlotFile:
         tokens: TokenSeq,
         state: MemState,
         checkpoints: tuple[Checkpoint, ...],
-        nbytes: int,
+        bytes: int,  # the field's name: `dataclasses.replace` passes it by name
         state_end: int,
     ) -> None:
         self.tokens = tokens
         self.state = state
         self.checkpoints = checkpoints
-        self.bytes = nbytes
+        self.bytes = bytes
         self.state_end = state_end
 
 
