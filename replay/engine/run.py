@@ -1,4 +1,4 @@
-"""The replay loop: one anyio task group that sends a trace's requests as the plan says.
+"""The replay loop: sends a trace's requests as the plan says, one small task per request.
 
 A dispatcher walks the plan's order and starts one small waiter task per request, at most
 `lookahead` ahead of the oldest unfinished one (so a million-request trace never has a million
@@ -399,7 +399,7 @@ class RequestTasks:
     """The run's per-request tasks: plain asyncio tasks, held to a task group's rules.
 
     `anyio`'s task group costs ~20 us per task started (a cancel scope and a wrapper per task),
-    a tenth of the client's CPU per streamed request (issue #20). These are kept and awaited as
+    a tenth of the client's CPU per streamed request (the rate target). These are kept and awaited as
     one would be: the run waits for every one; the first to fail cancels the run's `scope` and
     the rest, and its error is raised once all have ended; when the run is cancelled (Ctrl-C,
     --max-duration), each request still running is cancelled and waited for (shielded), so its

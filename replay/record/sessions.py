@@ -22,11 +22,13 @@ Agents rarely say. The rules, in order:
    the longest rhythm any of them keeps.
 4. Otherwise a new session.
 
+A session's role is `cron` when labelled so (header `X-Replay-Role`, or a label containing
+`cron`) or first seen at a cron-like time; `review`/`subagent` when labelled so; else
+`interactive`.
+
 A recorder runs for days: a session keeps heads for rewinds only `rewind_s` back (and at most
 `max_heads`), a session idle for `idle_after_s` keeps only what a resumption needs (its latest
-request's prefix hash and its reply's key), and no text of any reply is held at all. Its role is `cron` when labelled so (header `X-Replay-Role`, or a
-   label containing `cron`) or first seen at a cron-like time; `review`/`subagent` when labelled so;
-   else `interactive`.
+request's prefix hash and its reply's key), and no text of any reply is held at all.
 """
 
 from __future__ import annotations
