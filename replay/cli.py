@@ -24,6 +24,9 @@ app = typer.Typer(
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200)
 err = Console(stderr=True)
 # Every command that writes a user's file refuses to replace one without it (`replay.outputs`).
+Verbose = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Add the modelling notes and every detail table.")
+]
 Force = Annotated[
     bool,
     typer.Option(
@@ -203,12 +206,13 @@ def report(
         bool, typer.Option(help="Pool the files into one table (the shards or parts of one run).")
     ] = False,
     force: Force = False,
+    verbose: Verbose = False,
 ) -> None:
     """Per-switch-class table (TTFT percentiles, re-processed and cached tokens, errors)."""
     from replay.commands.report import ReportArgs
     from replay.commands.report import report as replay_report
 
-    args = ReportArgs(results=results, as_json=json, html=html, force=force, merge=merge)
+    args = ReportArgs(results=results, as_json=json, html=html, force=force, merge=merge, verbose=verbose)
     raise typer.Exit(replay_report(args, console))
 
 
@@ -270,6 +274,7 @@ def ab(
         str | None, typer.Option(help="Git ref for arm A: built in its own worktree of A's checkout.")
     ] = None,
     b_ref: Annotated[str | None, typer.Option(help="Git ref for arm B (see --a-ref).")] = None,
+    verbose: Verbose = False,
 ) -> None:
     """A/B two server builds on the same trace, A B B A, with a verdict from B/A intervals."""
     from replay.commands.ab import AbArgs
@@ -298,6 +303,7 @@ def ab(
         allow_identical=allow_identical,
         confidence=confidence,
         a_ref=a_ref,
+        verbose=verbose,
         b_ref=b_ref,
     )
     raise typer.Exit(replay_ab(args, console))
@@ -488,11 +494,12 @@ def scenario_show(
             "each row moves across its plausible range (measured on the model: a minute or so).",
         ),
     ] = False,
+    verbose: Verbose = False,
 ) -> None:
-    """What a scenario reproduces, what to look for, the expected outcome, the flags it is about."""
+    """What a scenario reproduces, what to look for, the flags it is about, how to run it."""
     from replay.commands.scenario import ShowArgs, show
 
-    raise typer.Exit(show(ShowArgs(name=name, params=param or [], inputs=inputs), console))
+    raise typer.Exit(show(ShowArgs(name=name, params=param or [], inputs=inputs, verbose=verbose), console))
 
 
 @scenario_app.command("generate")
@@ -545,11 +552,14 @@ def scenario_check(
         Path | None, typer.Option(metavar="DIR", help="Keep the arms' results in this folder.")
     ] = None,
     force: Force = False,
+    verbose: Verbose = False,
 ) -> None:
     """Run the scenarios' arms and compare each field figure with the modelled one (exit 1 if any fails)."""
     from replay.commands.scenario import CheckArgs, check
 
-    raise typer.Exit(check(CheckArgs(names=names or [], json=json, out=out, force=force), console))
+    raise typer.Exit(
+        check(CheckArgs(names=names or [], json=json, out=out, force=force, verbose=verbose), console)
+    )
 
 
 @app.command()

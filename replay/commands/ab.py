@@ -42,6 +42,7 @@ class AbArgs:
     confidence: float = CONFIDENCE
     a_ref: str | None = None  # a git ref of A's checkout, built in its own worktree
     b_ref: str | None = None
+    verbose: bool = False  # the method, the ratio tables and the per-class figures too
 
 
 def ab(args: AbArgs, console: Console) -> int:
@@ -76,7 +77,7 @@ def ab(args: AbArgs, console: Console) -> int:
     if args.as_json:
         print_json(outcome.doc)
     else:
-        render(outcome.doc, console)
+        render(outcome.doc, console, verbose=args.verbose)
         page = outcome.summary_path.parent / "report" / "index.html"
         console.print(f"summary in {outcome.summary_path}; report in {page}", highlight=False)
     return outcome.exit_code

@@ -25,6 +25,7 @@ class ReportArgs:
     html: Path | None = None  # also write the HTML report (and summary.md) here
     force: bool = False  # write into an --html folder that is not empty
     merge: bool = False  # pool the files into one run (shards of one run), instead of side by side
+    verbose: bool = False  # an A/B summary: its method, ratio tables and per-class figures too
 
 
 def report(args: ReportArgs, console: Console) -> int:
@@ -35,7 +36,7 @@ def report(args: ReportArgs, console: Console) -> int:
     if args.html is not None:
         check_folder(args.html, option="--html", force=args.force)
     if len(paths) == 1 and is_ab(paths[0]):  # an A/B summary (ab.json) or its folder
-        show_ab(paths[0], as_json=args.as_json, console=console, html=args.html)
+        show_ab(paths[0], as_json=args.as_json, console=console, html=args.html, verbose=args.verbose)
         return 0
     results = [read_results(p) for p in paths]
     for res in results:

@@ -38,6 +38,7 @@ class ShowArgs:
     name: str  # scenario name or spec file
     params: list[str] = field(default_factory=list)  # k=v overrides
     inputs: bool = False  # the inputs table, each with its measured sensitivity
+    verbose: bool = False  # the modelling notes, every field figure with its gap, the per-arm commands
 
 
 def show(args: ShowArgs, console: Console) -> int:
@@ -45,7 +46,7 @@ def show(args: ShowArgs, console: Console) -> int:
     if args.inputs:
         console.print(inputs_table(spec, console))
         return 0
-    console.print(describe(spec))
+    console.print(describe(spec, verbose=args.verbose))
     return 0
 
 
@@ -315,6 +316,17 @@ class CheckArgs:
     json: bool = False  # the verdicts as JSON
     out: Path | None = None  # keep the arms' results here
     force: bool = False  # write into an --out folder that is not empty
+    verbose: bool = False  # each known gap's whole reason, not its one line
+
+
+def gap_line(v: Verdict, verbose: bool = False) -> str:
+    """A known gap in one line: what the field says and what the model gives (the gap's text up
+    to its first colon); `verbose` adds the reason after it."""
+    e = v.expect
+    gap = e.gap or ""
+    model, sep, reason = gap.partition(": ")
+    line = f"[yellow]known gap[/yellow] {v.scenario}/{e.arm}, {e.about or e.metric}: field {e.field}, model {model}"
+    return line + (f": {reason}" if verbose and sep else "")
 
 
 def check(args: CheckArgs, console: Console) -> int:
@@ -336,15 +348,13 @@ def check(args: CheckArgs, console: Console) -> int:
     else:
         console.print(verdict_table(verdicts))
         for v in (v for v in verdicts if v.status == "known gap"):
-            e = v.expect
-            console.print(
-                f"[yellow]known gap[/yellow] {v.scenario}/{e.arm}, {e.about}: {e.gap}", highlight=False
-            )
+            console.print(gap_line(v, args.verbose), highlight=False)
         for line in spread_lines(verdicts):
             console.print(line, highlight=False)
         gaps = sum(1 for v in verdicts if v.status == "known gap")
         console.print(
-            f"{len(verdicts) - len(failed) - gaps} hold, {len(failed)} fail, {gaps} known gap(s)",
+            f"{len(verdicts) - len(failed) - gaps} hold, {len(failed)} fail, {gaps} known gap(s)"
+            + ("" if args.verbose or not gaps else " (--verbose: why each gap is there)"),
             highlight=False,
         )
     return 1 if failed else 0

@@ -456,7 +456,12 @@ def analyze(
         "note": DRIFT_NOTE,
         "runs": figures,
         "arms": arms,
-        "verdict": ab_stats.verdict([r for r in stats if not r.get("drift")], outputs, paired.drift),
+        "verdict": ab_stats.verdict(
+            [r for r in stats if not r.get("drift")],
+            outputs,
+            paired.drift,
+            list((header or {}).get("differences") or []),
+        ),
         "method": ab_stats.method_note(confidence),
         "confidence": confidence,
         "warnings": warnings,
@@ -486,7 +491,10 @@ def _range(spread: dict[str, Any], digits: int = 3) -> str:
     return _f(lo, digits) if lo == hi else f"{_f(lo, digits)}..{_f(hi, digits)}"
 
 
-def render(doc: dict[str, Any], console: Console) -> None:
+def render(doc: dict[str, Any], console: Console, verbose: bool = False) -> None:
+    """The A/B in the terminal: the arms, the verdict, the B/A table, the outputs and, last, what
+    to do; `verbose` adds the method, the within-run and per-pair ratio tables and each arm's
+    absolute figures per switch class."""
     say = console.print
     arm_names = {a: (doc.get("targets") or {}).get(a, {}) for a in ARMS}
     say(
@@ -505,25 +513,35 @@ def render(doc: dict[str, Any], console: Console) -> None:
         say(f"[bold yellow]warning:[/bold yellow] {w}", highlight=False)
     if doc.get("stats"):
         console.print(_stats_table(doc, doc["stats"]))
-        if doc.get("stats_with_drift"):
+        if verbose and doc.get("stats_with_drift"):
             console.print(_stats_table(doc, doc["stats_with_drift"], drift=True))
-        say(f"method: {doc.get('method', '')}", highlight=False)
-    say(f"[yellow]note:[/yellow] {doc['note']}", highlight=False)
-    console.print(_within_table(doc))
-    if doc["ab"]:
-        console.print(_ab_table(doc))
-    console.print(_class_table(doc))
-    firsts = [(r["arm"], (r["rounds"] or [{}])[0].get("prefill_s")) for r in doc["runs"]]
-    if firsts:
-        source = doc["runs"][0]["prefill_source"]
-        why = "modelled, so no drift" if source == "modelled" else "drift here is page cache and warm-up"
+        if verbose:
+            say(f"method: {doc.get('method', '')}", highlight=False)
+    if verbose:
+        say(f"[yellow]note:[/yellow] {doc['note']}", highlight=False)
+        console.print(_within_table(doc))
+        if doc["ab"]:
+            console.print(_ab_table(doc))
+        console.print(_class_table(doc))
+        firsts = [(r["arm"], (r["rounds"] or [{}])[0].get("prefill_s")) for r in doc["runs"]]
+        if firsts:
+            source = doc["runs"][0]["prefill_source"]
+            why = "modelled, so no drift" if source == "modelled" else "drift here is page cache and warm-up"
+            say(
+                f"round-1 prefill ({source}, summed over sessions) per run, in order: "
+                + " -> ".join(f"{a} {_f(v, 2)} s" for a, v in firsts)
+                + f" ({why})",
+                highlight=False,
+            )
+    say(_outputs_line(doc["outputs"]), highlight=False)
+    if not verbose:
         say(
-            f"round-1 prefill ({source}, summed over sessions) per run, in order: "
-            + " -> ".join(f"{a} {_f(v, 2)} s" for a, v in firsts)
-            + f" ({why})",
+            "[dim]--verbose adds the method, the within-run and per-pair ratio tables and each arm's "
+            "figures per switch class[/dim]",
             highlight=False,
         )
-    say(_outputs_line(doc["outputs"]), highlight=False)
+    if verdict.get("action"):
+        say(f"[bold]action:[/bold] {verdict['action']}", highlight=False)
 
 
 def _within_table(doc: dict[str, Any]) -> Table:

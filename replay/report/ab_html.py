@@ -281,13 +281,15 @@ def write_ab_report(doc: dict[str, Any], out_dir: Path, base: Path | None = None
     return page
 
 
-def show_ab(path: Path, *, as_json: bool, console: Console, html: Path | None = None) -> None:
+def show_ab(
+    path: Path, *, as_json: bool, console: Console, html: Path | None = None, verbose: bool = False
+) -> None:
     """`replay report ab.json` (or the A/B folder): the console report, its JSON, or the page."""
     doc, base = load_ab(path)
     if as_json:
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    render(doc, console)
+    render(doc, console, verbose=verbose)
     out = html if html is not None else base / "report"
     page = write_ab_report(doc, out, base)
     console.print(f"report: {page}\nmarkdown summary: {page.parent / 'summary.md'}", highlight=False)

@@ -479,8 +479,58 @@ def headline_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return picked
 
 
+def change_text(differences: list[dict[str, Any]]) -> str:
+    """What B changes, as one would type it: a flag as `--cache-ram 8192 -> 65536` (one change
+    per flag, whatever happened to its value), anything else as `build B`."""
+    flags = [d for d in differences if str(d.get("field", "")).startswith("flag ")]
+    if flags and len(flags) == len(differences):
+        return ", ".join(flag_change(d) for d in flags)
+    return "build B" + (f" ({', '.join(flag_change(d) for d in flags)})" if flags else "")
+
+
+def flag_change(d: dict[str, Any]) -> str:
+    name = str(d["field"]).removeprefix("flag ")
+    a, b = d.get("a"), d.get("b")
+    if a is None:
+        return f"{name} {b}" if b not in (None, "", "(set)") else name
+    if b is None:
+        return f"drop {name}" + (f" {a}" if a not in ("", "(set)") else "")
+    return f"{name} {a} -> {b}"
+
+
+def action(rows: list[dict[str, Any]], outputs: dict[str, Any], differences: list[dict[str, Any]]) -> str:
+    """What to do with the verdict: take B's change, keep A, or measure again, in one sentence
+    that names the change (a flag, a build)."""
+    change = change_text(differences) if differences else ""
+    if not differences:
+        return "nothing to change: the arms do not differ (an A/A check); its intervals are the noise floor"
+    if outputs.get("status") == "differ":
+        return f"check the outputs before taking {change}: at temperature 0 they differ between the arms"
+    if not rows:
+        return f"measure again: no request succeeded in both arms, so nothing says whether to take {change}"
+    found = [r for r in headline_rows(rows) if r["difference"] and r["ratio"] is not None]
+    good = [r for r in found if (r["ratio"] > 1) == (r.get("better") == "higher")]
+    bad = [r for r in found if r not in good]
+    if good and not bad:
+        return f"take {change}: better in {', '.join(r['metric'] + _where(r) for r in good)}, worse in none"
+    if bad and not good:
+        return f"keep A (do not take {change}): worse in {', '.join(r['metric'] + _where(r) for r in bad)}"
+    if good and bad:
+        return (
+            f"{change} is a trade: better in {', '.join(r['metric'] + _where(r) for r in good)}, "
+            f"worse in {', '.join(r['metric'] + _where(r) for r in bad)}; take it if the first matter more"
+        )
+    return (
+        f"no need for {change}: no difference detected; to find a smaller one, run again with a larger "
+        "--repeat or a longer trace"
+    )
+
+
 def verdict(
-    rows: list[dict[str, Any]], outputs: dict[str, Any], drift: dict[str, Any] | None = None
+    rows: list[dict[str, Any]],
+    outputs: dict[str, Any],
+    drift: dict[str, Any] | None = None,
+    differences: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The one-line verdict and what it rests on: the headline rows that differ first, then those
     that do not, then the outputs. `drift` (live history, replies that differ): the token and time
@@ -519,6 +569,7 @@ def verdict(
         text = "; ".join([*parts, *unbounded, tail])
     return {
         "text": text,
+        "action": action(rows, outputs, differences or []),
         "difference": any_diff,
         "headline": heads,
         "few_pairs": any(r["few_pairs"] for r in heads),

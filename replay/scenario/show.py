@@ -99,8 +99,10 @@ def _steps(spec: Scenario) -> list[str]:
     return lines
 
 
-def describe(spec: Scenario) -> RenderableType:
-    """Everything `show` prints: what, what to look for, expected outcome, flags, arms, how to run."""
+def describe(spec: Scenario, verbose: bool = False) -> RenderableType:
+    """What `show` prints: what it reproduces, what to look for, the flags, the workload, the arms
+    and how to run it; `verbose` adds the modelling notes, the expected outcome, every field figure
+    with its known gap, the leftover files and one `replay run` line per arm."""
     planned = plan_requests(spec)
     md = [
         f"# {spec.name}: {spec.title}",
@@ -110,9 +112,10 @@ def describe(spec: Scenario) -> RenderableType:
         "",
         "## What to look for",
         spec.look_for or "-",
-        "",
-        "## Expected on the simulator",
-        spec.expected or "-",
+    ]
+    if verbose:
+        md += ["", "## Expected on the simulator", spec.expected or "-"]
+    md += [
         "",
         "## Server flags it is about",
         *(f"- {flag}" for flag in spec.server_flags),
@@ -122,7 +125,7 @@ def describe(spec: Scenario) -> RenderableType:
         "",
         *_steps(spec),
     ]
-    if spec.notes:
+    if verbose and spec.notes:
         md += ["", spec.notes]
     if spec.params:
         md += [
@@ -133,12 +136,12 @@ def describe(spec: Scenario) -> RenderableType:
     for arm in spec.arms:
         extra = f"; params {arm.params}" if arm.params else ""
         md.append(f"- **{arm.name}**: {arm.about or '-'} (`{' '.join(arm.sim) or 'defaults'}`{extra})")
-    if spec.expects:
+    if spec.expects and verbose:
         md += ["", f"## Field figures (`replay scenario check {spec.name}`)"]
         for e in spec.expects:
             gap = f" (known gap: {e.gap})" if e.gap else ""
             md.append(f"- {e.arm}, {e.selection}: {e.about or e.metric} = {e.field} [{e.source}]{gap}")
-    if spec.leftovers:
+    if spec.leftovers and verbose:
         md += ["", "## On disk at the start (an earlier day's files)"]
         for row in spec.leftovers:
             what = (
@@ -147,17 +150,33 @@ def describe(spec: Scenario) -> RenderableType:
                 else f"{row.gib:g} GiB of other files"
             )
             md.append(f"- {what}: {row.hits} hits, last used {row.age_h:g} h before")
-    md += ["", "## Run it", "```", f"replay scenario generate {spec.name} -o {spec.name}.jsonl"]
-    for arm in spec.arms:
-        md.append(
-            run_command_line(spec, arm, f"{spec.name}.jsonl").replace(
-                "replay run", f"replay run --out {spec.name}-{arm.name}.jsonl", 1
+    md += ["", "## Run it", "```", f"replay scenario run {spec.name}"]
+    if verbose:
+        md += ["```", "or by hand, one arm at a time:", "```"]
+        md.append(f"replay scenario generate {spec.name} -o {spec.name}.jsonl")
+        for arm in spec.arms:
+            md.append(
+                run_command_line(spec, arm, f"{spec.name}.jsonl").replace(
+                    "replay run", f"replay run --out {spec.name}-{arm.name}.jsonl", 1
+                )
             )
+        md.append(
+            f"replay report {' '.join(f'{spec.name}-{a.name}.jsonl' for a in spec.arms)} --html {spec.name}-report/"
         )
-    md.append(
-        f"replay report {' '.join(f'{spec.name}-{a.name}.jsonl' for a in spec.arms)} --html {spec.name}-report/"
-    )
     md.append("```")
-    if any(a.params for a in spec.arms):
+    if verbose and any(a.params for a in spec.arms):
         md.append("(arms with params need their own trace: add `--param NAME=VALUE` to `generate`.)")
+    if not verbose:
+        more = []
+        if spec.expects:
+            gaps = sum(1 for e in spec.expects if e.gap)
+            more.append(
+                f"{len(spec.expects)} field figures ({gaps} known gaps; `replay scenario check {spec.name}`)"
+            )
+        if spec.notes or spec.expected:
+            more.append("the modelling notes and expected outcome")
+        if spec.leftovers:
+            more.append("the files on disk at the start")
+        if more:
+            md += ["", f"`--verbose` adds {', '.join(more)}, and one `replay run` line per arm."]
     return Group(Markdown("\n".join(md)))

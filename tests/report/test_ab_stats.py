@@ -265,3 +265,34 @@ def test_a_resample_by_counts_equals_the_statistic_of_the_drawn_values(
         assert got is None
     else:
         assert got == pytest.approx(_statistic(np.repeat(vals, counts), stat))
+
+
+def _flag(a: str | None, b: str | None) -> list[dict[str, Any]]:
+    return [{"field": "flag --kv-disk-space-mb", "a": a, "b": b, "detail": f"--kv-disk-space-mb: {a} -> {b}"}]
+
+
+def test_every_verdict_ends_with_what_to_do_naming_the_change() -> None:
+    """Issue #38: a verdict with no recommendation. The action names the flag as one would type
+    it (one change, not 'B removes 8192; B adds 65536') and says take it, keep A, or measure again."""
+    rng = random.Random(3)
+    pairs = []
+    for _ in range(4):
+        a = [(rng.randint(900, 1100), rng.uniform(0.9, 1.1)) for _ in range(20)]
+        b = [(int(t * rng.uniform(7.5, 8.5)), s * 4) for t, s in a]
+        pairs.append((records(a), records(b)))
+    worse = list(rows_by(compare(matched_units(pairs))).values())
+    v = verdict(worse, {"status": "match"}, None, _flag("8192", "65536"))
+    assert v["action"].startswith("keep A (do not take --kv-disk-space-mb 8192 -> 65536): worse in ")
+    better = list(rows_by(compare(matched_units([(b, a) for a, b in pairs]))).values())
+    v = verdict(better, {"status": "match"}, None, _flag("8192", "65536"))
+    assert v["action"].startswith("take --kv-disk-space-mb 8192 -> 65536: better in re-processed")
+    same = [(records([(1000, 1.0)] * 20), records([(1000, 1.0)] * 20)) for _ in range(4)]
+    quiet = list(rows_by(compare(matched_units(same))).values())
+    assert verdict(quiet, {"status": "match"}, None, _flag(None, "65536"))["action"].startswith(
+        "no need for --kv-disk-space-mb 65536: no difference detected; to find a smaller one"
+    )
+    assert "A/A" in verdict(quiet, {"status": "match"}, None, [])["action"]
+    build = [{"field": "binary.sha256", "a": "1" * 64, "b": "2" * 64}]
+    assert verdict(better, {"status": "differ", "matched": 1, "compared": 2}, None, build)[
+        "action"
+    ].startswith("check the outputs before taking build B")

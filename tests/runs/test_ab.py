@@ -149,9 +149,17 @@ def test_cold_saves_on_beat_off_in_order_abba_on_fresh_caches(
     assert doc["arms"]["B"]["classes"]["switch"]["mean_cached"] == 0
     assert doc["arms"]["A"]["classes"]["switch"]["mean_cached"] > 1500
 
-    # The console report leads with ratios and says why.
+    # B adds a flag and re-reads more: the verdict's action keeps A, naming the flag.
+    assert doc["verdict"]["action"].startswith("keep A (do not take --kv-cache-cold-max-tokens 0)")
+    # The console report leads with ratios and says why; by default it stops after the B/A table
+    # and ends with the action.
     console = Console(record=True, width=160)
     render(doc, console)
+    short = console.export_text()
+    assert "Within-run ratios" not in short and "Per run pair" not in short
+    assert short.rstrip().splitlines()[-1].startswith("action: keep A")
+    console = Console(record=True, width=160)
+    render(doc, console, verbose=True)
     text = console.export_text()
     assert text.index("verdict:") < text.index("B / A per switch class") < text.index("Within-run ratios")
     assert text.index("Within-run ratios") < text.index("Per run pair") < text.index("Per switch class")
@@ -439,7 +447,7 @@ def test_in_live_history_the_verdict_rests_on_the_requests_before_a_reply_differ
     mixed = {(r["class"], r["metric"]): r for r in live["stats_with_drift"]}
     assert mixed[("switch", "re-processed tokens per request")]["difference"]  # what drift alone makes
     console = Console(record=True, width=300)
-    render(live, console)
+    render(live, console, verbose=True)
     assert "For reference, every request pair" in console.export_text()
     md = ab_markdown(live)
     assert "these mix the build with the drift" in md

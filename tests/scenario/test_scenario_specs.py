@@ -287,6 +287,9 @@ def test_spec_errors_name_file_and_line(
 def test_show_explains_each_scenario(name: str) -> None:
     buf = io.StringIO()
     assert commands.show(commands.ShowArgs(name=name), Console(file=buf, width=200)) == 0
+    assert f"replay scenario run {name}" in buf.getvalue()
+    buf = io.StringIO()
+    assert commands.show(commands.ShowArgs(name=name, verbose=True), Console(file=buf, width=200)) == 0
     text = buf.getvalue()
     for heading in (
         "Reproduces",
