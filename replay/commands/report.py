@@ -70,6 +70,20 @@ def report(args: ReportArgs, console: Console) -> int:
             for res, label, groups in zip(results, labels, failures, strict=True)
         ]
         doc["start_spread_s"] = spread
+        # What the page shows besides: the verdict, the walker and clock, the digest, the classes
+        # on the run's own clock (modelled seconds on the simulator).
+        from replay.report.html import report_json
+        from replay.report.view import load_run
+
+        page = report_json([load_run(p, records_beside) for p in paths])
+        doc["verdict"] = page["verdict"]
+        for run, shown in zip(doc["runs"], page["runs"], strict=True):
+            run["clock"] = shown["clock"]
+            run["figures_from"] = shown["figures_from"]
+            run["time_scale"] = shown["time_scale"]
+            run["digest"] = shown["digest"]
+            run["classes_on_clock"] = shown["classes"]
+            run["disk"] = shown["disk"]
         print_json(doc)
         return 0
     if args.merge:

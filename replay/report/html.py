@@ -20,7 +20,7 @@ from replay.report import plots
 from replay.report.glossary import GLOSSARY, TERMS
 from replay.report.table import summary_rows
 from replay.report.verdict import verdict
-from replay.report.view import RunView, ServerLog, load_run
+from replay.report.view import RunView, ServerLog, figures_from, load_run
 
 TABLE_COLUMNS = (
     ("count", "n"),
@@ -126,7 +126,7 @@ def summary_markdown(runs: Sequence[RunView], title: str | None = None) -> str:
     sources = sorted({str((run.header.get("trace") or {}).get("source") or "") for run in runs} - {""})
     if sources:
         lines += [f"Trace: {', '.join(sources)}; {len(runs)} run(s).", ""]
-    lines += [time_note(runs), ""]
+    lines += [time_note(runs), "", walker_note(runs), ""]
     lines.append("| | " + " | ".join(d["label"] for d in digests) + " |")
     lines.append("|---|" + "---|" * len(digests))
     for _, name, fmt in DIGEST_ROWS:
@@ -205,6 +205,16 @@ DIGEST_TIPS = {
 }
 
 
+def walker_note(runs: Sequence[RunView]) -> str:
+    """Which walker produced the figures, once when every run shares it."""
+    notes: dict[str, list[str]] = {}
+    for run in runs:
+        notes.setdefault(figures_from(run), []).append(run.label)
+    if len(notes) == 1:
+        return f"Figures from {next(iter(notes))}."
+    return "Figures from " + "; ".join(f"{', '.join(labels)}: {note}" for note, labels in notes.items()) + "."
+
+
 def time_note(runs: Sequence[RunView]) -> str:
     """Which clock the figures are on: modelled (what the real server would take) or measured here."""
     notes: dict[str, list[str]] = {}
@@ -234,8 +244,10 @@ def class_rows(run: RunView) -> dict[str, dict[str, Any]]:
         row.update(
             ttft_p50_s=_pct(ttft, 50),
             ttft_p90_s=_pct(ttft, 90),
+            ttft_p99_s=_pct(ttft, 99),
             ttft_max_s=round(ttft[-1], 3) if ttft else None,
             latency_p50_s=_pct(latency, 50),
+            latency_p99_s=_pct(latency, 99),
         )
     return rows
 
@@ -276,6 +288,7 @@ def render_page(runs: Sequence[RunView], title: str | None = None) -> str:
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="verdict" id="verdict">{_code(verdict(runs, digests))}</p>',
         f'<p class="note" id="clock">{html.escape(time_note(runs))}</p>',
+        f'<p class="note" id="walker">{_code(walker_note(runs))}</p>',
         '<p class="note">' + html.escape(", ".join(Path(run.path).name for run in runs)) + "</p>",
         '<section id="digest"><h2>What the switches cost</h2>',
         _table(
@@ -319,6 +332,33 @@ def render_page(runs: Sequence[RunView], title: str | None = None) -> str:
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def report_json(runs: Sequence[RunView]) -> dict[str, Any]:
+    """Everything the page shows, as data: the verdict, which walker and clock each run's figures
+    come from, the switch digest (restores, evictions, stores, waits) and the per-class table on
+    the run's own clock (modelled seconds on the simulator)."""
+    digests = [digest(run) for run in runs]
+    return {
+        "verdict": verdict(runs, digests),
+        "runs": [
+            {
+                "file": run.path,
+                "label": run.label,
+                "clock": run.clock,
+                "figures_from": figures_from(run),
+                "time_scale": run.time_scale,
+                "digest": d,
+                "classes": class_rows(run),
+                "disk": {
+                    "kind": run.cache,
+                    "budget_mib": run.budget_mib,
+                    "peak_mib": round(max((p.used_mib for p in run.disk), default=0.0), 1),
+                },
+            }
+            for run, d in zip(runs, digests, strict=True)
+        ],
+    }
 
 
 @dataclass(slots=True)

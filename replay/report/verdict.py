@@ -9,6 +9,7 @@ conversation instead of resuming it from live or disk KV.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,11 +22,100 @@ CHEAP_SLACK_TOKENS = 2048
 
 
 def verdict(runs: Sequence[RunView], digests: list[dict[str, Any]]) -> str:
-    """One or two sentences: the budget to set when runs differ by budget, else what switching cost.
-    `digests` are `report.html.digest` of each run, in the same order."""
+    """One or two sentences: the budget to set when runs differ by budget, else what switching cost;
+    every verdict ends with what to do (`action`). `digests` are `report.html.digest` of each run,
+    in the same order."""
     if _budget_comparison(runs, digests):
         return _budget_verdict(runs, digests)
-    return " ".join(_run_verdict(run, d, label=len(runs) > 1) for run, d in zip(runs, digests, strict=True))
+    if len(runs) > 1 and all(d["switches"] for d in digests):
+        return " ".join(
+            [*(_arm_sentence(r, d) for r, d in zip(runs, digests, strict=True)), action(runs, digests)]
+        )
+    text = " ".join(_run_verdict(run, d, label=len(runs) > 1) for run, d in zip(runs, digests, strict=True))
+    return f"{text} {action(runs, digests)}"
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?$")
+# Server flags that say where a run ran, not how the server was set up.
+_PLACE_FLAGS = frozenset({"--host", "--port", "--kv-disk-dir", "--clock", "--time-scale", "--model", "-m"})
+
+
+def run_flags(run: RunView) -> dict[str, str]:
+    """The server's own settings from the command line it ran (`target.build.argv`): each flag
+    with its value (`""` for a flag alone), where it ran left out."""
+    build = (run.header.get("target") or {}).get("build") or {}
+    argv = [str(a) for a in build.get("argv") or ()]
+    flags: dict[str, str] = {}
+    i = 1  # argv[0] is the program; `python -m replay.sim` reads as the place flag -m
+    while i < len(argv):
+        name, eq, value = argv[i].partition("=")
+        if not name.startswith("-"):
+            i += 1
+            continue
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if not eq and nxt is not None and not (nxt.startswith("-") and not _NUMBER.match(nxt)):
+            value, i = nxt, i + 2
+        else:
+            i += 1
+        if name not in _PLACE_FLAGS:
+            flags[name] = value
+    return flags
+
+
+def action(runs: Sequence[RunView], digests: list[dict[str, Any]]) -> str:
+    """What to do, in one sentence naming a flag, a budget or a build: with several runs, the
+    settings of the one whose switches waited least, as they differ from the others'; with one,
+    whether anything needs changing."""
+    if not runs or not any(d["requests"] for d in digests):
+        return "Action: run again; nothing finished to judge."
+    if len(runs) == 1 or not all(d["switches"] for d in digests):
+        hurting = [r for r in runs if any(hurt(q) for q in r.requests)]
+        if not any(d["switches"] for d in digests):
+            return "Action: nothing to change; no conversation switched."
+        if not hurting:
+            return "Action: nothing to change; switches resume their conversations."
+        return (
+            "Action: find the disk budget that keeps these switches cheap with "
+            "`replay size sweep TRACE --budgets ...` (seconds, no server), then set `--kv-disk-space-mb`."
+        )
+    waits = [d["wait_per_switch_mean_s"] or 0.0 for d in digests]
+    best = min(range(len(runs)), key=lambda i: (waits[i], digests[i]["reprocessed_per_switch_mean"] or 0))
+    mine = run_flags(runs[best])
+    # The settings the best run differs in from every other run: what it takes to be that run.
+    changes: dict[str, str] | None = None
+    for i, run in enumerate(runs):
+        if i == best:
+            continue
+        theirs = run_flags(run)
+        differ = {
+            n: mine.get(n, "(not set)")
+            for n in dict.fromkeys([*mine, *theirs])
+            if mine.get(n) != theirs.get(n)
+        }
+        changes = differ if changes is None else {n: v for n, v in changes.items() if n in differ}
+    changes = changes or {}
+    tied = [runs[i].label for i in range(len(runs)) if i != best and waits[i] <= waits[best]]
+    label = runs[best].label
+    if tied:
+        return f"Action: keep what you run; {label} and {', '.join(tied)} wait the same per switch."
+    flags = " ".join(f"{n} {v}".strip() if v != "(not set)" else f"no {n}" for n, v in changes.items())
+    what = f"set `{flags}`" if flags else f"run {label}'s build"
+    return (
+        f"Action: {what} ({label}: {waits[best]:,} s per switch to the first token, vs "
+        + ", ".join(f"{runs[i].label} {waits[i]:,} s" for i in range(len(runs)) if i != best)
+        + f", {runs[best].clock})."
+    )
+
+
+def _arm_sentence(run: RunView, d: dict[str, Any]) -> str:
+    """One arm in one sentence: how many switches re-read most of their conversation, and the wait."""
+    switches = [r for r in run.requests if "switch" in r.switch and r.status == "ok"]
+    bad = [r for r in switches if hurt(r)]
+    failed = f", {d['errors']} failed" if d["errors"] else ""
+    return (
+        f"{run.label}: {len(bad)} of {len(switches)} switches re-read most of their conversation, "
+        f"{d['wait_per_switch_mean_s']:,} s to the first token per switch ({run.clock}){failed}."
+    )
 
 
 def hurt(request: RequestView) -> bool:

@@ -295,6 +295,22 @@ def _disk(res: RunResults, requests: list[RequestView], kind: str) -> list[DiskP
     return out
 
 
+def figures_from(run: RunView) -> str:
+    """Which walker produced the run's figures: `replay size sweep` and `scenario check` walk the
+    cache model in process in modelled time; `replay sim serve` runs the same rules on a wall
+    clock, so the two can place a closed-loop request differently; a real server is measured."""
+    kind = (run.header.get("target") or {}).get("kind")
+    if kind == "model":
+        return "the in-process walk in modelled time (what `replay size sweep` and `scenario check` walk)"
+    if kind == "sim":
+        how = "its modelled seconds" if run.clock == "modelled" else "measured here"
+        return (
+            f"the simulator (`replay sim serve`, the event-loop model on a wall clock; {how}); "
+            "`replay size sweep` walks the same rules in modelled time and can differ on closed-loop plans"
+        )
+    return f"measured on the server ({kind or 'unknown kind'})"
+
+
 # Reads `server` records for results that carry none (`runs.serverlog.records_beside`: the log
 # left beside old results); handed in by the caller, since parsing logs is the runs' business.
 ServerLog = Callable[[RunResults], list[dict[str, Any]]]

@@ -179,3 +179,37 @@ def test_at_80_columns_no_figure_is_cut(tmp_path: Path) -> None:
     text = console.export_text()
     assert "…" not in text and "91,599" in text and "24G-20480" in text
     assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+
+
+def test_report_json_carries_what_the_page_shows(tmp_path: Path) -> None:
+    """Issue #38: the JSON lacked the page's modelled times and restore/eviction figures, and nothing
+    said which walker (the simulator or the in-process walk of `size sweep`) produced a figure."""
+    from tests.report.test_html_report import make_results
+
+    small = make_results(tmp_path / "4G.jsonl", "4G", reread=True, budget_mib=4096)
+    doc = orjson.loads(_cli("report", "--json", str(small)).stdout)
+    run = doc["runs"][0]
+    assert run["clock"] == "modelled" and run["time_scale"] == 1000.0
+    assert run["figures_from"].startswith("the simulator (`replay sim serve`")
+    assert "size sweep" in run["figures_from"]
+    digest = run["digest"]
+    assert (
+        digest["restores"],
+        digest["live_misses"],
+        digest["evictions"],
+        digest["evictions_zero_hits"],
+    ) == (
+        1,
+        1,
+        2,
+        1,
+    )
+    # Modelled seconds, not the client's: a 80K re-read at 510 tok/s is minutes, not the 0.2 s measured.
+    modelled = run["classes_on_clock"]["switch"]
+    assert modelled["ttft_p50_s"] > 100 and run["classes"]["switch"]["ttft_p50_s"] < 1
+    assert modelled["ttft_p99_s"] >= modelled["ttft_p50_s"]
+    assert run["disk"]["budget_mib"] == 4096 and run["disk"]["peak_mib"] > 0
+    assert doc["verdict"].startswith("the switch pathology appeared") and "Action: " in doc["verdict"]
+    page = tmp_path / "page"
+    _cli("report", str(small), "--html", str(page))
+    assert 'id="walker"' in (page / "index.html").read_text()

@@ -50,7 +50,9 @@ def test_a_run_without_switches_says_so(tmp_path: Path) -> None:
     writer = ResultsWriter(path, {"target": {"kind": "external"}})
     writer.request(_request(1, "a", ["cold"], 0.0, 1000, 0, None))
     writer.close()
-    assert _verdict(path) == "no conversation switch in this run (1 requests)."
+    assert _verdict(path) == (
+        "no conversation switch in this run (1 requests). Action: nothing to change; no conversation switched."
+    )
 
 
 def test_the_verdict_leads_the_page_and_the_summary_and_uses_the_trace_clock(tmp_path: Path) -> None:
@@ -73,3 +75,45 @@ def test_the_verdict_leads_the_page_and_the_summary_and_uses_the_trace_clock(tmp
     assert "<dt>live miss</dt>" in page
     md = summary_markdown([run])
     assert md.splitlines()[2] == said
+
+
+def test_arms_that_differ_in_more_than_a_budget_end_with_the_flag_to_set(tmp_path: Path) -> None:
+    """Issue #38: slow-morning's three arms (24G, 64G, 24G with a longer interval) got a paragraph
+    per arm and no recommendation. The verdict names the flag the best arm differs in from every
+    other arm."""
+    import orjson
+
+    def argv(*flags: str) -> list[str]:
+        return [
+            "python3",
+            "-m",
+            "replay.sim",
+            "--port",
+            "1",
+            "--kv-disk-dir",
+            "/tmp/x",
+            "--build",
+            "sept",
+            *flags,
+        ]
+
+    arms = {
+        "24G": (True, 24576, argv("--kv-disk-space-mb", "24576")),
+        "64G": (False, 65536, argv("--kv-disk-space-mb", "65536")),
+        "24G-20480": (
+            True,
+            24576,
+            argv("--kv-disk-space-mb", "24576", "--kv-cache-continued-interval-tokens", "20480"),
+        ),
+    }
+    runs = []
+    for name, (reread, budget, flags) in arms.items():
+        path = make_results(tmp_path / f"{name}.jsonl", name, reread=reread, budget_mib=budget)
+        lines = path.read_bytes().split(b"\n")
+        header = orjson.loads(lines[0])
+        header["target"]["build"] = {"argv": flags}
+        path.write_bytes(b"\n".join([orjson.dumps(header), *lines[1:]]))
+        runs.append(load_run(path))
+    text = verdict(runs, [digest(r) for r in runs])
+    assert text.count(". ") <= 4, text  # a sentence per arm and the action, not a paragraph each
+    assert text.split("Action: ")[1].startswith("set `--kv-disk-space-mb 65536` (64G: "), text
