@@ -28,6 +28,7 @@ FIELD_SCENARIOS = (
     "batched-starvation",
     "cold-ab",
     "prewarm",
+    "cold-cut-reuse",
 )
 
 SPEC = """

@@ -26,6 +26,7 @@ NAMES = (
     "cache-probe",
     "prewarm",
     "depth-sweep",
+    "cold-cut-reuse",
 )
 
 
