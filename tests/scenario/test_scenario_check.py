@@ -29,6 +29,7 @@ FIELD_SCENARIOS = (
     "cold-ab",
     "prewarm",
     "cold-cut-reuse",
+    "daily-use",
 )
 
 SPEC = """
@@ -240,6 +241,27 @@ def test_check_fails_when_a_figure_does_not_hold(tmp_path: Path) -> None:
     out = io.StringIO()
     assert check(CheckArgs(names=[str(path)], out=tmp_path / "r"), Console(file=out, width=250)) == 1
     assert "FAIL" in out.getvalue()
+
+
+def test_a_scenario_without_a_wall_clock_run_is_judged_on_the_walk_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`[run] wall_clock = false` (daily-use: 43 hours of deep requests): the check starts no
+    simulator and every row has the walk's figure and no spread."""
+    import replay.commands.scenario as commands
+
+    def no_run(*_: Any, **__: Any) -> None:
+        raise AssertionError("a wall_clock = false scenario must not run over HTTP")
+
+    monkeypatch.setattr(commands, "run_arms", no_run)
+    spec = find_scenario("cold-cut-reuse")
+    text = Path(spec.path).read_text().replace("time_scale = 2000", "time_scale = 2000\nwall_clock = false")
+    path = tmp_path / "cold-cut-reuse.toml"
+    path.write_text(text)
+    verdicts = commands.check_scenario(load_spec(path), tmp_path / "out")
+    assert {v.expect.arm for v in verdicts} == {"cold-on", "cold-off"}
+    assert all(v.run is None and v.spread is None and v.value is not None for v in verdicts)
+    assert [v.status for v in verdicts].count("ok") == 1  # the cold-off saves all hold the reply
 
 
 def test_rows_are_judged_on_the_modelled_walk_the_same_every_run(tmp_path: Path) -> None:

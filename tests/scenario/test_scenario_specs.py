@@ -27,6 +27,7 @@ NAMES = (
     "prewarm",
     "depth-sweep",
     "cold-cut-reuse",
+    "daily-use",
 )
 
 
