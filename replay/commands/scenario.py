@@ -228,6 +228,8 @@ def check_scenario(spec: Scenario, out_dir: Path) -> list[Verdict]:
     from replay.runs.modelled import model_arm, walkable
 
     arms = list(dict.fromkeys(e.arm for e in spec.expects))
+    if not spec.run.wall_clock:
+        return _check_walked(spec, out_dir, arms)
     runs = run_arms(spec, out_dir, arms)
     walked: dict[str, ArmView] = {}
     ran: dict[str, ArmView] = {}
@@ -248,6 +250,28 @@ def check_scenario(spec: Scenario, out_dir: Path) -> list[Verdict]:
         evaluate(spec.name, e, walked[e.arm]).with_run(evaluate(spec.name, e, ran[e.arm]))
         for e in spec.expects
     ]
+
+
+def _check_walked(spec: Scenario, out_dir: Path, arms: list[str]) -> list[Verdict]:
+    """A scenario with `[run] wall_clock = false`: every row on its arm walked in modelled time
+    only (no run on the simulator over HTTP, so no spread)."""
+    from replay.runs.leftovers import leftover_count
+    from replay.runs.modelled import model_arm, walkable
+
+    verdicts: dict[str, ArmView] = {}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in arms:
+        arm = spec.arm(name)
+        if not walkable(arm):
+            raise ReplayError(
+                f"scenario {spec.name}, arm {name}: wall_clock = false needs an arm the walk models"
+            )
+        armed = spec.with_params(arm.params)
+        trace = out_dir / f"{spec.name}-{arm.name}.trace.jsonl"
+        write_trace(armed, trace)
+        labels = {p.rid: p.label for p in plan_requests(armed)}
+        verdicts[name] = ArmView(model_arm(armed, arm, trace), leftover_count(armed, list(arm.sim)), labels)
+    return [evaluate(spec.name, e, verdicts[e.arm]) for e in spec.expects]
 
 
 def verdict_table(verdicts: list[Verdict]) -> Table:
@@ -301,6 +325,9 @@ def spread_lines(verdicts: list[Verdict]) -> list[str]:
         arms.setdefault((v.scenario, v.expect.arm), []).append(v)
     lines = []
     for (scenario, arm), rows in arms.items():
+        if all(v.run is None for v in rows):
+            lines.append(f"spread {scenario}/{arm}: no wall-clock run (its spec sets wall_clock = false)")
+            continue
         spreads = [v.spread for v in rows if v.spread is not None]
         differ = sum(1 for x in spreads if x > 0)
         worst = max(spreads, default=0.0)

@@ -109,7 +109,13 @@ def _server_record(e: ev.Event, seq_of: dict[int, int]) -> dict[str, Any] | None
             }
         case ev.Stored():
             seq = seq_of.get(e.job_id) if e.job_id is not None else None
-            return {"event": "store", "request_seq": seq, "reason": e.reason, "tokens": e.checkpoint.tokens}
+            return {
+                "event": "store",
+                "request_seq": seq,
+                "reason": e.reason,
+                "tokens": e.checkpoint.tokens,
+                "mib": e.checkpoint.size / 2**20,
+            }
         case ev.Evicted():
             seq = seq_of.get(e.job_id) if e.job_id is not None else None
             return {

@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from replay.metrics.results import RunResults
-from replay.scenario.expect import REQUEST_METRICS, Expect
+from replay.scenario.expect import EVENT_METRICS, REQUEST_METRICS, Expect
 
 Record = dict[str, Any]
+
+# The reasons of ds4's disk saves (`kv cache stored`): llama-server's stores are not disk saves.
+DISK_SAVES = ("evict", "shutdown", "cold", "continued")
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,7 @@ class ArmView:
             seqs = {r["seq"] for r in selected}
             served = [s for s in served if s.get("request_seq") in seqs]
         evicted = [s for s in served if s["event"] == "evict"]
+        saved = [s for s in served if s["event"] == "store" and s.get("reason") in DISK_SAVES]
         match metric:
             case "evictions":
                 return float(len(evicted))
@@ -166,6 +170,14 @@ class ArmView:
                 return float(sum(1 for s in evicted if s.get("hits")))
             case "restores":
                 return float(sum(1 for s in served if s["event"] == "restore"))
+            case "saves":
+                return float(len(saved))
+            case "saves_over_evict_saves":
+                evict_saves = sum(1 for s in saved if s.get("reason") == "evict")
+                return len(saved) / evict_saves if evict_saves else None
+            case "top_cut_restores":
+                cut = self._top_cut(served)
+                return float(len(cut)) if cut else 0.0
             case "live_misses":
                 return float(sum(1 for s in served if s["event"] == "live_miss"))
             case "files_at_end":
@@ -224,6 +236,37 @@ class ArmView:
                 return second / first if first else None
         raise ValueError(metric)
 
+    def event_values(self, metric: str, selected: Sequence[Record], scoped: bool = False) -> list[float]:
+        """One value per log event (EVENT_METRICS), for the row's stat to sum up."""
+        served = self._before_shutdown()
+        if scoped:
+            seqs = {r["seq"] for r in selected}
+            served = [s for s in served if s.get("request_seq") in seqs]
+        match metric:
+            case "save_gib":
+                return [
+                    s["mib"] / 1024
+                    for s in served
+                    if s["event"] == "store" and s.get("reason") in DISK_SAVES and s.get("mib") is not None
+                ]
+            case "top_cut_coverage":
+                prompts = {r["seq"]: r.get("prompt_tokens") or 0 for r in self.requests}
+                return [
+                    100.0 * s["tokens"] / prompts[s["request_seq"]]
+                    for s in self._top_cut(served)
+                    if prompts.get(s.get("request_seq"))
+                ]
+        raise ValueError(metric)
+
+    @staticmethod
+    def _top_cut(served: Sequence[Record]) -> list[Record]:
+        """The restores of the cut restored most often (ties: the one restored first), in order."""
+        by_cut: dict[int, list[Record]] = {}
+        for s in served:
+            if s["event"] == "restore" and s.get("tokens") is not None:
+                by_cut.setdefault(int(s["tokens"]), []).append(s)
+        return max(by_cut.values(), key=len, default=[])
+
     def _before_shutdown(self) -> list[Record]:
         """Server records of the startup pass and of the requests: the shutdown save and its
         evictions (attributed to no request, after the first that is) are not the workload's."""
@@ -266,12 +309,19 @@ def _show(x: float) -> str:
 def evaluate(scenario: str, e: Expect, arm: ArmView) -> Verdict:
     lo, hi = e.bounds
     selected = arm.select(e)
+    if e.metric in EVENT_METRICS:
+        return _judge(scenario, e, arm.event_values(e.metric, selected, scoped=e.scoped), lo, hi)
     if e.metric not in REQUEST_METRICS:
         value = arm.run_value(e.metric, selected, scoped=e.scoped)
         if value is None:
             return Verdict(scenario, e, "n/a", None, False)
         return Verdict(scenario, e, _show(value), value, lo <= value <= hi, (value, value))
     values = [v for r in selected if (v := arm.request_value(e.metric, r)) is not None]
+    return _judge(scenario, e, values, lo, hi)
+
+
+def _judge(scenario: str, e: Expect, values: list[float], lo: float, hi: float) -> Verdict:
+    """The values summed up by the row's stat ("all": each must hold) against the bounds."""
     if e.stat == "all":
         if not values:
             return Verdict(scenario, e, "no requests", None, False)

@@ -48,6 +48,17 @@ RUN_METRICS: tuple[str, ...] = (
     # the same ratio of their modelled prompt times (ds4's `prompt done`: the prefill and the saves
     # written during it, not the disk load before it), as a report that timed its rounds measured it
     "second_half_prefill_ratio",
+    # disk saves (ds4's `kv cache stored`, every reason: evict, cold, continued), and all of them
+    # over the evict saves alone (how many saves the cold and continued ones add)
+    "saves",
+    "saves_over_evict_saves",
+    # the most restores of one cut (restores of the same token count: report 000 names a file by
+    # its `tokens=`), and that cut's restores' coverage, restored / prompt tokens, percent (a stat
+    # sums them up; "all" holds when every one is in the range)
+    "top_cut_restores",
+    "top_cut_coverage",
+    # the size of each disk save, GiB (a stat sums them up: median, max)
+    "save_gib",
     # llama-server: context checkpoints the selected requests created (`created context checkpoint`),
     # and how many tokens before their prompt's end the nearest and the farthest of them lie
     "checkpoints_made",
@@ -64,6 +75,8 @@ RUN_METRICS: tuple[str, ...] = (
     # llama-server: `--cache-reuse` as the startup log shows it in effect (0 when turned off)
     "cache_reuse_in_effect",
 )
+# Run metrics with one value per log event rather than one per run: summed up by the row's stat.
+EVENT_METRICS: tuple[str, ...] = ("top_cut_coverage", "save_gib")
 METRICS: tuple[str, ...] = REQUEST_METRICS + RUN_METRICS
 STATS: tuple[str, ...] = ("all", "min", "max", "median", "mean", "sum", "count")
 

@@ -53,6 +53,9 @@ class RunSettings:
     think: str = "off"
     # Modelled seconds per wall second when the scenario runs on the simulator (demo, tests).
     time_scale: float = 1000.0
+    # Whether `scenario check` also runs the arms on the simulator over HTTP (the spread): false
+    # for a scenario whose wall-clock run is too large for a check (days of deep requests).
+    wall_clock: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +418,7 @@ def _build(
         round_robin=run_t.flag("round_robin"),
         think=run_t.choice("think", ("off", "on", "auto"), "off"),
         time_scale=run_t.number("time_scale", 1000.0, low=1e-9),
+        wall_clock=run_t.get("wall_clock", bool, True, "true or false"),
     )
     run_t.done()
 

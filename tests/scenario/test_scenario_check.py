@@ -28,6 +28,8 @@ FIELD_SCENARIOS = (
     "batched-starvation",
     "cold-ab",
     "prewarm",
+    "cold-cut-reuse",
+    "daily-use",
 )
 
 SPEC = """
@@ -166,6 +168,48 @@ def test_run_counts_leave_out_the_shutdown_and_can_be_scoped() -> None:
     assert not evaluate("t", Expect(arm="x", metric="evictions", lo=0, hi=0), view).holds
 
 
+def test_saves_their_sizes_and_the_most_restored_cut() -> None:
+    requests = [
+        _request(1, "a", 52_700, 0, 90.0),
+        _request(2, "a", 141_446, 51_200, 170.0),
+        _request(3, "b", 60_000, 0, 100.0),
+        _request(4, "a", 152_487, 51_200, 190.0),
+        _request(5, "b", 61_000, 6_144, 100.0),
+        _request(6, "a", 201_544, 51_200, 290.0),
+    ]
+
+    def ev(line: int, seq: int | None, event: str, **more: Any) -> dict[str, Any]:
+        return {"kind": "server", "event": event, "request_seq": seq, "line": line, **more}
+
+    server = [
+        ev(1, 1, "store", reason="cold", tokens=51_200, mib=1725.0),
+        ev(2, 2, "restore", tokens=51_200),
+        ev(3, 3, "store", reason="evict", tokens=53_000, mib=1785.0),
+        ev(4, 4, "restore", tokens=51_200),
+        ev(5, 4, "store", reason="evict", tokens=60_500, mib=2038.0),
+        ev(6, 5, "restore", tokens=6_144),
+        ev(7, 6, "restore", tokens=51_200),
+        ev(8, 6, "store", reason="checkpoint", tokens=100, mib=1.0),  # llama-server's: not a disk save
+        ev(9, None, "store", reason="shutdown", tokens=202_000, mib=6800.0),  # not the workload's
+    ]
+    view = ArmView(RunResults(path="x", run={"target": {}}, requests=requests, server=server))
+    assert view.run_value("saves", []) == 3
+    assert view.run_value("saves_over_evict_saves", []) == 1.5  # one cold save beside two evict saves
+    assert view.run_value("top_cut_restores", []) == 3  # 51,200 three times, 6,144 once
+    coverage = view.event_values("top_cut_coverage", [])
+    assert [round(c, 1) for c in coverage] == [36.2, 33.6, 25.4]  # report 000's file, falling
+    fell = evaluate("t", Expect(arm="x", metric="top_cut_coverage", lo=25.4, hi=36.2, tolerance=0.01), view)
+    assert fell.holds and fell.modelled == "25.4-36.2"
+    median = evaluate(
+        "t", Expect(arm="x", metric="save_gib", lo=1.74, hi=1.74, stat="median", slack=0.01), view
+    )
+    assert median.holds and median.value == 1785.0 / 1024
+    big = evaluate("t", Expect(arm="x", metric="save_gib", lo=5.7, hi=5.7, stat="max"), view)
+    assert not big.holds and big.value == 2038.0 / 1024  # the shutdown save is not counted
+    scoped = evaluate("t", Expect(arm="x", metric="saves", lo=1, hi=1, session="b"), view)
+    assert scoped.holds
+
+
 def test_a_known_gap_is_shown_and_never_fails() -> None:
     view = _view()
     gap = evaluate("t", Expect(arm="x", metric="call_s", lo=300, hi=400, gap="the model is faster"), view)
@@ -197,6 +241,27 @@ def test_check_fails_when_a_figure_does_not_hold(tmp_path: Path) -> None:
     out = io.StringIO()
     assert check(CheckArgs(names=[str(path)], out=tmp_path / "r"), Console(file=out, width=250)) == 1
     assert "FAIL" in out.getvalue()
+
+
+def test_a_scenario_without_a_wall_clock_run_is_judged_on_the_walk_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`[run] wall_clock = false` (daily-use: 43 hours of deep requests): the check starts no
+    simulator and every row has the walk's figure and no spread."""
+    import replay.commands.scenario as commands
+
+    def no_run(*_: Any, **__: Any) -> None:
+        raise AssertionError("a wall_clock = false scenario must not run over HTTP")
+
+    monkeypatch.setattr(commands, "run_arms", no_run)
+    spec = find_scenario("cold-cut-reuse")
+    text = Path(spec.path).read_text().replace("time_scale = 2000", "time_scale = 2000\nwall_clock = false")
+    path = tmp_path / "cold-cut-reuse.toml"
+    path.write_text(text)
+    verdicts = commands.check_scenario(load_spec(path), tmp_path / "out")
+    assert {v.expect.arm for v in verdicts} == {"cold-on", "cold-off"}
+    assert all(v.run is None and v.spread is None and v.value is not None for v in verdicts)
+    assert [v.status for v in verdicts].count("ok") == 1  # the cold-off saves all hold the reply
 
 
 def test_rows_are_judged_on_the_modelled_walk_the_same_every_run(tmp_path: Path) -> None:

@@ -26,6 +26,8 @@ NAMES = (
     "cache-probe",
     "prewarm",
     "depth-sweep",
+    "cold-cut-reuse",
+    "daily-use",
 )
 
 
