@@ -18,6 +18,7 @@ from replay.runs.barrier import parse_instant
 from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, ReplayJob, RunOptions, finish, replay
 from replay.runs.targets import dry_run as dry_run_target
 from replay.runs.targets import open_target, resolve_target
+from replay.runs.workers import cap_workers
 from replay.trace.reader import read_trace
 from replay.trace.select import parse_shard, select_shard, skip_probes
 
@@ -66,7 +67,7 @@ FINISHED = ("done", "max-duration")
 
 
 def run(args: RunArgs, console: Console) -> int:
-    """Replay a trace; returns the exit code (0 ok, 1 requests failed, 130/143 interrupted).
+    """Replay a trace; returns the exit code (0 ok, 1 requests failed, 130/143/129 interrupted).
 
     With `fail_on_errors` off, a run that finished exits 0 even when requests failed: they are
     in its results. A Kubernetes Job reads a shard's exit code as "this shard failed", and a
@@ -106,6 +107,9 @@ def run(args: RunArgs, console: Console) -> int:
         loaded, notice = skip_probes(loaded)  # E5-style steps need `replay probe` to restart the server
         if notice:
             say(notice)
+        workers, capped = cap_workers(args.workers, len({r.session for r in loaded.requests}))
+        if capped:
+            say(capped)
         # The server's log must outlive the server: its records are read after it stops.
         work = args.workdir or Path(scratch) / "work"
         with open_target(tgt, work, args.service, say=say) as served:
@@ -116,7 +120,7 @@ def run(args: RunArgs, console: Console) -> int:
                 out=args.out,
                 workdir=work,
                 header={"shard": args.shard} if args.shard else {},
-                workers=args.workers,
+                workers=workers,
                 shard=shard,
             )
             (done,) = replay([job], say=say, console=shown)
@@ -147,6 +151,7 @@ _ENDINGS = {
     "max-duration": "stopped by --max-duration",
     "SIGINT": "interrupted (Ctrl-C)",
     "SIGTERM": "stopped by SIGTERM",
+    "SIGHUP": "stopped by SIGHUP",
 }
 
 

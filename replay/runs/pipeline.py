@@ -296,9 +296,10 @@ def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
     line = merged.summary_line or {}
     # A worker that died wrote no part (or no summary): the run did not finish, whatever the others did.
     lost = any(part.outcome == "failed" for part in spread.parts)
+    outcome = spread.interrupted or ("failed" if lost else str(line.get("outcome", "cut-short")))
     return RunOutcome(
         out=str(job.out),
-        outcome="failed" if lost else str(line.get("outcome", "cut-short")),
+        outcome=outcome,
         requests=spread.requests,
         errors=spread.errors,
         cancelled=int(line.get("cancelled") or 0),

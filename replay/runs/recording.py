@@ -1,7 +1,7 @@
 """One trace replayed into one results file: the run header, the sink, the summary, the exit paths.
 
 Owns the exit paths: whatever ends the run (last reply, a failed request, `--max-duration`,
-Ctrl-C, SIGTERM) every measured request is already on disk and a `summary` line is still written.
+Ctrl-C, SIGTERM, SIGHUP) every measured request is already on disk and a `summary` line is still written.
 The run header is built here and nowhere else, for every kind of replay (run, ab, scenario arms,
 probe, each worker of a spread run).
 """
@@ -35,7 +35,7 @@ from replay.trace.model import Trace
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143}
+EXIT_SIGNAL = {"SIGINT": 130, "SIGTERM": 143, "SIGHUP": 129}
 
 
 @dataclass(slots=True)
@@ -321,7 +321,7 @@ async def _supervise(engines: list[Engine], max_duration_s: float | None) -> str
 
         async def watch_signals() -> None:
             nonlocal outcome
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
                 async for sig in signals:
                     outcome = signal.Signals(sig).name
                     tg.cancel_scope.cancel()

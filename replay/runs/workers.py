@@ -7,18 +7,30 @@ already selected (shard, probe skipping): a worker never reads the trace file it
 writes an ordinary results file; merging adds their encoded HDR histograms, which gives the same
 percentiles as one process that saw every request.
 
+Exit paths: SIGINT, SIGTERM or SIGHUP to the parent while workers run is passed on to each
+worker by its PID (each runs in a process group of its own, so a terminal's Ctrl-C or a signal to
+the parent's group reaches the parent alone, and each worker gets it exactly once); each worker
+ends its run as a single-process run does (cancelled lines, its summary), and the parent merges
+what was measured into `--out` with the signal as the outcome. A worker still running 10 s later
+is killed by its PID. A parent killed outright (SIGKILL) is noticed by its workers: on Linux the
+kernel's parent-death signal (SIGTERM), elsewhere a thread watching the parent's PID.
+
 Across hosts: host k runs `replay run TRACE --shard k/N --out part-k.jsonl` (shards are numbered
 1..N) and `replay report --merge part-*.jsonl` pools the files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import multiprocessing as mp
+import os
 import pickle
 import queue as queue_mod
 import resource
+import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,11 +44,37 @@ from replay.errors import ReplayError, UsageError
 from replay.metrics.hist import Summary
 from replay.metrics.results import FORMAT, read_results
 from replay.outputs import replacing
-from replay.runs.recording import percentile, run_trace
+from replay.runs.recording import EXIT_FAILED, EXIT_SIGNAL, Recording, close_all, percentile, run_trace
 from replay.trace.model import Request, Session, Trace, TraceHeader
 from replay.trace.select import split_workers
 
 _BARRIER_TIMEOUT_S = 600.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_STOP_GRACE_S = 10.0  # after a signal, how long a worker has to write its summary before SIGKILL
+WORKERS_PER_CORE = 4  # `--workers` above this many per core only adds start-up time and contention
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def cap_workers(asked: int, sessions: int, cores: int | None = None) -> tuple[int, str | None]:
+    """`--workers` capped at the sessions there are (a worker owns whole sessions) and at
+    `WORKERS_PER_CORE` per core; the note says so in one line when it applies."""
+    cores = cores or usable_cores()
+    by_cores = WORKERS_PER_CORE * cores
+    cap = max(1, min(sessions, by_cores))
+    if asked <= cap:
+        return asked, None
+    why = (
+        f"the trace has {sessions:,} session{'s' if sessions != 1 else ''} and a worker owns whole sessions"
+        if sessions <= by_cores
+        else f"{WORKERS_PER_CORE} per core on {cores} core{'s' if cores != 1 else ''}"
+    )
+    return cap, f"note: --workers {asked:,} capped at {cap:,} ({why})"
 
 
 def split_concurrency(plan: Plan, workers: int) -> list[Plan]:
@@ -171,6 +209,7 @@ class WorkersOutcome:
     out: str
     parts: list[WorkerReport] = field(default_factory=list)
     summary: Summary = field(default_factory=Summary)
+    interrupted: str | None = None  # the signal that stopped the run ("SIGTERM"), if one did
 
     @property
     def requests(self) -> int:
@@ -182,6 +221,8 @@ class WorkersOutcome:
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted is not None:
+            return EXIT_SIGNAL.get(self.interrupted, EXIT_FAILED)
         return max((p.exit_code for p in self.parts), default=0)
 
 
@@ -260,8 +301,39 @@ def _read_input(path: str) -> Packed:
     return packed
 
 
-def _worker_main(args: tuple[Any, ...], barrier: Any, queue: Any) -> None:
+def _die_with_parent(parent: int, kernel: bool) -> None:
+    """Stop (SIGTERM to this worker, which ends its run with its summary) when the parent dies,
+    even by SIGKILL. `kernel`: Linux's parent-death signal, which fires when the thread that
+    started this process ends, so only when that was the parent's main thread; otherwise, and
+    off Linux, a thread that looks at the parent's PID every 0.2 s."""
+    if kernel:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(1, int(signal.SIGTERM), 0, 0, 0) == 0:  # PR_SET_PDEATHSIG
+                if os.getppid() != parent:  # it died before the request took effect
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="replay-parent-watch", daemon=True).start()
+
+
+def _worker_main(
+    args: tuple[Any, ...], barrier: Any, queue: Any, parent: tuple[int, bool] = (0, False)
+) -> None:
     index, count = args[1], args[2]
+    if parent[0]:
+        with contextlib.suppress(OSError):
+            os.setpgrp()  # signals reach this worker from the parent alone (see the module's notes)
+        _die_with_parent(*parent)
     try:
         report = run_shard(_read_input(args[0]), *args[1:], barrier=barrier)
     except BaseException as exc:  # reported to the parent, which decides; never a silent worker death
@@ -270,6 +342,44 @@ def _worker_main(args: tuple[Any, ...], barrier: Any, queue: Any) -> None:
         report = WorkerReport(shard=index, count=count, out=args[5], outcome="failed", exit_code=1)
         report.error = f"shard {index}/{count}: {type(exc).__name__}: {exc}"
     queue.put(asdict(report))
+
+
+class _Relay:
+    """While workers run: SIGINT, SIGTERM and SIGHUP to this process are noted, not fatal, and the
+    first is passed on to every worker started (by PID). Main thread only (signals arrive there);
+    elsewhere it does nothing. The handlers before it (a guard's) are put back on leaving."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.at = 0.0  # monotonic, when it came
+        self.pids: list[int] = []
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Relay:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._old[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+    @property
+    def outcome(self) -> str | None:
+        return None if self.signum is None else signal.Signals(self.signum).name
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            return  # each worker has had its signal; the grace period ends in SIGKILL
+        self.signum, self.at = signum, time.monotonic()
+        for pid in self.pids:
+            self.forward(pid)
+
+    def forward(self, pid: int) -> None:
+        if self.signum is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, self.signum)
 
 
 def run_workers(
@@ -287,7 +397,9 @@ def run_workers(
     handed its own sessions, then merge into `out`.
 
     Every worker unpacks its part and waits at a barrier, so the workers start together (a timed
-    plan's clock starts at the same moment in each). Part files stay next to `out`.
+    plan's clock starts at the same moment in each). Part files stay next to `out`. A signal to
+    this process stops every worker (see the module's notes); what they measured is merged, with
+    the signal as the outcome.
     """
     if workers < 1:
         raise UsageError("--workers must be at least 1")
@@ -298,60 +410,92 @@ def run_workers(
     ctx = mp.get_context("spawn")  # no fork: the parent may hold threads and an event loop
     barrier = ctx.Barrier(workers)
     queue = ctx.Queue()
-    procs = []
+    procs: list[Any] = []
     inputs = [part_path(out, index, workers).with_suffix(".input") for index in range(1, workers + 1)]
-    reports: list[WorkerReport] = []
-    try:
-        for index in range(1, workers + 1):
-            given, part = inputs[index - 1], str(part_path(out, index, workers))
-            _write_input(given, pack(parts[index - 1]))
-            args = (
-                str(given),
-                index,
-                workers,
-                plans[index - 1],
-                config,
-                part,
-                target,
-                max_duration_s,
-                start_at,
-            )
-            proc = ctx.Process(target=_worker_main, args=(args, barrier, queue), name=f"replay-shard-{index}")
-            proc.start()
-            procs.append(proc)
-        while len(reports) < workers:
-            try:
-                reports.append(WorkerReport(**queue.get(timeout=1.0)))
-            except queue_mod.Empty:  # check that no worker died without reporting
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead and len(reports) + len(dead) >= workers:
-                    for p in dead:
-                        index = procs.index(p) + 1
-                        msg = f"shard {index}/{workers}: worker exited with code {p.exitcode}"
-                        reports.append(
-                            WorkerReport(
-                                shard=index, count=workers, out="", outcome="failed", exit_code=1, error=msg
-                            )
-                        )
-    finally:
-        for proc in procs:
-            proc.join()
-        for path in inputs:  # a worker that died before reading its part left it
-            path.unlink(missing_ok=True)
-    reports.sort(key=lambda r: r.shard)
-    written = [Path(r.out) for r in reports if r.out and Path(r.out).exists()]
+    reports: dict[int, WorkerReport] = {}
+    parent = (os.getpid(), threading.current_thread() is threading.main_thread())
+    with _Relay() as relay:
+        try:
+            for index in range(1, workers + 1):
+                if relay.signum is not None:  # stopped while starting: start no more
+                    break
+                given, part = inputs[index - 1], str(part_path(out, index, workers))
+                _write_input(given, pack(parts[index - 1]))
+                args = (
+                    str(given),
+                    index,
+                    workers,
+                    plans[index - 1],
+                    config,
+                    part,
+                    target,
+                    max_duration_s,
+                    start_at,
+                )
+                proc = ctx.Process(
+                    target=_worker_main, args=(args, barrier, queue, parent), name=f"replay-shard-{index}"
+                )
+                proc.start()
+                procs.append(proc)
+                relay.pids.append(proc.pid)
+                relay.forward(proc.pid)  # a signal that came while it was being started
+            _collect(queue, procs, reports, relay, workers)
+        finally:
+            for proc in procs:
+                if proc.is_alive() and relay.signum is not None:
+                    proc.kill()  # this worker's PID only
+                proc.join()
+            for path in inputs:  # a worker that died before reading its part left it
+                path.unlink(missing_ok=True)
+    ordered = [reports[k] for k in sorted(reports)]
+    written = [Path(r.out) for r in ordered if r.out and Path(r.out).exists()]
     if not written:
-        problems = "; ".join(r.error or f"shard {r.shard}: no results" for r in reports)
-        raise ReplayError(f"no shard wrote a results file: {problems}")
-    summary = merge_results(written, out, workers=workers, plan=plan.describe())
-    return WorkersOutcome(out=str(out), parts=reports, summary=summary)
+        if relay.outcome is None:
+            problems = "; ".join(r.error or f"shard {r.shard}: no results" for r in ordered)
+            raise ReplayError(f"no shard wrote a results file: {problems}")
+        # Stopped before any worker began: still a results file, which says so.
+        close_all([Recording(trace, plan, config, out, target, keep_records=False)], relay.outcome)
+        return WorkersOutcome(out=str(out), parts=ordered, interrupted=relay.outcome)
+    summary = merge_results(written, out, workers=workers, plan=plan.describe(), outcome=relay.outcome)
+    return WorkersOutcome(out=str(out), parts=ordered, summary=summary, interrupted=relay.outcome)
+
+
+def _collect(
+    queue: Any, procs: list[Any], reports: dict[int, WorkerReport], relay: _Relay, count: int
+) -> None:
+    """Every started worker's report; one that died without reporting gets a failed one. After a
+    signal, a worker that has not reported within `_STOP_GRACE_S` is killed (by its PID)."""
+    while len(reports) < len(procs):
+        try:
+            report = WorkerReport(**queue.get(timeout=0.2))
+            reports[report.shard] = report
+            continue
+        except queue_mod.Empty:
+            pass
+        if relay.signum is not None and time.monotonic() - relay.at > _STOP_GRACE_S:
+            for proc in procs:
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(5.0)
+        # A worker's report is in the queue before it exits 0: one gone otherwise died unreported.
+        for index, proc in enumerate(procs, 1):
+            if index not in reports and proc.exitcode not in (None, 0):
+                msg = f"shard {index}/{count}: worker exited with code {proc.exitcode}"
+                reports[index] = WorkerReport(
+                    shard=index, count=count, out="", outcome="failed", exit_code=1, error=msg
+                )
 
 
 def merge_results(
-    parts: list[Path], out: Path, workers: int | None = None, plan: dict[str, Any] | None = None
+    parts: list[Path],
+    out: Path,
+    workers: int | None = None,
+    plan: dict[str, Any] | None = None,
+    outcome: str | None = None,
 ) -> Summary:
     """Write one results file from several: the first header, every request, one merged summary.
-    Written whole into a temporary sibling and renamed, so a failed merge leaves `out` as it was."""
+    Written whole into a temporary sibling and renamed, so a failed merge leaves `out` as it was.
+    `outcome`: the whole run's (a signal that stopped it), else the first part's that was not done."""
     summary = Summary()
     totals = {"requests": 0, "errors": 0, "cancelled": 0}
     outcomes: list[str] = []
@@ -392,7 +536,7 @@ def merge_results(
             name = f"worker {len(outcomes)}/{len(parts)}"
             warnings.extend(f"{name}: {w}" for w in line.get("warnings") or ())
             duration = max(duration, float(line.get("duration_s") or 0.0))
-        outcome = next((o for o in outcomes if o != "done"), "done")
+        outcome = outcome or next((o for o in outcomes if o != "done"), "done")
         tail = {"kind": "summary", "classes": summary.encode(), "outcome": outcome, "duration_s": duration}
         tail.update(totals, lag_p50_s=percentile(lags, 50), lag_p99_s=percentile(lags, 99), parts=len(parts))
         tail.update(

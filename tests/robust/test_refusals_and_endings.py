@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import psutil
 import pytest
 from scripted_server import Script, ScriptedServer
 
@@ -39,17 +40,16 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def small_trace(path: Path, n: int = 3, api: str = "openai") -> Path:
-    lines: list[dict[str, Any]] = [
-        {"kind": "trace", "format": "agent-replay-trace/1"},
-        {"kind": "session", "id": "s", "api": api, "model": "m"},
-    ]
+def small_trace(path: Path, n: int = 3, api: str = "openai", sessions: int = 1) -> Path:
+    names = ["s"] if sessions == 1 else [f"s{k}" for k in range(sessions)]
+    lines: list[dict[str, Any]] = [{"kind": "trace", "format": "agent-replay-trace/1"}]
+    lines += [{"kind": "session", "id": name, "api": api, "model": "m"} for name in names]
     for rid in range(1, n + 1):
         lines.append(
             {
                 "kind": "request",
                 "id": rid,
-                "session": "s",
+                "session": names[rid % sessions],
                 "t": 0,
                 "append": [{"role": "user", "content": f"q{rid}"}],
                 "params": {"max_tokens": 4},
@@ -117,9 +117,13 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+@pytest.mark.parametrize("workers", [1, 2, 4])
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
 def test_restore_with_the_service_toml_finds_a_custom_state_dir_and_removes_the_scratch(
-    tmp_path: Path,
+    tmp_path: Path, how: str, workers: int
 ) -> None:
+    """Killed outright, `replay restore` gives the machine back; stopped by SIGTERM, the run does
+    it itself. Either way no worker, child or scratch folder is left and the service is back."""
     state = tmp_path / "machine"
     state.mkdir()
     port = free_port()
@@ -140,7 +144,7 @@ ready_timeout = 10
 """
     )
     subprocess.run([PY, DAILY, "start", str(state), str(port)], check=True, timeout=30)
-    trace = small_trace(tmp_path / "t.jsonl", n=40)
+    trace = small_trace(tmp_path / "t.jsonl", n=40, sessions=4)
     out = tmp_path / "r.jsonl"
     # Modelled time at its own pace: the run lasts long enough to be killed in the middle.
     run = subprocess.Popen(
@@ -157,6 +161,8 @@ ready_timeout = 10
             "--quiet",
             "--sim-args",
             "--time-scale 1 --decode-tps 20",
+            "--workers",
+            str(workers),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -167,7 +173,8 @@ ready_timeout = 10
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if out.exists() and journal.exists() and b'"kind":"request"' in out.read_bytes():
+            files = [out] if workers == 1 else list(tmp_path.glob("r.part*of*.jsonl"))
+            if journal.exists() and any(f.exists() and b'"kind":"request"' in f.read_bytes() for f in files):
                 break
             assert run.poll() is None, run.stderr.read() if run.stderr else ""
             time.sleep(0.05)
@@ -175,10 +182,22 @@ ready_timeout = 10
         children = [c["pid"] for c in data["children"]]
         scratch = Path(data["scratch"]).parent
         assert scratch.name.startswith("replay-scratch-") and scratch.is_dir()
-        os.kill(run.pid, signal.SIGKILL)
-        run.wait(10)
-        proc = replay("restore", "--service", str(toml))
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        shards = [c.pid for c in psutil.Process(run.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+        assert len(shards) == (workers if workers > 1 else 0)
+        if how == "SIGKILL":
+            os.kill(run.pid, signal.SIGKILL)
+            run.wait(10)
+            proc = replay("restore", "--service", str(toml))
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        else:
+            os.kill(run.pid, signal.SIGTERM)
+            assert run.wait(60) == 143
+            summary = orjson.loads(_summary_line(out))
+            assert summary["outcome"] == "SIGTERM"
+        deadline = time.monotonic() + 5
+        while any(alive(pid) for pid in shards) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(pid) for pid in shards)
         assert not scratch.exists()
         assert json.loads(journal.read_text())["state"] == "restored"
         assert alive(int((state / "daily.pid").read_text()))
@@ -190,6 +209,10 @@ ready_timeout = 10
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         subprocess.run([PY, DAILY, "stop", str(state)], timeout=30)
+
+
+def _summary_line(out: Path) -> bytes:
+    return next(line for line in reversed(out.read_bytes().splitlines()) if b'"kind":"summary"' in line)
 
 
 def test_a_time_limited_run_says_what_finished_and_what_was_cut_off(

@@ -207,3 +207,18 @@ def test_workers_that_die_before_reading_their_part_fail_the_run_instead_of_hang
     assert "failed: no shard wrote a results file" in done.stdout, done.stderr[-2000:]
     assert "worker exited with code 1" in done.stdout
     assert not list(tmp_path.glob("*.input"))  # the parts handed over are not left behind
+
+
+def test_workers_are_capped_by_sessions_and_cores_in_one_line():
+    from replay.runs.workers import cap_workers
+
+    assert cap_workers(4, sessions=100, cores=2) == (4, None)
+    assert cap_workers(1000, sessions=2, cores=2) == (
+        2,
+        "note: --workers 1,000 capped at 2 (the trace has 2 sessions and a worker owns whole sessions)",
+    )
+    assert cap_workers(200, sessions=5000, cores=2) == (
+        8,
+        "note: --workers 200 capped at 8 (4 per core on 2 cores)",
+    )
+    assert cap_workers(3, sessions=0, cores=1)[0] == 1
