@@ -665,6 +665,45 @@ def record(
 
 
 @app.command()
+def twin(
+    source: Annotated[Path, typer.Argument(help="Trace (with --server), or results file (with --log).")],
+    server: Annotated[
+        Path | None, typer.Option(help="Target TOML of the real llama-server to run the trace on.")
+    ] = None,
+    log: Annotated[
+        Path | None, typer.Option(help="The log of the server that made RESULTS (offline).")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR", help="Folder for both runs and their logs (default: a new replay-twin/run-N)."
+        ),
+    ] = None,
+    min_agreement: Annotated[
+        float | None, typer.Option(help="Exit 1 when the agreement (0..1) is below this.")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 600.0,
+    json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    force: Force = False,
+) -> None:
+    """The cache model against a real server, request by request: where they re-process the same tokens."""
+    from replay.commands.twin import TwinArgs
+    from replay.commands.twin import twin as replay_twin
+
+    args = TwinArgs(
+        source=source,
+        server=server,
+        log=log,
+        out=out,
+        min_agreement=min_agreement,
+        timeout=timeout,
+        as_json=json,
+        force=force,
+    )
+    raise typer.Exit(replay_twin(args, console))
+
+
+@app.command()
 def anonymize(
     src: Annotated[Path, typer.Argument(help="Trace to anonymize.")],
     dst: Annotated[Path, typer.Argument(help="Anonymized trace to write.")],
