@@ -22,6 +22,7 @@ from agentstores import (
     opencode_events,
     opencode_session,
     slow_morning_hermes,
+    words,
     write_hermes,
     write_opencode_db,
     write_opencode_storage,
@@ -37,6 +38,7 @@ from replay.record.importers import list_formats, run_import
 from replay.record.importing import ImportOptions, SessionInfo, Step, iso_seconds, write_trace
 from replay.record.mooncake import import_mooncake
 from replay.record.opencode import import_opencode
+from replay.sim.model.render import render
 from replay.trace import materialize, read_trace, recorded_reply, validate
 
 
@@ -138,6 +140,64 @@ def test_hermes_old_store_without_newer_columns(tmp_path: Path) -> None:
     assert second.append[0] == {"$reply": first.id} and msgs(trace, second)[-1]["tool_call_id"] == "c1"
     assert first.reply["output_tokens"] >= 1  # estimated: an old store kept no token counts
     assert trace.sessions[first.session].labels["hermes_source"] == "telegram"
+
+
+def wire_tools(n: int, seed: int) -> list[dict]:
+    """Tool definitions as an agent sends them (what its store leaves out)."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": words(300 + 40 * i, seed + i),
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            },
+        }
+        for i in range(n)
+    ]
+
+
+def test_hermes_requests_rebuilt_at_the_size_the_agent_sent(tmp_path: Path) -> None:
+    """Hermes 0.19 stores no tool definitions (28, ~14K tokens a call) and no per-call usage, but its
+    session sums (uncached input + cache reads + cache writes) are every call's prompt added up:
+    the imported requests, rendered, are the size the wire carried (within 2%), tools marked
+    synthetic. Before sizing, the imported prompts were a tenth of what Hermes sent."""
+    s = HermesSession("20261204_124151_46ba85", "cli", HERMES_SYSTEM, model="sim-model")
+    s.add(MORNING, "user", "Read README.md and say in one line what it is about.")
+    s.call(MORNING + 1, "c1", "search_files", {"pattern": "README*"})
+    s.result(MORNING + 2, "c1", "search_files", words(60, 3))
+    s.call(MORNING + 3, "c2", "read_file", {"path": "README.md"})
+    s.result(MORNING + 4, "c2", "read_file", words(200, 4))
+    s.reply(MORNING + 6, words(120, 5))
+    s.add(MORNING + 60, "user", "Now list the files next to it and summarise.")
+    s.reply(MORNING + 62, words(80, 6))
+    tools = wire_tools(28, 100)
+    trace_path = tmp_path / "t.jsonl"
+    # What the wire carried: the system prompt, the tools, every earlier row.
+    write_hermes(tmp_path / "probe.db", [s])
+    import_hermes(tmp_path / "probe.db", trace_path)
+    probe = read_trace(trace_path)
+    wire = [len(render(msgs(probe, req), tools)) for req in probe.requests]
+    s.usage = {"input_tokens": 0, "cache_read_tokens": sum(wire) - wire[0], "cache_write_tokens": wire[0]}
+    s.usage["api_call_count"] = len(wire)
+    write_hermes(tmp_path / "state.db", [s])
+    import_hermes(tmp_path / "state.db", trace_path)
+    trace = read_trace(trace_path)
+    got = [len(render(msgs(trace, r), r.params.get("tools"))) for r in trace.requests]
+    assert len(got) == len(wire) == 4
+    assert all(abs(g - w) <= 0.02 * w for g, w in zip(got, wire, strict=True)), (got, wire)
+    sent = trace.requests[0].params["tools"]
+    assert {"read_file", "search_files"} <= {t["function"]["name"] for t in sent}
+    assert trace.sessions["hermes-20261204_124151_46ba85"].labels["synthetic"] == ["tools"]
+    # the same tools on every call of the session: a cached prefix, as Hermes' own
+    assert all(r.params["tools"] == sent for r in trace.requests)
+    # no usage sums (an older store): the named stand-ins, not marked
+    s.usage = {"input_tokens": 0}
+    write_hermes(tmp_path / "plain.db", [s])
+    import_hermes(tmp_path / "plain.db", trace_path)
+    trace = read_trace(trace_path)
+    assert {t["function"]["name"] for t in trace.requests[0].params["tools"]} == {"read_file", "search_files"}
+    assert "synthetic" not in trace.sessions["hermes-20261204_124151_46ba85"].labels
 
 
 def test_hermes_subagent_children_and_filters(tmp_path: Path) -> None:
