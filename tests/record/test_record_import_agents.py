@@ -457,13 +457,13 @@ def test_claude_code_mid_session_files_still_send_valid_requests(tmp_path: Path)
     assert counts["sessions"] == 2 and counts["requests"] == 3
     lines = [orjson.loads(x) for x in (tmp_path / "t.jsonl").read_bytes().splitlines()]
     requests = [x for x in lines if x["kind"] == "request"]
-    # made up after the system stand-in; a later request of the session still carries them
-    assert sorted(str(r.get("synthetic")) for r in requests) == ["[1, 2]", "[1, 2]", "[1]"]
+    # made up after the system stand-in (three blocks); a later request of the session still carries them
+    assert sorted(str(r.get("synthetic")) for r in requests) == ["[3, 4]", "[3, 4]", "[3]"]
     trace = read_trace(tmp_path / "t.jsonl")
     for r in trace.requests:
         assert api_valid(msgs(trace, r)), msgs(trace, r)
     first = msgs(trace, trace.requests[0])
-    assert first[2]["tool_calls"][0]["id"] == "toolu_8" and first[3]["tool_call_id"] == "toolu_8"
+    assert first[4]["tool_calls"][0]["id"] == "toolu_8" and first[5]["tool_call_id"] == "toolu_8"
 
 
 def test_claude_code_rewind_is_no_compaction_and_subagent_files_join(tmp_path: Path) -> None:
@@ -490,6 +490,57 @@ def test_claude_code_rewind_is_no_compaction_and_subagent_files_join(tmp_path: P
     rewound = main[2]
     assert rewound.parent is main[0] and rewound.append[0] == {"$reply": main[0].id}  # branches off the first
     assert trace.sessions["cc-7e77bb00-agent-ab12cd34"].role == "subagent"
+
+
+def test_claude_code_changed_system_prompt_is_a_prefix_rewrite_and_listings_kept(tmp_path: Path) -> None:
+    """Issue 36: Claude Code 2.1's second request of a session changed its system prompt and was
+    re-read in full, but the import called it an ordinary turn (the replay cached 18,591 tokens
+    there). Its usage says so: a cache read under half the previous prompt, seconds later. The
+    agent and skill listings (stored as `attachment` entries) are the `role: system` entry of
+    `messages` the wire carries after the first prompt."""
+    sid = "9e99cc00-0000-4000-8000-000000000001"
+    listing = {"type": "agent_listing_delta", "addedLines": ["- Explore: " + words(40, 1)], "isInitial": True}
+    skills = {"type": "skill_listing", "content": "- review: " + words(30, 2)}
+
+    def usage(prompt: int, read: int) -> dict:
+        return {"input_tokens": 5, "cache_read_input_tokens": read, "cache_creation_input_tokens": prompt - read - 5,
+                "output_tokens": 20}  # fmt: skip
+
+    rows = [
+        _entry(sid, "user", "u1", None, 1, "read the README"),
+        {"sessionId": sid, "type": "attachment", "uuid": "t1", "parentUuid": "u1", "isSidechain": False,
+         "timestamp": _stamp(1), "attachment": listing},
+        {"sessionId": sid, "type": "attachment", "uuid": "t2", "parentUuid": "t1", "isSidechain": False,
+         "timestamp": _stamp(1), "attachment": skills},
+        _entry(sid, "assistant", "a1", "t2", 3, "It is a demo."),
+        _entry(sid, "user", "u2", "a1", 5, "and the notes?"),
+        _entry(sid, "assistant", "a2", "u2", 7, "Nothing there."),
+        _entry(sid, "user", "u3", "a2", 9, "thanks"),
+        _entry(sid, "assistant", "a3", "u3", 11, "Welcome."),
+    ]  # fmt: skip
+    rows[3]["message"]["usage"] = usage(20000, 0)
+    rows[5]["message"]["usage"] = usage(20300, 400)  # re-read in full: the system prompt changed
+    rows[7]["message"]["usage"] = usage(20400, 20300)
+    _cc(tmp_path / "p", f"{sid}.jsonl", rows)
+    counts = import_claude_code(tmp_path / "p", tmp_path / "t.jsonl")
+    assert counts["requests"] == 3 and counts["compactions"] == 1
+    trace = read_trace(tmp_path / "t.jsonl")
+    first, changed, after = trace.requests
+    assert [r.tag for r in trace.requests] == ["turn", "compaction", "turn"]
+    roles = [m["role"] for m in msgs(trace, first)]
+    assert roles == ["system", "system", "system", "user", "system"]  # billing, identity, prompt; listings
+    sent = msgs(trace, first)
+    assert "<system-reminder>" in sent[3]["content"] and sent[3]["content"].endswith("read the README")
+    assert "Explore" in sent[4]["content"] and "review" in sent[4]["content"]
+    assert msgs(trace, changed)[0] != sent[0] and msgs(trace, after)[:3] == msgs(trace, changed)[:3]
+    for req, want in zip(trace.requests, (20000, 20300, 20400), strict=True):
+        got = len(render(msgs(trace, req), req.params.get("tools")))
+        assert abs(got - want) <= 0.02 * want, (got, want)
+    # a server that never caches reads 0 on every call: no rewrite
+    for row in (rows[3], rows[5], rows[7]):
+        row["message"]["usage"] = usage(row["message"]["usage"]["input_tokens"] + 20000, 0)
+    _cc(tmp_path / "q", f"{sid}.jsonl", rows)
+    assert import_claude_code(tmp_path / "q", tmp_path / "q.jsonl")["compactions"] == 0
 
 
 DAY = 86400.0
