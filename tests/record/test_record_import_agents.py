@@ -347,6 +347,60 @@ def test_opencode_malformed_event_line_names_file_and_line(opencode: dict[str, P
 # ---- Codex CLI ------------------------------------------------------------------------------------
 
 
+def test_codex_0171_rollout_rebuilt_at_the_size_codex_sent(tmp_path: Path) -> None:
+    """Issue 36: Codex 0.171 requests replayed from the rollout at 5,421 / 5,693 prompt tokens against
+    6,667 / 6,939 on the wire (-19%): its 9 tool definitions are not stored, and the per-call usage
+    moved to `token_usage_record` lines (a `token_count` event now comes after the tool output, so
+    the first calls had none). Rebuilt: base instructions as the first developer message (as 0.171
+    sends them), tools sized from the first call's usage, every call at its wire size."""
+    sid = "01a2411c-31d2-7532-955d-14df1e82ae63"
+    base = words(900, 31)
+    lines: list[dict] = []
+
+    def add(dt: float, kind: str, payload: dict) -> None:
+        stamp = _dt.datetime.fromtimestamp(MORNING + dt, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        lines.append({"timestamp": stamp, "type": kind, "payload": payload})
+
+    def item(role: str, text: str) -> dict:
+        return {"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]}
+
+    add(0, "session_meta", {"id": sid, "timestamp": "x", "cli_version": "0.171.0", "source": "exec",
+                            "base_instructions": {"text": base}})  # fmt: skip
+    add(0.1, "response_item", item("developer", "<skills_instructions> " + words(120, 32)))
+    add(0.1, "response_item", item("user", "<environment_context> " + words(40, 33)))
+    add(0.2, "world_state", {"full": True, "state": {"current_date": "2026-12-04"}})
+    add(0.3, "turn_context", {"model": "sim-model", "summary": "auto"})
+    add(1.0, "response_item", item("user", "Read README.md and say in one line what it is about."))
+    add(2.0, "response_item", {"type": "function_call", "name": "exec_command", "call_id": "call_1",
+                               "arguments": '{"cmd": "cat README.md"}'})  # fmt: skip
+    add(2.0, "token_usage_record", {"response_id": "resp_1", "usage": {}})  # filled below
+    add(2.1, "response_item", {"type": "function_call_output", "call_id": "call_1", "output": words(30, 34)})
+    add(2.1, "event_msg", {"type": "token_count", "info": {"last_token_usage": {}}})
+    add(3.0, "response_item", {"type": "message", "role": "assistant",
+                               "content": [{"type": "output_text", "text": words(60, 35)}]})  # fmt: skip
+    add(3.0, "token_usage_record", {"response_id": "resp_2", "usage": {}})
+    path = tmp_path / "rollout-2026-12-04T12-51-36-a.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
+    # What the wire carried: the same items and Codex's tool definitions.
+    import_codex(path, tmp_path / "probe.jsonl")
+    probe = read_trace(tmp_path / "probe.jsonl")
+    wire = [len(render(msgs(probe, r), wire_tools(9, 200))) for r in probe.requests]
+    records = [x for x in lines if x["type"] == "token_usage_record"]
+    for rec, size in zip(records, wire, strict=True):
+        rec["payload"]["usage"] = {"input_tokens": size, "cached_input_tokens": 0, "output_tokens": 29}
+    count = next(x for x in lines if x["type"] == "event_msg")
+    count["payload"]["info"]["last_token_usage"] = records[0]["payload"]["usage"]
+    path.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
+    import_codex(path, tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "t.jsonl")
+    first, second = trace.requests
+    assert [m["role"] for m in msgs(trace, first)] == ["developer", "developer", "user", "user"]
+    assert first.usage["prompt_tokens"] == wire[0] and second.usage["prompt_tokens"] == wire[1]
+    got = [len(render(msgs(trace, r), r.params.get("tools"))) for r in trace.requests]
+    assert all(abs(g - w) <= 0.02 * w for g, w in zip(got, wire, strict=True)), (got, wire)
+    assert trace.sessions[f"codex-{sid}"].labels["synthetic"] == ["tools"]
+
+
 def test_codex_rollout_calls_usage_and_compaction(tmp_path: Path) -> None:
     home = tmp_path / ".codex" / "sessions"
     codex_rollout(home / "2026" / "11" / "30" / "rollout-2026-11-30T06-45-00-a.jsonl")
@@ -361,7 +415,7 @@ def test_codex_rollout_calls_usage_and_compaction(tmp_path: Path) -> None:
     m1 = msgs(trace, r1)
     assert [x["role"] for x in m1] == [
         "system",
-        "system",
+        "developer",
         "user",
         "user",
     ]  # instructions, developer, context, prompt
