@@ -39,7 +39,7 @@ from replay.trace.model import Trace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.agents]
 # Agents whose importer rebuilds each request at the size the agent sent (issue 36).
-SIZED = {"hermes", "claude-code", "codex"}
+SIZED = {"hermes", "claude-code", "codex", "opencode"}
 REQUIRED = {n.strip() for n in os.environ.get("REPLAY_REQUIRE_AGENTS", "").replace(",", " ").split() if n}
 
 

@@ -30,6 +30,8 @@ from agentstores import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from replay.engine.plans import make_plan
+from replay.engine.run import EngineConfig
 from replay.errors import TraceError, UsageError
 from replay.record.claude_code import import_claude_code
 from replay.record.codex import import_codex
@@ -38,6 +40,7 @@ from replay.record.importers import list_formats, run_import
 from replay.record.importing import ImportOptions, SessionInfo, Step, iso_seconds, write_trace
 from replay.record.mooncake import import_mooncake
 from replay.record.opencode import import_opencode
+from replay.runs.pipeline import run_trace
 from replay.sim.model.render import render
 from replay.trace import materialize, read_trace, recorded_reply, validate
 
@@ -271,6 +274,34 @@ def opencode(tmp_path: Path) -> dict[str, Path]:
     }
 
 
+def test_opencode_call_in_flight_kept_and_requests_at_their_recorded_size(
+    tmp_path: Path, scripted_server
+) -> None:
+    """Issue 36: OpenCode 1.18 imports dropped the call still in flight when the agent stopped (262 of
+    263): its assistant message holds a `step-start` and nothing after. It was sent, so it is a
+    request (no reply). And each request renders at the prompt tokens its step-finish recorded: the
+    system stand-in is sized against the rendered request, not a bare token count."""
+    exp = opencode_session()
+    last = exp["messages"][-1]
+    last["parts"] = last["parts"][:1]  # step-start only: the stream never answered
+    del last["info"]["time"]["completed"]
+    write_opencode_db(tmp_path / "opencode.db", [exp])
+    counts = import_opencode(tmp_path / "opencode.db", tmp_path / "t.jsonl")
+    assert counts["requests"] == 5  # four answered, one in flight (was four)
+    validate(tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "t.jsonl")
+    main = [r for r in trace.requests if r.session == "oc-ses_01main"]
+    flying = main[-1]
+    assert flying.reply is None and [m["role"] for m in msgs(trace, flying)][-1] == "user"
+    assert msgs(trace, flying)[-1]["content"] == "Now fix it."
+    first = main[0]
+    assert len(render(msgs(trace, first), first.params.get("tools"))) == first.usage["prompt_tokens"] == 2100
+    # and it replays: sent like any other request
+    config = EngineConfig(base_url=scripted_server.url, timeout_s=10.0, run_id="fly")
+    outcome = run_trace(trace, make_plan("alternate"), config, tmp_path / "r.jsonl", {})
+    assert outcome.exit_code == 0 and outcome.requests == 5
+
+
 def test_opencode_steps_tools_usage_and_compaction(opencode: dict[str, Path], tmp_path: Path) -> None:
     counts = import_opencode(opencode["db"], tmp_path / "t.jsonl")
     assert counts == {"conversations": 2, "sessions": 3, "requests": 9, "compactions": 2, "filtered": 0}
@@ -283,7 +314,8 @@ def test_opencode_steps_tools_usage_and_compaction(opencode: dict[str, Path], tm
     # the title call OpenCode made but did not store: made up from the title it got
     (title,) = [r for r in trace.requests if r.session.endswith("-title")]
     assert title.tag == "title" and title.reply["message"]["content"] == "Parser fields"
-    assert msgs(trace, title)[1] == {"role": "user", "content": "Find where the parser splits fields."}
+    assert [m["role"] for m in msgs(trace, title)] == ["system", "user", "user"]  # as OpenCode 1.18 sends it
+    assert msgs(trace, title)[2] == {"role": "user", "content": '"Find where the parser splits fields."'}
     main = [r for r in trace.requests if r.session == "oc-ses_01main"]
     assert [r.tag for r in main] == ["turn", "turn", "turn", "compaction"]
     first, second, summary, after = main
