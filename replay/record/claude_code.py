@@ -52,8 +52,19 @@ from replay.record.tokens import count_tokens
 from replay.record.wire import WireError, anthropic_assistant_turn, anthropic_user_turn
 from replay.trace.materialize import text_of
 from replay.trace.model import Message
+from replay.trace.synth import synth_text
 
 SYSTEM_SEEDS = {"interactive": 0x434C_4D41_494E, "subagent": 0x434C_5355_4241}
+# What Claude Code sends but does not store, sized as measured on the wire (2.1.197, simulator
+# tokens): its system blocks (a per-session billing line, an identity line, the prompt) and the
+# `<system-reminder>` (context such as the date) at the head of the first user message.
+BILLING_TOKENS = 30
+IDENTITY_TOKENS = 15
+REMINDER_TOKENS = 77
+# A call whose cache read is under half the previous call's prompt, sent within the cache's life
+# (Anthropic keeps a prefix 5 minutes), re-read its prefix: the system prompt changed.
+CACHE_TTL_S = 300.0
+_REMINDER_FRAME = count_tokens("<system-reminder>\n\n</system-reminder>\n\n\n")
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
 
 
@@ -173,6 +184,7 @@ def _assistant(lines: list[_Entry]) -> Message:
 
 def _messages(chain: list[_Entry]) -> list[Message]:
     out: list[Message] = []
+    listing = -1  # index of the last listing's system entry
     i = 0
     while i < len(chain):
         e = chain[i]
@@ -188,8 +200,35 @@ def _messages(chain: list[_Entry]) -> list[Message]:
             continue
         if e.type == "user" and e.message:
             out.extend(anthropic_user_turn(e.message.get("content"), [0]))
+        elif e.type == "attachment":
+            text = _listing(e.obj.get("attachment"))
+            if text and listing == len(out) - 1:  # consecutive listings: one system entry
+                out[-1] = {"role": "system", "content": f"{out[-1]['content']}\n\n{text}"}
+            elif text:
+                out.append({"role": "system", "content": text})
+                listing = len(out) - 1
         i += 1
     return out
+
+
+def _listing(attachment: Any) -> str:
+    """The text of an agent or skill listing Claude Code sends as a `role: system` entry of
+    `messages` (its stored `attachment` entries hold the lines; the sentences around them are
+    ours, a few tokens)."""
+    if not isinstance(attachment, dict):
+        return ""
+    kind = attachment.get("type")
+    if kind == "agent_listing_delta":
+        lines = [str(x) for x in attachment.get("addedLines") or () if x]
+        if not lines:
+            return ""
+        text = "Agent types the Agent tool can launch:\n" + "\n".join(lines)
+        if attachment.get("showConcurrencyNote"):
+            text += "\n\nLaunch independent agents together, in one message with several tool uses."
+        return text
+    if kind == "skill_listing" and attachment.get("content"):
+        return "Skills the Skill tool can use:\n\n" + str(attachment["content"])
+    return ""
 
 
 def _fill_tool_results(messages: list[Message], results: dict[str, Message]) -> list[Message]:
@@ -383,18 +422,36 @@ def _steps(
         tools = stand_in_tools(names)
         first = group_calls[0]
         size = system_tokens
+        tool_tokens = (
+            estimate_tokens([{"role": "system", "content": orjson.dumps(tools).decode()}]) if tools else 0
+        )
         if size is None:
-            tool_tokens = (
-                estimate_tokens([{"role": "system", "content": orjson.dumps(tools).decode()}]) if tools else 0
+            reminder = (
+                REMINDER_TOKENS
+                if role == "interactive" and first.messages[:1] and first.messages[0].get("role") == "user"
+                else 0
             )
-            size = max(0, (first.usage.get("prompt_tokens") or 0) - _tokens(first.messages) - tool_tokens)
+            size = max(
+                0, (first.usage.get("prompt_tokens") or 0) - _tokens(first.messages) - tool_tokens - reminder
+            )
         seed = SYSTEM_SEEDS[role] if options.shared_system else _seed(key)
-        system = [{"role": "system", "content": {"synth": {"tokens": size, "seed": seed}}}] if size else []
+        system = _system(size, seed, SYSTEM_SEEDS[role])
         prev = 0.0
+        before: _Call | None = None
+        rewrites = 0
+        # a server that caches says so on some call; one that never does reads 0 on every call
+        caches = any((c.usage.get("cached_tokens") or 0) > 0 for c in group_calls)
         for call in group_calls:  # keep each session's order even if clocks stepped back
             call.t = max(call.t, prev)
             prev = call.t
+            if before is not None and system_tokens is None and caches and _rewrote_prefix(before, call):
+                rewrites += 1  # re-read in full: a new system prompt from here on
+                size = max(0, (call.usage.get("prompt_tokens") or 0) - _tokens(call.messages) - tool_tokens)
+                system = _system(size, seed ^ rewrites, SYSTEM_SEEDS[role] ^ rewrites)
+            before = call
             messages, made = _valid_start(call.messages)
+            if not made and role == "interactive":
+                messages = _with_reminder(messages, call.t)
             params: dict[str, Any] = {"stream": True}
             if "output_tokens" in call.usage:
                 params["max_tokens"] = call.usage["output_tokens"]
@@ -418,6 +475,51 @@ def _steps(
         out[-1].ends = (info,)
     out.sort(key=lambda st: st.t)
     yield from out
+
+
+def _system(size: int, seed: int, shared: int) -> list[Message]:
+    """The stand-in system blocks: the billing line (`seed`: per session unless shared), then the
+    identity line and the prompt (one seed per kind), `size` tokens in all."""
+    if size <= 0:
+        return []
+    if size <= BILLING_TOKENS + IDENTITY_TOKENS:
+        return [{"role": "system", "content": {"synth": {"tokens": size, "seed": seed}}}]
+    return [
+        {"role": "system", "content": {"synth": {"tokens": BILLING_TOKENS, "seed": seed}}},
+        {"role": "system", "content": {"synth": {"tokens": IDENTITY_TOKENS, "seed": shared + 1}}},
+        {
+            "role": "system",
+            "content": {"synth": {"tokens": size - BILLING_TOKENS - IDENTITY_TOKENS, "seed": shared}},
+        },
+    ]
+
+
+def _with_reminder(messages: list[Message], t: float) -> list[Message]:
+    """The `<system-reminder>` Claude Code puts before the first prompt (not in its transcript): a
+    stand-in of the measured size, the same for every session of a day (it carries the date)."""
+    if not messages or messages[0].get("role") != "user" or not isinstance(messages[0].get("content"), str):
+        return messages
+    day = int(_dt.datetime.fromtimestamp(t, _dt.UTC).strftime("%Y%m%d"))
+    filler = synth_text(REMINDER_TOKENS - _REMINDER_FRAME, day)
+    first = {
+        **messages[0],
+        "content": f"<system-reminder>\n{filler}\n</system-reminder>\n\n\n{messages[0]['content']}",
+    }
+    return [first, *messages[1:]]
+
+
+def _rewrote_prefix(before: _Call, call: _Call) -> bool:
+    """The call re-read a prefix the previous call had cached: its cache read is under half of the
+    previous prompt, within the cache's life, and it extends the previous call's messages."""
+    cached = call.usage.get("cached_tokens")
+    prompt = before.usage.get("prompt_tokens") or 0
+    if cached is None or not prompt or call.compaction or cached >= prompt // 2:
+        return False
+    done = max((x.time or before.t) for x in before.lines)
+    if call.t - done > CACHE_TTL_S:
+        return False
+    n = len(before.messages)
+    return len(call.messages) > n and call.messages[:n] == before.messages
 
 
 def _seed(key: str) -> int:

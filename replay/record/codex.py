@@ -36,14 +36,25 @@ from replay.record.importing import (
     jsonl,
     merge_by_time,
     progress_bar,
+    rendered_tokens,
+    sized_tools,
     stand_in_tools,
+    tools_tokens,
     tree_size,
     write_trace,
 )
 from replay.record.wire import canonical_arguments
 from replay.trace.model import Message
 
-_LINE_TYPES = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
+_LINE_TYPES = (
+    "session_meta",
+    "response_item",
+    "event_msg",
+    "turn_context",
+    "compacted",
+    "token_usage_record",
+)
+_TOOLS_SEED = 0x436F_6465_78  # one seed for Codex's stand-in tools: equal sizes, identical tools
 _MODEL_ITEMS = ("reasoning", "function_call", "custom_tool_call", "local_shell_call")
 _ITEM_TYPES = (
     "message",
@@ -95,8 +106,8 @@ class _Reply:
         return msg
 
 
-def _usage(info: Any) -> dict[str, Any] | None:
-    last = (info or {}).get("last_token_usage") if isinstance(info, dict) else None
+def _usage(info: Any, key: str = "last_token_usage") -> dict[str, Any] | None:
+    last = (info or {}).get(key) if isinstance(info, dict) else None
     if not isinstance(last, dict):
         return None
     return {
@@ -175,9 +186,12 @@ def _session_steps(path: Path, advance: Callable[[int], None]) -> Iterator[Step]
             sid = str(p.get("id") or path.stem)
             info.key = f"codex-{sid}"
             info.agent_ids = (sid,)
-            instructions = p.get("instructions") or (p.get("base_instructions") or {}).get("text")
+            base = (p.get("base_instructions") or {}).get("text")
+            instructions = p.get("instructions") or base
             if instructions and not history:
-                history.append({"role": "system", "content": str(instructions)})
+                # newer Codex sends its base instructions as the first developer message
+                role = "developer" if base and not p.get("instructions") else "system"
+                history.append({"role": role, "content": str(instructions)})
             if p.get("cli_version"):
                 info.labels["cli_version"] = p["cli_version"]
             last_t = last_t or when
@@ -187,9 +201,19 @@ def _session_steps(path: Path, advance: Callable[[int], None]) -> Iterator[Step]
             reasoning = {k: p[k] for k in ("effort", "summary") if p.get(k)}
             if reasoning and not extra:
                 extra["reasoning"] = reasoning  # sent back as Codex sent it (params.extra)
+        elif kind == "token_usage_record":  # newer Codex: each call's own usage, right after it
+            if reply is not None:
+                reply.usage = _usage(p, "usage") or reply.usage
+            elif steps and steps[-1].usage is None:
+                steps[-1].usage = _usage(p, "usage")
         elif kind == "event_msg":
-            if p.get("type") == "token_count" and reply is not None and reply.usage is None:
-                reply.usage = _usage(p.get("info"))
+            if p.get("type") == "token_count":
+                # after the call's reply, or after the tool output that closed it
+                if reply is not None and reply.usage is None:
+                    reply.usage = _usage(p.get("info"))
+                elif reply is None and steps and steps[-1].usage is None:
+                    steps[-1].usage = _usage(p.get("info"))
+                    steps[-1].output_tokens = (steps[-1].usage or {}).get("output_tokens")
             elif p.get("type") == "context_compacted":
                 compaction = True
         elif kind == "compacted":
@@ -228,12 +252,30 @@ def _session_steps(path: Path, advance: Callable[[int], None]) -> Iterator[Step]
     params: dict[str, Any] = {"stream": True}
     if extra:
         params["extra"] = extra
-    if names:
-        params["tools"] = stand_in_tools(names)
+    tools, sized = _tools(steps, sorted(names))
+    if tools:
+        params["tools"] = tools
+    if sized:
+        info.labels["synthetic"] = ["tools"]  # their text is made up, their size is the usage's
     for s in steps:
         s.params = params
     steps[-1].ends = (info,)
     yield from steps
+
+
+def _tools(steps: list[Step], names: list[str]) -> tuple[list[dict[str, Any]], bool]:
+    """Stand-in tool definitions, sized from the first call whose usage the rollout kept: its prompt
+    tokens minus its messages (rendered as the simulator renders them). Codex stores no tool
+    definitions (0.171: 9 tools, ~5K tokens); its base instructions and context items are in the
+    rollout. Also says whether they were sized."""
+    bare = stand_in_tools(names) if names else []
+    first = next((s for s in steps if s.usage and s.usage.get("prompt_tokens")), None)
+    if first is None or first.usage is None:
+        return bare, False
+    size = int(first.usage["prompt_tokens"]) - rendered_tokens(first.messages)
+    if size <= tools_tokens(bare):
+        return bare, False
+    return sized_tools(names, size, _TOOLS_SEED), True
 
 
 def _call(p: dict[str, Any]) -> dict[str, str]:
@@ -257,7 +299,7 @@ def _item(p: dict[str, Any]) -> Message | None:
     """An input item as a chat message (None for items that carry nothing a chat request holds)."""
     item_type = p.get("type")
     if item_type == "message":
-        role = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant"}.get(
+        role = {"developer": "developer", "system": "system", "user": "user", "assistant": "assistant"}.get(
             str(p.get("role"))
         )
         return {"role": role, "content": _text(p.get("content"))} if role else None
@@ -292,7 +334,7 @@ def import_codex(src: str | Path, out: str | Path, options: ImportOptions | None
             steps,
             Path(out),
             "import:codex",
-            "imported from Codex CLI rollouts (Responses API calls); tools are stand-ins",
+            "imported from Codex CLI rollouts (Responses API calls); tools are synthetic stand-ins sized from the usage",
             options,
         )
     return {"files": len(files), **counts}

@@ -4,7 +4,8 @@ Hermes writes every message it sends or receives to `messages` (one row each, `t
 epoch seconds), grouped by `sessions` (one row per session: `source` cli / cron / a messaging
 platform, `parent_session_id`, `end_reason`, the system prompt inline in older stores or by
 `system_prompt_hash` in `system_prompts`). It stores no tool definitions and no per-call prompt
-usage. Mapping (traces/IMPORTERS.md has the table):
+usage, but its session sums of prompt tokens size stand-in tools (`_tools`). Mapping
+(traces/IMPORTERS.md has the table):
 
 - each assistant row is the reply to one API call; the request is every earlier message of the
   conversation (system prompt first); sent when its last input row was written, done when the
@@ -44,11 +45,14 @@ from replay.record.importing import (
     merge_by_time,
     open_sqlite_ro,
     progress_bar,
+    sized_tools,
     stand_in_tools,
+    tools_tokens,
     write_trace,
 )
 from replay.record.tokens import count_tokens
 from replay.record.wire import canonical_arguments
+from replay.sim.model.render import Rendered
 from replay.trace.model import Message
 
 REVIEW_PREFIXES = (
@@ -74,7 +78,9 @@ _SESSION_COLS = (
     "output_tokens",
     "cache_read_tokens",
     "cache_write_tokens",
+    "api_call_count",
 )
+_TOOLS_SEED = 0x4E6F7573  # one seed for Hermes' stand-in tools: equal sizes, identical tools
 _MESSAGE_COLS = (
     "id",
     "role",
@@ -322,8 +328,11 @@ def _conversation(store: _Store, root: _Session, role: str, advance: Callable[[i
         system = [{"role": "system", "content": prompt}] if prompt else []
         names = store.tool_names(s)
         params: dict[str, Any] = {"stream": True}
-        if names:
-            params["tools"] = stand_in_tools(names)
+        tools, sized = _tools(store, s, system, names)
+        if tools:
+            params["tools"] = tools
+        if sized:
+            info.labels["synthetic"] = ["tools"]  # their text is made up, their size is Hermes'
         history = list(system)
         compaction = compaction or index > 0  # a compression continuation: what it keeps, read anew
         sent = s.started
@@ -415,6 +424,56 @@ def _conversation(store: _Store, root: _Session, role: str, advance: Callable[[i
         yield step
 
 
+def _prompt_total(s: _Session) -> int:
+    """The session's prompt tokens over all its calls, as Hermes summed them (uncached input,
+    cache reads and cache writes are disjoint: together they are every call's prompt)."""
+    return sum(int(s.row.get(k) or 0) for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens"))
+
+
+def _tools(
+    store: _Store, s: _Session, system: list[Message], names: list[str]
+) -> tuple[list[dict[str, Any]], bool]:
+    """Stand-in tool definitions for a session, sized from its usage sums where Hermes kept them.
+
+    Hermes sends its tool definitions (0.19: 28 of them, ~14K tokens) with every call but stores
+    neither them nor per-call prompt sizes; its session sums are every call's prompt added up. So
+    the tools' size is the mean prompt minus the mean of what the store does hold (system prompt and
+    messages, rendered as the simulator renders them). Without sums: stand-ins named as used.
+    Also says whether they were sized (synthetic text)."""
+    bare = stand_in_tools(names) if names else []
+    total = _prompt_total(s)
+    if total <= 0:
+        return bare, False
+    held, calls = _held_tokens(store, s, system)
+    if calls == 0:
+        return bare, False
+    api_calls = int(s.row.get("api_call_count") or 0) or calls
+    size = round(total / api_calls - held / calls)
+    if size <= tools_tokens(bare):
+        return bare, False
+    return sized_tools(names, size, _TOOLS_SEED), True
+
+
+def _held_tokens(store: _Store, s: _Session, system: list[Message]) -> tuple[int, int]:
+    """(prompt tokens without tools summed over the session's calls, how many calls): a pass over
+    its rows that keeps only the rendered history, not the messages."""
+    empty = Rendered()
+    history = empty.add(system)
+    held = calls = 0
+    for row in store.rows(s):
+        msg = _message(row, store.mcols)
+        if msg is None:
+            continue
+        if "_compressed_summary" in store.mcols and row["_compressed_summary"]:
+            history = empty.add([*system, msg])
+            continue
+        if msg["role"] == "assistant":
+            held += len(history.prompt())
+            calls += 1
+        history = history.add([msg])
+    return held, calls
+
+
 def _output_tokens(row: sqlite3.Row, msg: Message) -> int:
     """Hermes' own count of the reply where it kept one, else the simulator tokenizer's."""
     if "token_count" in row.keys() and row["token_count"]:  # noqa: SIM118 - a sqlite3.Row
@@ -445,7 +504,7 @@ def import_hermes(src: str | Path, out: str | Path, options: ImportOptions | Non
                 steps,
                 Path(out),
                 "import:hermes",
-                f"imported from Hermes store {path.name}; tool definitions are stand-ins (names only)",
+                f"imported from Hermes store {path.name}; tool definitions are synthetic stand-ins sized from the session's usage sums",
                 options,
             )
     finally:

@@ -30,14 +30,20 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from replay.errors import TraceError, UsageError
 from replay.record.tokens import count_tokens
+from replay.sim.model.render import TOOLS_HEADER, Rendered, tools_block
 from replay.trace.materialize import text_of
 from replay.trace.model import Message
+from replay.trace.synth import synth_text
 from replay.trace.writer import Basis, TraceWriter
 
 # Inputs at least this large (bytes) get a progress bar on stderr.
 PROGRESS_MIN_BYTES = 64 << 20
 # How many earlier requests of a session a rewind may branch off (newest first).
 _BASES = 64
+# A stand-in tool definition's size when the store gives only the tools' total: the agents'
+# averages on the wire (traces/IMPORTERS.md: Hermes 0.19 28 tools ~14.3K tokens, Claude Code 2.1
+# 22 ~17K, Codex 0.171 9 ~5.1K, OpenCode 1.18 10 ~5K) are 500-770 tokens a tool.
+STAND_IN_TOOL_TOKENS = 550
 
 
 @dataclass(slots=True)
@@ -406,3 +412,55 @@ def stand_in_tools(names: Iterable[str]) -> list[dict[str, Any]]:
         }
         for name in sorted(set(names))
     ]
+
+
+def rendered_tokens(messages: list[Message], tools: list[dict[str, Any]] | None = None) -> int:
+    """Prompt tokens of a request as the simulator renders it (its chat template and tokenizer)."""
+    return len(Rendered(tools).add(messages).prompt())
+
+
+def tools_tokens(tools: list[dict[str, Any]] | None) -> int:
+    """What a tool list adds to a rendered prompt that has a system message (header and tools)."""
+    return len(TOOLS_HEADER) + len(tools_block(tools)) if tools else 0
+
+
+def sized_tools(names: Iterable[str], tokens: int, seed: int) -> list[dict[str, Any]]:
+    """Stand-in tool definitions that add `tokens` to each rendered prompt (simulator tokenizer),
+    for an agent whose store gives the tools' size but not their text.
+
+    The names the agent used come first; more stand-ins (`stand_in_tool_N`) are added so that no
+    definition is much over `STAND_IN_TOOL_TOKENS`; descriptions are synthetic text (seeded, so two
+    sessions with equal sizes send identical tools). Fewer tokens than the bare definitions take:
+    the bare definitions."""
+    known = sorted(set(names))
+    extra = max(0, -(-tokens // STAND_IN_TOOL_TOKENS) - len(known))
+    all_names = [*known, *(f"stand_in_tool_{i + 1}" for i in range(extra))]
+    if not all_names:
+        return []
+    fill = [0] * len(all_names)
+
+    def build() -> list[dict[str, Any]]:
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": synth_text(fill[i], seed + i)
+                    if fill[i]
+                    else f"{name} (synthetic stand-in)",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            }
+            for i, name in enumerate(all_names)
+        ]
+
+    tools = build()
+    for _ in range(4):  # word counts and token counts differ by the JSON around them: converge
+        missing = tokens - tools_tokens(tools)
+        if missing == 0:
+            break
+        share, rest = divmod(missing, len(all_names))
+        for i in range(len(all_names)):
+            fill[i] = max(0, fill[i] + share + (1 if i < rest else 0))
+        tools = build()
+    return tools

@@ -40,12 +40,12 @@ from replay.record.importing import (
     SessionInfo,
     Step,
     columns,
-    estimate_tokens,
     is_sqlite,
     jsonl,
     merge_by_time,
     open_sqlite_ro,
     progress_bar,
+    rendered_tokens,
     stand_in_tools,
     tree_size,
     write_trace,
@@ -55,6 +55,9 @@ from replay.record.wire import canonical_arguments
 from replay.trace.model import Message
 
 SYSTEM_SEEDS = {"interactive": 0x4F43_4D41_494E, "subagent": 0x4F43_5355_4241, "title": 0x4F43_5449_544C}
+# The title call as OpenCode 1.18.33 sends it (measured, simulator tokens): its own system prompt,
+# an instruction, then the first prompt in quotes.
+TITLE_SYSTEM_TOKENS = 525
 _DEFAULT_TITLES = ("New session - ", "Child session - ")  # what a session is called before it is named
 _FINISH = {"tool-calls": "tool_calls", "tool_calls": "tool_calls", "stop": "stop", "length": "length"}
 _NO_PROMPT = "(the user's prompt is not in an opencode event stream)"
@@ -296,7 +299,8 @@ def _steps_of(parts: list[dict[str, Any]]) -> list[_StepParts]:
                 current = _StepParts()
                 steps.append(current)
             current.parts.append(p)
-    return [s for s in steps if s.parts or s.finish]
+    # a step that has nothing yet and is the message's last was in flight when the agent stopped
+    return [s for i, s in enumerate(steps) if s.parts or s.finish or i == len(steps) - 1]
 
 
 def _reply(step: _StepParts) -> Message:
@@ -382,20 +386,28 @@ def _session_steps(s: _Session, role: str) -> Iterator[Step]:
         if msg_info.get("role") != "assistant":
             continue
         sent = created
-        for step in _steps_of(parts):
+        steps = _steps_of(parts)
+        if not steps and (not (msg_info.get("time") or {}).get("completed") or msg_info.get("error")):
+            steps = [_StepParts()]  # created, never answered: the call was sent all the same
+        for step in steps:
             if system is None:
                 declared = msg_info.get("system")
                 if isinstance(declared, list) and declared:
                     system = {"role": "system", "content": "\n".join(str(x) for x in declared)}
-                else:
+                else:  # sized so this request renders at its recorded prompt tokens
                     first = _usage((step.finish or {}).get("tokens")) or {}
-                    size = max(0, int(first.get("prompt_tokens") or 0) - estimate_tokens(history))
+                    held = rendered_tokens([{"role": "system", "content": ""}, *history], params.get("tools"))
+                    size = max(0, int(first.get("prompt_tokens") or 0) - held) if first else 0
                     system = {
                         "role": "system",
                         "content": {"synth": {"tokens": size, "seed": SYSTEM_SEEDS[role]}},
                     }
             messages = [system, *history]
             t, done = _times(step, sent)
+            if not step.parts and step.finish is None:  # in flight: sent, no reply recorded
+                out.append(Step(session=info, t=t, messages=messages, tag="turn", done=t, params=params,
+                                synthetic=[i for i, m in enumerate(messages) if id(m) in synthetic] or None))  # fmt: skip
+                break
             reply = _reply(step)
             usage = _usage((step.finish or {}).get("tokens"))
             reason = str((step.finish or {}).get("reason") or "")
@@ -457,12 +469,16 @@ def _title_step(s: _Session, info: SessionInfo, turns: list[Turn]) -> Step | Non
         labels={**info.labels, "job": "title"},
         agent_ids=info.agent_ids,
     )
-    system = {"role": "system", "content": {"synth": {"tokens": 300, "seed": SYSTEM_SEEDS["title"]}}}
+    system = {
+        "role": "system",
+        "content": {"synth": {"tokens": TITLE_SYSTEM_TOKENS, "seed": SYSTEM_SEEDS["title"]}},
+    }
+    ask = {"role": "user", "content": "Write a short title for this conversation:\n"}
     reply = {"role": "assistant", "content": s.title}
     return Step(
         session=key,
         t=when,
-        messages=[system, {"role": "user", "content": text}],
+        messages=[system, ask, {"role": "user", "content": f'"{text}"'}],
         reply=reply,
         finish="stop",
         output_tokens=max(1, count_tokens(s.title)),

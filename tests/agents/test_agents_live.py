@@ -9,7 +9,8 @@ most two rounds before a text answer), so the agent's real tool loop runs and en
 - the agent ran its tools: a recorded reply called one, and a later request answers that call;
 - the trace validates, and replays on the simulator with every request ok;
 - where an importer for the agent's own files exists, they import as the same requests, with the
-  same roles and tool calls.
+  same roles and tool calls; for the agents in `SIZED`, each imported request, rendered as the
+  simulator renders it, is within 2% of the prompt tokens the recorder saw, in the same order.
 """
 
 from __future__ import annotations
@@ -32,10 +33,13 @@ from replay.record.importers import IMPORTERS
 from replay.record.serve import RecordingServer
 from replay.runs.pipeline import run_trace
 from replay.runs.targets import open_target, resolve_target
+from replay.sim.model.render import render
 from replay.trace import materialize, read_trace, recorded_reply, validate
 from replay.trace.model import Trace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.agents]
+# Agents whose importer rebuilds each request at the size the agent sent (issue 36).
+SIZED = {"hermes", "claude-code", "codex", "opencode"}
 REQUIRED = {n.strip() for n in os.environ.get("REPLAY_REQUIRE_AGENTS", "").replace(",", " ").split() if n}
 
 
@@ -80,6 +84,18 @@ def shapes(trace: Trace) -> list[tuple[Any, ...]]:
             msgs.append(entry)
         out.append(tuple(msgs))
     return sorted(out, key=lambda s: (len(s), str(s)))
+
+
+def prompt_sizes(trace: Trace, recorded: bool) -> list[tuple[tuple[str, ...], int]]:
+    """Each request in send order: its roles, and its prompt tokens (as the recorder saw them, or as
+    the simulator renders the request: an import's own usage figures would prove nothing)."""
+    reply = recorded_reply(trace.by_id())
+    out = []
+    for req in sorted(trace.requests, key=lambda r: (r.t, r.id)):
+        msgs = materialize(req, reply)
+        size = (req.usage or {})["prompt_tokens"] if recorded else len(render(msgs, req.params.get("tools")))
+        out.append((tuple(str(m.get("role")) for m in msgs), int(size)))
+    return out
 
 
 @pytest.fixture
@@ -143,6 +159,12 @@ def test_agent_recorded_replayed_and_imported(name: str, workdir: Path) -> None:
         IMPORTERS[name](run.own_files(), imported_path)
         imported = read_trace(imported_path)
         assert shapes(imported) == shapes(trace)
+        if name in SIZED:
+            got, want = prompt_sizes(imported, False), prompt_sizes(trace, True)
+            assert [roles for roles, _ in got] == [roles for roles, _ in want]
+            off = [(g, w) for (_, g), (_, w) in zip(got, want, strict=True) if abs(g - w) > 0.02 * w]
+            assert not off, f"{name}: imported prompt tokens off by more than 2% (imported, recorded): {off}"
+            print(f"{name}: prompt tokens imported {[g for _, g in got]}, recorded {[w for _, w in want]}")
     print(
         f"{name}: {len(trace.requests)} requests, {len(calls) - len(model_calls)} probes, {time.monotonic() - t0:.1f} s"
     )

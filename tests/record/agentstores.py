@@ -70,6 +70,9 @@ class HermesSession:
     model: str = "qwen3.8-flash"
     model_config: dict[str, Any] | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)  # message rows, each with a timestamp
+    # The session's usage sums as Hermes 0.19 keeps them (input_tokens, cache_read_tokens,
+    # cache_write_tokens, api_call_count); None: the 1000-token placeholder of older fixtures.
+    usage: dict[str, int] | None = None
 
     def add(self, t: float, role: str, content: str = "", **extra: Any) -> None:
         self.rows.append({"timestamp": t, "role": role, "content": content, **extra})
@@ -114,13 +117,14 @@ def write_hermes(path: Path, sessions: list[HermesSession], old: bool = False) -
             if digest:
                 conn.execute("INSERT OR IGNORE INTO system_prompts VALUES (?, ?)", (digest, s.system))
             names = sorted({r["tool_name"] for r in s.rows if r.get("tool_name")})
+            usage = {"input_tokens": 1000, **(s.usage or {})}
             conn.execute(
                 "INSERT INTO sessions (id, source, model, model_config, system_prompt_hash, parent_session_id,"
-                " started_at, ended_at, end_reason, message_count, tool_names, input_tokens, output_tokens)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " started_at, ended_at, end_reason, message_count, tool_names, output_tokens, "
+                f"{', '.join(usage)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {', '.join('?' for _ in usage)})",
                 (
                     s.id, s.source, s.model, orjson.dumps(s.model_config or {}).decode(), digest, s.parent,
-                    start, end, s.end_reason, len(s.rows), orjson.dumps(names).decode(), 1000, 100,
+                    start, end, s.end_reason, len(s.rows), orjson.dumps(names).decode(), 100, *usage.values(),
                 ),
             )  # fmt: skip
         for r in s.rows:

@@ -22,6 +22,7 @@ from agentstores import (
     opencode_events,
     opencode_session,
     slow_morning_hermes,
+    words,
     write_hermes,
     write_opencode_db,
     write_opencode_storage,
@@ -29,6 +30,8 @@ from agentstores import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from replay.engine.plans import make_plan
+from replay.engine.run import EngineConfig
 from replay.errors import TraceError, UsageError
 from replay.record.claude_code import import_claude_code
 from replay.record.codex import import_codex
@@ -37,6 +40,8 @@ from replay.record.importers import list_formats, run_import
 from replay.record.importing import ImportOptions, SessionInfo, Step, iso_seconds, write_trace
 from replay.record.mooncake import import_mooncake
 from replay.record.opencode import import_opencode
+from replay.runs.pipeline import run_trace
+from replay.sim.model.render import render
 from replay.trace import materialize, read_trace, recorded_reply, validate
 
 
@@ -140,6 +145,64 @@ def test_hermes_old_store_without_newer_columns(tmp_path: Path) -> None:
     assert trace.sessions[first.session].labels["hermes_source"] == "telegram"
 
 
+def wire_tools(n: int, seed: int) -> list[dict]:
+    """Tool definitions as an agent sends them (what its store leaves out)."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": words(300 + 40 * i, seed + i),
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            },
+        }
+        for i in range(n)
+    ]
+
+
+def test_hermes_requests_rebuilt_at_the_size_the_agent_sent(tmp_path: Path) -> None:
+    """Hermes 0.19 stores no tool definitions (28, ~14K tokens a call) and no per-call usage, but its
+    session sums (uncached input + cache reads + cache writes) are every call's prompt added up:
+    the imported requests, rendered, are the size the wire carried (within 2%), tools marked
+    synthetic. Before sizing, the imported prompts were a tenth of what Hermes sent."""
+    s = HermesSession("20261204_124151_46ba85", "cli", HERMES_SYSTEM, model="sim-model")
+    s.add(MORNING, "user", "Read README.md and say in one line what it is about.")
+    s.call(MORNING + 1, "c1", "search_files", {"pattern": "README*"})
+    s.result(MORNING + 2, "c1", "search_files", words(60, 3))
+    s.call(MORNING + 3, "c2", "read_file", {"path": "README.md"})
+    s.result(MORNING + 4, "c2", "read_file", words(200, 4))
+    s.reply(MORNING + 6, words(120, 5))
+    s.add(MORNING + 60, "user", "Now list the files next to it and summarise.")
+    s.reply(MORNING + 62, words(80, 6))
+    tools = wire_tools(28, 100)
+    trace_path = tmp_path / "t.jsonl"
+    # What the wire carried: the system prompt, the tools, every earlier row.
+    write_hermes(tmp_path / "probe.db", [s])
+    import_hermes(tmp_path / "probe.db", trace_path)
+    probe = read_trace(trace_path)
+    wire = [len(render(msgs(probe, req), tools)) for req in probe.requests]
+    s.usage = {"input_tokens": 0, "cache_read_tokens": sum(wire) - wire[0], "cache_write_tokens": wire[0]}
+    s.usage["api_call_count"] = len(wire)
+    write_hermes(tmp_path / "state.db", [s])
+    import_hermes(tmp_path / "state.db", trace_path)
+    trace = read_trace(trace_path)
+    got = [len(render(msgs(trace, r), r.params.get("tools"))) for r in trace.requests]
+    assert len(got) == len(wire) == 4
+    assert all(abs(g - w) <= 0.02 * w for g, w in zip(got, wire, strict=True)), (got, wire)
+    sent = trace.requests[0].params["tools"]
+    assert {"read_file", "search_files"} <= {t["function"]["name"] for t in sent}
+    assert trace.sessions["hermes-20261204_124151_46ba85"].labels["synthetic"] == ["tools"]
+    # the same tools on every call of the session: a cached prefix, as Hermes' own
+    assert all(r.params["tools"] == sent for r in trace.requests)
+    # no usage sums (an older store): the named stand-ins, not marked
+    s.usage = {"input_tokens": 0}
+    write_hermes(tmp_path / "plain.db", [s])
+    import_hermes(tmp_path / "plain.db", trace_path)
+    trace = read_trace(trace_path)
+    assert {t["function"]["name"] for t in trace.requests[0].params["tools"]} == {"read_file", "search_files"}
+    assert "synthetic" not in trace.sessions["hermes-20261204_124151_46ba85"].labels
+
+
 def test_hermes_subagent_children_and_filters(tmp_path: Path) -> None:
     parent = HermesSession("20261130_080000_p", "cli", "sys")
     parent.add(MORNING, "user", "delegate this")
@@ -211,6 +274,34 @@ def opencode(tmp_path: Path) -> dict[str, Path]:
     }
 
 
+def test_opencode_call_in_flight_kept_and_requests_at_their_recorded_size(
+    tmp_path: Path, scripted_server
+) -> None:
+    """Issue 36: OpenCode 1.18 imports dropped the call still in flight when the agent stopped (262 of
+    263): its assistant message holds a `step-start` and nothing after. It was sent, so it is a
+    request (no reply). And each request renders at the prompt tokens its step-finish recorded: the
+    system stand-in is sized against the rendered request, not a bare token count."""
+    exp = opencode_session()
+    last = exp["messages"][-1]
+    last["parts"] = last["parts"][:1]  # step-start only: the stream never answered
+    del last["info"]["time"]["completed"]
+    write_opencode_db(tmp_path / "opencode.db", [exp])
+    counts = import_opencode(tmp_path / "opencode.db", tmp_path / "t.jsonl")
+    assert counts["requests"] == 5  # four answered, one in flight (was four)
+    validate(tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "t.jsonl")
+    main = [r for r in trace.requests if r.session == "oc-ses_01main"]
+    flying = main[-1]
+    assert flying.reply is None and [m["role"] for m in msgs(trace, flying)][-1] == "user"
+    assert msgs(trace, flying)[-1]["content"] == "Now fix it."
+    first = main[0]
+    assert len(render(msgs(trace, first), first.params.get("tools"))) == first.usage["prompt_tokens"] == 2100
+    # and it replays: sent like any other request
+    config = EngineConfig(base_url=scripted_server.url, timeout_s=10.0, run_id="fly")
+    outcome = run_trace(trace, make_plan("alternate"), config, tmp_path / "r.jsonl", {})
+    assert outcome.exit_code == 0 and outcome.requests == 5
+
+
 def test_opencode_steps_tools_usage_and_compaction(opencode: dict[str, Path], tmp_path: Path) -> None:
     counts = import_opencode(opencode["db"], tmp_path / "t.jsonl")
     assert counts == {"conversations": 2, "sessions": 3, "requests": 9, "compactions": 2, "filtered": 0}
@@ -223,7 +314,8 @@ def test_opencode_steps_tools_usage_and_compaction(opencode: dict[str, Path], tm
     # the title call OpenCode made but did not store: made up from the title it got
     (title,) = [r for r in trace.requests if r.session.endswith("-title")]
     assert title.tag == "title" and title.reply["message"]["content"] == "Parser fields"
-    assert msgs(trace, title)[1] == {"role": "user", "content": "Find where the parser splits fields."}
+    assert [m["role"] for m in msgs(trace, title)] == ["system", "user", "user"]  # as OpenCode 1.18 sends it
+    assert msgs(trace, title)[2] == {"role": "user", "content": '"Find where the parser splits fields."'}
     main = [r for r in trace.requests if r.session == "oc-ses_01main"]
     assert [r.tag for r in main] == ["turn", "turn", "turn", "compaction"]
     first, second, summary, after = main
@@ -287,6 +379,60 @@ def test_opencode_malformed_event_line_names_file_and_line(opencode: dict[str, P
 # ---- Codex CLI ------------------------------------------------------------------------------------
 
 
+def test_codex_0171_rollout_rebuilt_at_the_size_codex_sent(tmp_path: Path) -> None:
+    """Issue 36: Codex 0.171 requests replayed from the rollout at 5,421 / 5,693 prompt tokens against
+    6,667 / 6,939 on the wire (-19%): its 9 tool definitions are not stored, and the per-call usage
+    moved to `token_usage_record` lines (a `token_count` event now comes after the tool output, so
+    the first calls had none). Rebuilt: base instructions as the first developer message (as 0.171
+    sends them), tools sized from the first call's usage, every call at its wire size."""
+    sid = "01a2411c-31d2-7532-955d-14df1e82ae63"
+    base = words(900, 31)
+    lines: list[dict] = []
+
+    def add(dt: float, kind: str, payload: dict) -> None:
+        stamp = _dt.datetime.fromtimestamp(MORNING + dt, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        lines.append({"timestamp": stamp, "type": kind, "payload": payload})
+
+    def item(role: str, text: str) -> dict:
+        return {"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]}
+
+    add(0, "session_meta", {"id": sid, "timestamp": "x", "cli_version": "0.171.0", "source": "exec",
+                            "base_instructions": {"text": base}})  # fmt: skip
+    add(0.1, "response_item", item("developer", "<skills_instructions> " + words(120, 32)))
+    add(0.1, "response_item", item("user", "<environment_context> " + words(40, 33)))
+    add(0.2, "world_state", {"full": True, "state": {"current_date": "2026-12-04"}})
+    add(0.3, "turn_context", {"model": "sim-model", "summary": "auto"})
+    add(1.0, "response_item", item("user", "Read README.md and say in one line what it is about."))
+    add(2.0, "response_item", {"type": "function_call", "name": "exec_command", "call_id": "call_1",
+                               "arguments": '{"cmd": "cat README.md"}'})  # fmt: skip
+    add(2.0, "token_usage_record", {"response_id": "resp_1", "usage": {}})  # filled below
+    add(2.1, "response_item", {"type": "function_call_output", "call_id": "call_1", "output": words(30, 34)})
+    add(2.1, "event_msg", {"type": "token_count", "info": {"last_token_usage": {}}})
+    add(3.0, "response_item", {"type": "message", "role": "assistant",
+                               "content": [{"type": "output_text", "text": words(60, 35)}]})  # fmt: skip
+    add(3.0, "token_usage_record", {"response_id": "resp_2", "usage": {}})
+    path = tmp_path / "rollout-2026-12-04T12-51-36-a.jsonl"
+    path.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
+    # What the wire carried: the same items and Codex's tool definitions.
+    import_codex(path, tmp_path / "probe.jsonl")
+    probe = read_trace(tmp_path / "probe.jsonl")
+    wire = [len(render(msgs(probe, r), wire_tools(9, 200))) for r in probe.requests]
+    records = [x for x in lines if x["type"] == "token_usage_record"]
+    for rec, size in zip(records, wire, strict=True):
+        rec["payload"]["usage"] = {"input_tokens": size, "cached_input_tokens": 0, "output_tokens": 29}
+    count = next(x for x in lines if x["type"] == "event_msg")
+    count["payload"]["info"]["last_token_usage"] = records[0]["payload"]["usage"]
+    path.write_bytes(b"\n".join(orjson.dumps(x) for x in lines) + b"\n")
+    import_codex(path, tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "t.jsonl")
+    first, second = trace.requests
+    assert [m["role"] for m in msgs(trace, first)] == ["developer", "developer", "user", "user"]
+    assert first.usage["prompt_tokens"] == wire[0] and second.usage["prompt_tokens"] == wire[1]
+    got = [len(render(msgs(trace, r), r.params.get("tools"))) for r in trace.requests]
+    assert all(abs(g - w) <= 0.02 * w for g, w in zip(got, wire, strict=True)), (got, wire)
+    assert trace.sessions[f"codex-{sid}"].labels["synthetic"] == ["tools"]
+
+
 def test_codex_rollout_calls_usage_and_compaction(tmp_path: Path) -> None:
     home = tmp_path / ".codex" / "sessions"
     codex_rollout(home / "2026" / "11" / "30" / "rollout-2026-11-30T06-45-00-a.jsonl")
@@ -301,7 +447,7 @@ def test_codex_rollout_calls_usage_and_compaction(tmp_path: Path) -> None:
     m1 = msgs(trace, r1)
     assert [x["role"] for x in m1] == [
         "system",
-        "system",
+        "developer",
         "user",
         "user",
     ]  # instructions, developer, context, prompt
@@ -397,13 +543,13 @@ def test_claude_code_mid_session_files_still_send_valid_requests(tmp_path: Path)
     assert counts["sessions"] == 2 and counts["requests"] == 3
     lines = [orjson.loads(x) for x in (tmp_path / "t.jsonl").read_bytes().splitlines()]
     requests = [x for x in lines if x["kind"] == "request"]
-    # made up after the system stand-in; a later request of the session still carries them
-    assert sorted(str(r.get("synthetic")) for r in requests) == ["[1, 2]", "[1, 2]", "[1]"]
+    # made up after the system stand-in (three blocks); a later request of the session still carries them
+    assert sorted(str(r.get("synthetic")) for r in requests) == ["[3, 4]", "[3, 4]", "[3]"]
     trace = read_trace(tmp_path / "t.jsonl")
     for r in trace.requests:
         assert api_valid(msgs(trace, r)), msgs(trace, r)
     first = msgs(trace, trace.requests[0])
-    assert first[2]["tool_calls"][0]["id"] == "toolu_8" and first[3]["tool_call_id"] == "toolu_8"
+    assert first[4]["tool_calls"][0]["id"] == "toolu_8" and first[5]["tool_call_id"] == "toolu_8"
 
 
 def test_claude_code_rewind_is_no_compaction_and_subagent_files_join(tmp_path: Path) -> None:
@@ -430,6 +576,57 @@ def test_claude_code_rewind_is_no_compaction_and_subagent_files_join(tmp_path: P
     rewound = main[2]
     assert rewound.parent is main[0] and rewound.append[0] == {"$reply": main[0].id}  # branches off the first
     assert trace.sessions["cc-7e77bb00-agent-ab12cd34"].role == "subagent"
+
+
+def test_claude_code_changed_system_prompt_is_a_prefix_rewrite_and_listings_kept(tmp_path: Path) -> None:
+    """Issue 36: Claude Code 2.1's second request of a session changed its system prompt and was
+    re-read in full, but the import called it an ordinary turn (the replay cached 18,591 tokens
+    there). Its usage says so: a cache read under half the previous prompt, seconds later. The
+    agent and skill listings (stored as `attachment` entries) are the `role: system` entry of
+    `messages` the wire carries after the first prompt."""
+    sid = "9e99cc00-0000-4000-8000-000000000001"
+    listing = {"type": "agent_listing_delta", "addedLines": ["- Explore: " + words(40, 1)], "isInitial": True}
+    skills = {"type": "skill_listing", "content": "- review: " + words(30, 2)}
+
+    def usage(prompt: int, read: int) -> dict:
+        return {"input_tokens": 5, "cache_read_input_tokens": read, "cache_creation_input_tokens": prompt - read - 5,
+                "output_tokens": 20}  # fmt: skip
+
+    rows = [
+        _entry(sid, "user", "u1", None, 1, "read the README"),
+        {"sessionId": sid, "type": "attachment", "uuid": "t1", "parentUuid": "u1", "isSidechain": False,
+         "timestamp": _stamp(1), "attachment": listing},
+        {"sessionId": sid, "type": "attachment", "uuid": "t2", "parentUuid": "t1", "isSidechain": False,
+         "timestamp": _stamp(1), "attachment": skills},
+        _entry(sid, "assistant", "a1", "t2", 3, "It is a demo."),
+        _entry(sid, "user", "u2", "a1", 5, "and the notes?"),
+        _entry(sid, "assistant", "a2", "u2", 7, "Nothing there."),
+        _entry(sid, "user", "u3", "a2", 9, "thanks"),
+        _entry(sid, "assistant", "a3", "u3", 11, "Welcome."),
+    ]  # fmt: skip
+    rows[3]["message"]["usage"] = usage(20000, 0)
+    rows[5]["message"]["usage"] = usage(20300, 400)  # re-read in full: the system prompt changed
+    rows[7]["message"]["usage"] = usage(20400, 20300)
+    _cc(tmp_path / "p", f"{sid}.jsonl", rows)
+    counts = import_claude_code(tmp_path / "p", tmp_path / "t.jsonl")
+    assert counts["requests"] == 3 and counts["compactions"] == 1
+    trace = read_trace(tmp_path / "t.jsonl")
+    first, changed, after = trace.requests
+    assert [r.tag for r in trace.requests] == ["turn", "compaction", "turn"]
+    roles = [m["role"] for m in msgs(trace, first)]
+    assert roles == ["system", "system", "system", "user", "system"]  # billing, identity, prompt; listings
+    sent = msgs(trace, first)
+    assert "<system-reminder>" in sent[3]["content"] and sent[3]["content"].endswith("read the README")
+    assert "Explore" in sent[4]["content"] and "review" in sent[4]["content"]
+    assert msgs(trace, changed)[0] != sent[0] and msgs(trace, after)[:3] == msgs(trace, changed)[:3]
+    for req, want in zip(trace.requests, (20000, 20300, 20400), strict=True):
+        got = len(render(msgs(trace, req), req.params.get("tools")))
+        assert abs(got - want) <= 0.02 * want, (got, want)
+    # a server that never caches reads 0 on every call: no rewrite
+    for row in (rows[3], rows[5], rows[7]):
+        row["message"]["usage"] = usage(row["message"]["usage"]["input_tokens"] + 20000, 0)
+    _cc(tmp_path / "q", f"{sid}.jsonl", rows)
+    assert import_claude_code(tmp_path / "q", tmp_path / "q.jsonl")["compactions"] == 0
 
 
 DAY = 86400.0

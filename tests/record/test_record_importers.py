@@ -11,7 +11,7 @@ from recordkit import jsonl
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
 from replay.errors import TraceError, UsageError
-from replay.record.claude_code import import_claude_code
+from replay.record.claude_code import REMINDER_TOKENS, import_claude_code
 from replay.record.importers import run_export, run_import
 from replay.record.importing import ImportOptions, estimate_tokens
 from replay.record.mooncake import BLOCK, export_mooncake, import_mooncake
@@ -70,20 +70,24 @@ def test_claude_code_sessions_subagents_compaction_and_tool_calls(tmp_path):
         for r in trace.requests
         for m in messages(trace, r)[-1:]
     )
-    # The system stand-in: sized from the first call's usage less the messages and the tools.
-    sys_main = messages(trace, main[0])[0]
+    # The system stand-in (billing line, identity line, prompt): sized from the first call's usage
+    # less the messages, the tools and the <system-reminder> stand-in before the first prompt.
+    sys_blocks = messages(trace, main[0])[:3]
+    sys_main = sys_blocks[0]
     tools = main[0].params["tools"]
     assert [t["function"]["name"] for t in tools] == ["Read", "Task"]  # as the transcript used them
     tool_tokens = estimate_tokens([{"role": "system", "content": orjson.dumps(tools).decode()}])
-    assert sys_main["role"] == "system" and len(sys_main["content"].split()) == 5004 - 8 - tool_tokens
+    assert [m["role"] for m in sys_blocks] == ["system"] * 3
+    assert sum(len(m["content"].split()) for m in sys_blocks) == 5004 - 8 - tool_tokens - REMINDER_TOKENS
+    assert messages(trace, main[0])[3]["content"].startswith("<system-reminder>")
     assert main[0].params["max_tokens"] == 40  # what the reply used, as the transcript says
     compacted = main[-1]
     msgs = messages(trace, compacted)
-    assert compacted.keep == 1 and compacted.is_compaction
-    assert [m["role"] for m in msgs] == ["system", "user", "user"]
-    assert msgs[1]["content"].startswith("This session is being continued")
+    assert compacted.keep == 3 and compacted.is_compaction  # the system blocks survive
+    assert [m["role"] for m in msgs] == ["system", "system", "system", "user", "user"]
+    assert "This session is being continued" in msgs[3]["content"]
     side = [r for r in trace.requests if r.session.endswith("side-1")]
-    assert len(side) == 2 and messages(trace, side[0])[1]["content"] == "Search for all callers of parse()"
+    assert len(side) == 2 and messages(trace, side[0])[3]["content"] == "Search for all callers of parse()"
     assert side[1].append[0] == {"$reply": side[0].id}
     # One stand-in per session (Claude Code's billing line makes sessions share no prefix) ...
     agent_sys = messages(trace, next(r for r in trace.requests if "agent" in r.session))[0]["content"]
