@@ -16,11 +16,15 @@ A file may start mid-session (resumed, a sidechain) with an assistant record or 
 API needs a user message first and a tool call before each result, so the least that satisfies it
 is made up and listed in the request's `synthetic`.
 
-Claude Code does not store its system prompt or tool definitions. Each session gets a synthetic
-system message standing in for them, sized from its first call's usage (prompt tokens the API
-reported minus what the messages and the stand-in tools count), seeded per session (Claude Code's
-first system block is a per-session billing line) or, with `shared_system`, per kind (main,
-sub-agent). Tools are stand-ins named as the session used them; `max_tokens` is what the reply used.
+Claude Code does not store its system prompt or tool definitions. Each session gets synthetic
+system blocks standing in for them, as the wire has them (a billing line, an identity line, the
+prompt), sized from its first call's usage (prompt tokens the API reported minus what the messages,
+the stand-in tools and the reminder count), the billing line seeded per session (it is per session
+on the wire) or, with `shared_system`, per kind (main, sub-agent). What the wire adds to the
+messages is rebuilt too: the `<system-reminder>` before the first prompt (a stand-in of the
+measured size) and the agent and skill listings (from `attachment` entries) as a system entry. A
+call that re-read its prefix (its usage says so) gets new system blocks: a prefix rewrite. Tools are
+stand-ins named as the session used them; `max_tokens` is what the reply used.
 """
 
 from __future__ import annotations

@@ -12,9 +12,11 @@ text, tool calls) is the reply to one API call, whose request is every item befo
 `token_count` event after it is that call's recorded usage; `compacted` replaces the history
 (with its `replacement_history` when present, else the summary as a user message) and the next
 call is a `compaction`. Sessions replay with the Responses API (`openai-responses`), which Codex
-speaks, stored as the trace stores Responses requests (FORMAT.md): the instructions and developer
-messages become system messages, function calls tool calls, their outputs tool messages, the
-turn's reasoning settings `params.extra`.
+speaks, stored as the trace stores Responses requests (FORMAT.md): `instructions` become a system
+message, base instructions and developer items developer messages (as 0.171 sends them), function
+calls tool calls, their outputs tool messages, the turn's reasoning settings `params.extra`. Each
+call's usage comes from its `token_usage_record` (newer) or the `token_count` event after it; the
+tool definitions, not stored, are stand-ins sized from the first call's usage (`_tools`).
 """
 
 from __future__ import annotations
@@ -272,10 +274,14 @@ def _tools(steps: list[Step], names: list[str]) -> tuple[list[dict[str, Any]], b
     first = next((s for s in steps if s.usage and s.usage.get("prompt_tokens")), None)
     if first is None or first.usage is None:
         return bare, False
-    size = int(first.usage["prompt_tokens"]) - rendered_tokens(first.messages)
+    want = int(first.usage["prompt_tokens"])
+    size = want - rendered_tokens(first.messages)
     if size <= tools_tokens(bare):
         return bare, False
-    return sized_tools(names, size, _TOOLS_SEED), True
+    tools = sized_tools(names, size, _TOOLS_SEED)
+    # before a developer message (not a system one) tools get a system turn of their own: its frame
+    off = rendered_tokens(first.messages, tools) - want
+    return (sized_tools(names, size - off, _TOOLS_SEED) if off else tools), True
 
 
 def _call(p: dict[str, Any]) -> dict[str, str]:

@@ -21,7 +21,10 @@ API call of one turn: each `step-start` ... `step-finish` span is one request. M
   listed in the request's `synthetic`;
 - OpenCode names a new session with a call of its own that it does not store; the title it got is
   stored, so that call is made up from it (session `oc-<id>-title`, role and tag `title`: a stand-in
-  system prompt of 300 tokens, the first prompt, the title as the reply), sent with the first prompt.
+  system prompt of 525 tokens, an instruction, the first prompt quoted, the title as the reply, as
+  1.18.33 sends it), sent with the first prompt.
+- a step still in flight when OpenCode stopped (a `step-start` and nothing after) was sent: a
+  request with no reply. The system stand-in is sized so the first step renders at its usage.
 """
 
 from __future__ import annotations
