@@ -12,12 +12,35 @@ names only, never the log's text.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 FORMAT = 1  # of RESULTS.twin.json
 
 # The figures compared per request, each side's, in the order a row shows them.
 FIELDS = ("reprocessed", "cached", "restores", "evictions", "checkpoints_made", "checkpoints_used")
+
+
+def twin_path(results: str | Path) -> Path:
+    """RESULTS.twin.json beside the results: `x.results.jsonl` -> `x.twin.json`."""
+    results = Path(results)
+    name = results.name
+    for suffix in (".results.jsonl", ".jsonl"):
+        if name.endswith(suffix):
+            return results.with_name(name[: -len(suffix)] + ".twin.json")
+    return results.with_name(name + ".twin.json")
+
+
+def read_twin(results: str | Path) -> dict[str, Any] | None:
+    """The twin document beside a results file, if there is a readable one."""
+    path = twin_path(results)
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("format") == FORMAT and "rows" in doc else None
 
 
 def _by_seq(server: Sequence[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:

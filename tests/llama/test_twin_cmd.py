@@ -64,6 +64,17 @@ def test_twin_live_then_offline_on_the_real_server(tiny_llama: Path, tmp_path: P
     assert offline["agreement"] == 1.0 and offline["real"]["settings"] == doc["real"]["settings"]
     assert [r["real"] for r in offline["rows"]] == [r["real"] for r in doc["rows"]]
 
+    # The HTML report of the real run carries the twin beside it.
+    page = subprocess.run(
+        [sys.executable, "-m", "replay", "report", str(results), "--html", str(tmp_path / "page")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert page.returncode == 0, page.stderr
+    html = (tmp_path / "page" / "index.html").read_text()
+    assert '<section id="twin"' in html and "agreement 1.000: 7 of 7 requests" in html
+
 
 def _req(i: int, seq: int, reprocessed: int, cached: int) -> dict[str, object]:
     return {
