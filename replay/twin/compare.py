@@ -273,3 +273,28 @@ def passed_through(argv: Sequence[str]) -> list[str]:
         else:
             i += 1
     return out
+
+
+# ds4's settings (`drivers.logs.effective.ds4_settings` names) and the simulator's flags for them:
+# the simulator plays ds4 with ds4's own flags.
+DS4_FLAGS = {
+    "ctx": "-c",
+    "prefill_chunk": "--prefill-chunk",
+    "batched_sessions": "--batched-session",
+    "kv_disk_budget_mib": "--kv-disk-space-mb",
+    "kv_cache_min_tokens": "--kv-cache-min-tokens",
+    "kv_cache_cold_max_tokens": "--kv-cache-cold-max-tokens",
+    "kv_cache_continued_interval_tokens": "--kv-cache-continued-interval-tokens",
+    "kv_cache_boundary_trim_tokens": "--kv-cache-boundary-trim-tokens",
+    "kv_cache_boundary_align_tokens": "--kv-cache-boundary-align-tokens",
+}
+
+
+def ds4_model_flags(settings: Mapping[str, Any]) -> list[str]:
+    """The simulator's flags (playing ds4) for the settings a ds4 startup log shows."""
+    out: list[str] = []
+    for key, flag in DS4_FLAGS.items():
+        value = settings.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            out += [flag, str(value)]
+    return out
