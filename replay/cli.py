@@ -420,6 +420,13 @@ def size_sweep(
         ),
     ] = None,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    server: Annotated[
+        str, typer.Option(help="ds4 | llama: whose cache model to walk (llama: --cache-ram and --np).")
+    ] = "ds4",
+    cache_ram: Annotated[
+        str, typer.Option(help="llama: host prompt cache sizes to try, e.g. 0,2G,8G,16G.")
+    ] = "0,2G,8G,16G",
+    n_parallel: Annotated[str, typer.Option("--np", help="llama: slot counts to try (-np), e.g. 1,2.")] = "1",
 ) -> None:
     """Run the cache model offline over a trace for each budget; find the smallest that meets --target."""
     from replay.commands.size import SweepArgs, sweep
@@ -443,6 +450,9 @@ def size_sweep(
         ctx=ctx,
         workers=workers,
         as_json=json,
+        server=server,
+        cache_ram=cache_ram,
+        n_parallel=n_parallel,
     )
     raise typer.Exit(sweep(args, console))
 

@@ -74,9 +74,16 @@ class SweepArgs:
     ctx: str | None = None  # context tokens (default: the preset's)
     workers: int | None = None  # default: one per core for big traces
     as_json: bool = False
+    server: str = "ds4"  # ds4 | llama: which server's cache model the sweep walks
+    cache_ram: str = "0,2G,8G,16G"  # llama: host prompt cache sizes (--cache-ram)
+    n_parallel: str = "1"  # llama: slot counts (-np)
 
 
 def sweep(args: SweepArgs, console: Console) -> int:
+    if args.server == "llama":
+        return sweep_llama_cmd(args, console)
+    if args.server != "ds4":
+        raise UsageError(f"--server must be ds4 or llama, not {args.server!r}")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from replay import sizing as size
@@ -214,3 +221,79 @@ def _without_budget(flags: tuple[str, ...]) -> list[str]:
             continue
         out.append(flag)
     return out
+
+
+def sweep_llama_cmd(args: SweepArgs, console: Console) -> int:
+    """`replay size sweep TRACE --server llama --cache-ram 0,2G,8G,16G --np 1,2`."""
+    from replay.sim.model.config import parse_tokens
+    from replay.sim.model.llama.config import PRESETS as LLAMA_PRESETS
+    from replay.sizing.llama import smallest, sweep_llama
+    from replay.trace.reader import read_trace
+
+    if not args.trace.is_file():
+        raise UsageError(f"{args.trace}: no such trace file")
+    if args.history not in ("live", "recorded"):
+        raise UsageError(f"--history must be live or recorded, not {args.history!r}")
+    rams = parse_cache_ram(args.cache_ram)
+    slots = []
+    for part in args.n_parallel.split(","):
+        if part.strip():
+            if not part.strip().isdigit() or int(part) < 1:
+                raise UsageError(f"--np takes slot counts of 1 or more, e.g. 1,2 (not {part.strip()!r})")
+            slots.append(int(part))
+    preset = args.preset if args.preset in LLAMA_PRESETS else "report002-hybrid"
+    ctx = parse_tokens(args.ctx) if args.ctx is not None else None
+    loaded = read_trace(args.trace, freeze=True)
+    rows = sweep_llama(loaded.requests, rams, slots, preset=preset, history=args.history, n_ctx=ctx)
+    target = parse_tokens(args.target) if args.target else None
+    best = smallest(rows, target)
+    if args.as_json:
+        print_json(
+            {
+                "server": "llama",
+                "preset": preset,
+                "rows": [r.to_dict() for r in rows],
+                "smallest": {str(k): (None if v is None else v.cache_ram_mib) for k, v in best.items()},
+            }
+        )
+        return 0
+    console.print(
+        f"llama-server model, preset {preset}, requests one at a time ({args.history} history)",
+        highlight=False,
+    )
+    console.print(
+        f"{'-np':>3} {'--cache-ram':>11} {'re-processed':>12} {'on switches':>11} {'worst switch':>12} "
+        f"{'restores':>8} {'evictions':>9} {'prefill s':>9}",
+        highlight=False,
+    )
+    for r in rows:
+        console.print(
+            f"{r.n_parallel:>3} {r.cache_ram_mib:>11} {r.reprocessed:>12,} {r.switch_reprocessed:>11,} "
+            f"{r.worst_switch:>12,} {r.host_restores:>8} {r.host_evictions:>9} {r.prompt_s:>9.1f}",
+            highlight=False,
+        )
+    goal = (
+        f"no switch re-processes more than {target:,} tokens"
+        if target is not None
+        else ("the worst switch as cheap as with the largest cache")
+    )
+    for np_, r in best.items():
+        said = "none of these sizes" if r is None else f"--cache-ram {r.cache_ram_mib}"
+        console.print(f"-np {np_}: smallest host cache with {goal}: {said}", highlight=False)
+    return 0
+
+
+def parse_cache_ram(text: str) -> list[int]:
+    """`0,2G,8G,16G` -> MiB, as `--cache-ram` takes them (a bare number is MiB, as the flag's)."""
+    from replay.sim.model.config import parse_bytes
+
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        mib = int(part) if part.isdigit() else parse_bytes(part) // (1 << 20)
+        out.add(mib)
+    if not out:
+        raise UsageError("--cache-ram needs at least one size, e.g. 0,2G,8G,16G")
+    return sorted(out)

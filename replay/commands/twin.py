@@ -13,7 +13,7 @@ from replay.commands import print_json
 from replay.errors import UsageError
 from replay.outputs import output_folder, write_text
 from replay.runs.twin import twin_live, twin_offline
-from replay.twin.compare import render
+from replay.twin.compare import render, twin_path
 
 RUNS = Path("replay-twin")  # where the twin makes run-N without --out
 
@@ -28,15 +28,6 @@ class TwinArgs:
     timeout: float = 600.0
     as_json: bool = False
     force: bool = False
-
-
-def twin_path(results: Path) -> Path:
-    """RESULTS.twin.json beside the results: `x.results.jsonl` -> `x.twin.json`."""
-    name = results.name
-    for suffix in (".results.jsonl", ".jsonl"):
-        if name.endswith(suffix):
-            return results.with_name(name[: -len(suffix)] + ".twin.json")
-    return results.with_name(name + ".twin.json")
 
 
 def twin(args: TwinArgs, console: Console) -> int:

@@ -21,6 +21,7 @@ from replay.report.glossary import GLOSSARY, TERMS
 from replay.report.table import summary_rows
 from replay.report.verdict import verdict
 from replay.report.view import RunView, ServerLog, figures_from, load_run
+from replay.twin.compare import read_twin
 
 TABLE_COLUMNS = (
     ("count", "n"),
@@ -273,6 +274,75 @@ def glossary_html() -> str:
     return f'<section id="glossary"><h2>Glossary</h2><dl>{items}</dl></section>'
 
 
+def twin_sections(runs: Sequence[RunView]) -> list[str]:
+    """A section per run that `replay twin` held against the model (its RESULTS.twin.json beside
+    the results): the agreement, the per-request rows on both sides, each disagreement's first
+    divergence."""
+    out: list[str] = []
+    for run in runs:
+        doc = read_twin(run.path)
+        if doc is None:
+            continue
+        head = [
+            "request",
+            "session",
+            "prompt",
+            "re-processed (real)",
+            "re-processed (model)",
+            "cached (real)",
+            "cached (model)",
+            "restores (real / model)",
+            "evictions (real / model)",
+            "checkpoints made/used (real | model)",
+        ]
+        rows = []
+        for r in doc["rows"]:
+            a, b = r["real"], r.get("model") or {}
+            rows.append(
+                [
+                    str(r["id"]),
+                    str(r.get("session") or ""),
+                    str(r.get("prompt")),
+                    str(a.get("reprocessed")),
+                    str(b.get("reprocessed")),
+                    str(a.get("cached")),
+                    str(b.get("cached")),
+                    f"{a.get('restores')} / {b.get('restores')}",
+                    f"{a.get('evictions')} / {b.get('evictions')}",
+                    f"{a.get('checkpoints_made')}/{a.get('checkpoints_used')} | "
+                    f"{b.get('checkpoints_made')}/{b.get('checkpoints_used')}",
+                ]
+            )
+        out.append(
+            f'<section id="twin" data-run="{html.escape(run.label)}"><h2>Twin: the model against this server</h2>'
+        )
+        out.append(
+            f'<p class="verdict">agreement {doc["agreement"]:.3f}: {doc["equal"]} of {doc["requests"]} '
+            f"requests re-process the same tokens on the real server and on the model configured from its "
+            f"settings ({doc['all_fields_equal']} agree on every figure)</p>"
+        )
+        out.append(_table(rows, head))
+        for d in doc.get("disagreements") or ():
+            div = d.get("first_divergence")
+            shown = (
+                "the two logs show the same events for it"
+                if div is None
+                else (
+                    f"first divergence at event {div['index']}: real {_event(div.get('real'))}; model {_event(div.get('model'))}"
+                )
+            )
+            out.append(
+                f'<p class="note">request {d["id"]}: real re-processed {d["real"]}, model {d["model"]}; '
+                f"{html.escape(shown)}</p>"
+            )
+        out.append("</section>")
+    return out
+
+
+def _event(rec: dict[str, Any] | None) -> str:
+    return "(no event)" if rec is None else " ".join(f"{k}={v}" for k, v in rec.items())
+
+
 def render_page(runs: Sequence[RunView], title: str | None = None) -> str:
     """The whole page as one string: the verdict first, then the numbers that back it."""
     title = title or default_title(runs)
@@ -328,6 +398,7 @@ def render_page(runs: Sequence[RunView], title: str | None = None) -> str:
         '<figure class="plot" data-plot="depth">',
         plots.by_depth(runs),
         "</figure></section>",
+        *twin_sections(runs),
         glossary_html(),
         "</body></html>",
     ]

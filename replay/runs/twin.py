@@ -20,10 +20,10 @@ from replay.errors import UsageError
 from replay.metrics.results import RunResults, read_results
 from replay.runs.pipeline import ReplayJob, RunOptions, finish, replay
 from replay.runs.serverlog import effective_settings, log_kind, server_records
-from replay.runs.targets import _llama_target, open_target
+from replay.runs.targets import _llama_target, open_target, resolve_target
 from replay.trace.reader import read_trace
 from replay.trace.select import skip_probes
-from replay.twin.compare import compare, model_flags
+from replay.twin.compare import compare, ds4_model_flags, model_flags
 
 Say = Callable[[str], None]
 
@@ -80,7 +80,7 @@ def sniff_kind(log: Path, fallback: str) -> str:
     """llama-server's log or ds4's, by its lines."""
     with open(log, errors="replace") as f:
         head = f.read(200_000)
-    if "slot launch_slot_" in head or "srv  " in head or "load_model" in head or "llama_" in head:
+    if "slot launch_slot_" in head or " srv  " in head or "load_model:" in head:
         return "llamacpp"
     return fallback
 
@@ -122,7 +122,10 @@ def twin_offline(results: Path, log: Path, folder: Path, timeout: float, say: Sa
     argv = [str(a) for a in (build.get("argv") or [])] if isinstance(build, dict) else []
     kind = sniff_kind(log, "ds4")
     if kind != "llamacpp":
-        raise UsageError(f"{log}: only llama-server logs are twinned offline for now (a ds4 log was given)")
+        sim = resolve_target("sim", None, ds4_model_flags(real.settings), folder / "model")
+        say("running the trace on the ds4 model configured from the log's settings: " + " ".join(sim.flags))
+        twin = run_side(sim, trace, folder / "model.results.jsonl", folder / "model", timeout, say)
+        return _doc(real, twin, sim)
     # The model file: the value of the last -m (`python -m drivers...` precedes it for xllamacpp).
     model = next((argv[i + 1] for i in range(len(argv) - 2, -1, -1) if argv[i] in ("-m", "--model")), None)
     sim = model_target(real, model, argv, folder / "model")

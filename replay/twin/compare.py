@@ -12,12 +12,35 @@ names only, never the log's text.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 FORMAT = 1  # of RESULTS.twin.json
 
 # The figures compared per request, each side's, in the order a row shows them.
 FIELDS = ("reprocessed", "cached", "restores", "evictions", "checkpoints_made", "checkpoints_used")
+
+
+def twin_path(results: str | Path) -> Path:
+    """RESULTS.twin.json beside the results: `x.results.jsonl` -> `x.twin.json`."""
+    results = Path(results)
+    name = results.name
+    for suffix in (".results.jsonl", ".jsonl"):
+        if name.endswith(suffix):
+            return results.with_name(name[: -len(suffix)] + ".twin.json")
+    return results.with_name(name + ".twin.json")
+
+
+def read_twin(results: str | Path) -> dict[str, Any] | None:
+    """The twin document beside a results file, if there is a readable one."""
+    path = twin_path(results)
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("format") == FORMAT and "rows" in doc else None
 
 
 def _by_seq(server: Sequence[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
@@ -249,4 +272,29 @@ def passed_through(argv: Sequence[str]) -> list[str]:
             i += 1 + width
         else:
             i += 1
+    return out
+
+
+# ds4's settings (`drivers.logs.effective.ds4_settings` names) and the simulator's flags for them:
+# the simulator plays ds4 with ds4's own flags.
+DS4_FLAGS = {
+    "ctx": "-c",
+    "prefill_chunk": "--prefill-chunk",
+    "batched_sessions": "--batched-session",
+    "kv_disk_budget_mib": "--kv-disk-space-mb",
+    "kv_cache_min_tokens": "--kv-cache-min-tokens",
+    "kv_cache_cold_max_tokens": "--kv-cache-cold-max-tokens",
+    "kv_cache_continued_interval_tokens": "--kv-cache-continued-interval-tokens",
+    "kv_cache_boundary_trim_tokens": "--kv-cache-boundary-trim-tokens",
+    "kv_cache_boundary_align_tokens": "--kv-cache-boundary-align-tokens",
+}
+
+
+def ds4_model_flags(settings: Mapping[str, Any]) -> list[str]:
+    """The simulator's flags (playing ds4) for the settings a ds4 startup log shows."""
+    out: list[str] = []
+    for key, flag in DS4_FLAGS.items():
+        value = settings.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            out += [flag, str(value)]
     return out

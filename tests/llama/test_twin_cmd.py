@@ -17,7 +17,7 @@ import pytest
 
 from replay.twin.compare import compare, model_flags, render
 from tests.llama.llamakit import require_xllamacpp
-from tests.llama.test_llama_twin import one_slot, write_trace
+from tests.llama.twin_suite import one_slot, write_trace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llama]
 
@@ -54,16 +54,26 @@ def test_twin_live_then_offline_on_the_real_server(tiny_llama: Path, tmp_path: P
     assert doc["all_fields_equal"] == 7
     results = tmp_path / "live" / "real.results.jsonl"
     assert orjson.loads((tmp_path / "live" / "real.twin.json").read_bytes())["agreement"] == 1.0
-    shown = twin(str(trace), "--server", str(toml), "--out", "again", cwd=tmp_path)
-    assert shown.returncode == 0 and "agreement 1.000 (7 of 7" in shown.stdout
 
     # Offline: the results file and the real server's log; the model runs again from the log's settings.
     (log,) = [p for p in (tmp_path / "live" / "real").glob("*.log") if not p.name.startswith("memory")]
-    off = twin(str(results), "--log", str(log), "--json", "--out", "offline", cwd=tmp_path)
+    off = twin(str(results), "--log", str(log), "--out", "offline", cwd=tmp_path)
     assert off.returncode == 0, off.stderr
-    offline = orjson.loads(off.stdout)
+    assert "agreement 1.000 (7 of 7" in off.stdout and "twin written to" in off.stdout
+    offline = orjson.loads((tmp_path / "live" / "real.twin.json").read_bytes())
     assert offline["agreement"] == 1.0 and offline["real"]["settings"] == doc["real"]["settings"]
     assert [r["real"] for r in offline["rows"]] == [r["real"] for r in doc["rows"]]
+
+    # The HTML report of the real run carries the twin beside it.
+    page = subprocess.run(
+        [sys.executable, "-m", "replay", "report", str(results), "--html", str(tmp_path / "page")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert page.returncode == 0, page.stderr
+    html = (tmp_path / "page" / "index.html").read_text()
+    assert '<section id="twin"' in html and "agreement 1.000: 7 of 7 requests" in html
 
 
 def _req(i: int, seq: int, reprocessed: int, cached: int) -> dict[str, object]:
