@@ -15,6 +15,7 @@ from replay.record.importing import ImportOptions
 from replay.record.mooncake import export_mooncake, import_mooncake
 from replay.record.opencode import import_opencode
 from replay.record.sharegpt import import_sharegpt
+from replay.record.weka import import_weka
 from replay.trace.reader import validate
 
 Converter = Callable[..., dict[str, int]]
@@ -57,11 +58,17 @@ IMPORTS: dict[str, Format] = {
     ),
     "mooncake": Format(import_mooncake, "a Mooncake trace (.jsonl)", "-", "-"),
     "sharegpt": Format(import_sharegpt, "ShareGPT conversations (.json or .jsonl)", "-", "-"),
+    "weka": Format(
+        import_weka,
+        "SemiAnalysis/WEKA Claude Code traces (traces.jsonl, a .json trace or a folder)",
+        "-",
+        "-",
+    ),
 }
 IMPORTERS: dict[str, Converter] = {name: f.convert for name, f in IMPORTS.items()}
 EXPORTERS: dict[str, Converter] = {"mooncake": export_mooncake}
 # Converters that take `ImportOptions` (the others predate it and know no filters).
-_WITH_OPTIONS = {"claude-code", "codex", "hermes", "opencode", "mooncake"}
+_WITH_OPTIONS = {"claude-code", "codex", "hermes", "opencode", "mooncake", "weka"}
 
 
 def _check(fmt: str, table: dict[str, Converter], verb: str, src: Path, out: Path) -> Converter:

@@ -49,6 +49,7 @@ class ImportOptions:
     sessions: tuple[str, ...] = ()  # keep only sessions whose agent id starts with one of these
     shared_system: bool = False  # Claude Code: one stand-in system prompt per kind, not per session
     progress: bool | None = None  # None: a bar when the input is large
+    gap_cap: float | None = None  # public corpora: gaps between request starts capped at this (s)
 
 
 @dataclass(slots=True)

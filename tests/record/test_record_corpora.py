@@ -1,0 +1,256 @@
+"""Importers of public agent corpora (WEKA Claude Code traces, OpenTelemetry GenAI spans,
+Mini-SWE-agent / SWE-agent trajectories), on fixtures written in those formats."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replay.errors import ReplayError, TraceError, UsageError
+from replay.record.importers import run_import
+from replay.record.importing import ImportOptions
+from replay.record.tokens import tokens
+from replay.record.weka import block_parts, import_weka
+from replay.trace import materialize, read_trace, recorded_reply, validate
+
+DATA = Path(__file__).parent.parent / "data" / "record"
+FUNC = [HealthCheck.function_scoped_fixture]
+
+
+def words(trace, req) -> list[str]:
+    msgs = materialize(req, recorded_reply(trace.by_id()))
+    return [
+        w for m in msgs for w in tokens(m["content"] if isinstance(m["content"], str) else str(m["content"]))
+    ]
+
+
+def texts(trace, req) -> list[str]:
+    from replay.trace.materialize import text_of
+
+    return [text_of(m.get("content")) for m in materialize(req, recorded_reply(trace.by_id()))]
+
+
+# ---- WEKA ---------------------------------------------------------------------------------------------
+
+
+def test_weka_sessions_subagents_sizes_and_gaps(tmp_path: Path) -> None:
+    counts = import_weka(DATA / "weka.jsonl", tmp_path / "t.jsonl")
+    assert counts == {"traces": 2, "sessions": 3, "subagents": 1, "requests": 7, "blocks": 20, "filtered": 0}
+    validate(tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "t.jsonl")
+    reqs = trace.requests
+    assert [r.session for r in reqs] == ["w1", "w1", "w1.a1", "w1.a1", "w1", "w2", "w2"]
+    assert [len(tokens(texts(trace, r)[0])) for r in reqs] == [150, 200, 100, 140, 300, 64, 128]  # `in`
+    assert [r.reply["output_tokens"] for r in reqs] == [20, 30, 10, 12, 25, 5, 5]
+    assert [r.t for r in reqs] == [0.0, 5.0, 7.5, 9.0, 400.0, 0.0, 3.0]
+    # the subagent's first request follows the parent request before it (t 5 + api_time 1.5 -> 7.5)
+    assert reqs[2].after == {"request": 2, "delay_s": 1.0}
+    assert reqs[3].after == {"request": 3, "delay_s": 0.5}
+    assert reqs[1].after == {"request": 1, "delay_s": 3.0}
+    sessions = (
+        {s.id: s for s in trace.sessions.values()}
+        if isinstance(trace.sessions, dict)
+        else {s.id: s for s in trace.sessions}
+    )
+    assert sessions["w1.a1"].role == "subagent" and sessions["w1.a1"].labels["parent"] == "w1"
+    t = [tokens(texts(trace, r)[0]) for r in reqs]
+    assert t[0][:64] == t[1][:64] == t[2][:64] == t[4][:64]  # block 1 in parent and subagent
+    assert t[1][:190] == t[4][:190]  # blocks 1 2 4, and 5 (partial in request 2) begins block 5
+    assert t[0][128:140] != t[1][128:140]  # block 3 vs 4
+    assert t[5][:64] != t[0][:64]  # hash ids are per trace: trace 2's block 1 is other text
+
+
+def test_weka_gap_cap_shortens_idle_gaps(tmp_path: Path) -> None:
+    import_weka(DATA / "weka.jsonl", tmp_path / "t.jsonl", options=ImportOptions(gap_cap=30.0))
+    reqs = read_trace(tmp_path / "t.jsonl").requests
+    assert [r.t for r in reqs] == [0.0, 5.0, 7.5, 9.0, 39.0, 0.0, 3.0]  # 391 s of idle shortened to 30
+    assert reqs[4].after == {"request": 2, "delay_s": 30.0}
+
+
+def test_weka_session_filter_and_cli(tmp_path: Path) -> None:
+    line = run_import("weka", DATA / "weka.jsonl", tmp_path / "t.jsonl", ImportOptions(sessions=("w2",)))
+    assert "2 requests in 1 sessions from weka" in line
+    with pytest.raises(UsageError, match="no wall-clock"):
+        run_import("weka", DATA / "weka.jsonl", tmp_path / "u.jsonl", ImportOptions(since=5.0))
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        (b"{not json", "bad JSON"),
+        (b'{"id": "x", "block_size": 64}', "no 'requests' list"),
+        (b'{"id": "x", "block_size": 0, "requests": []}', "block_size must be"),
+        (b'{"block_size": 4, "requests": [{"t": 0, "type": "q"}]}', "request 0: unknown type 'q'"),
+        (b'{"block_size": 4, "requests": [{"t": 0, "type": "n", "in": -1, "out": 1}]}', "'in' must be"),
+        (
+            b'{"block_size": 4, "requests": [{"t": 0, "type": "subagent", "requests": [{"t": 1, "type": "n", "in": 2}]}]}',
+            "request 0 (subagent) request 0: 'out' must be",
+        ),
+        (
+            b'{"block_size": 4, "requests": [{"t": 0, "type": "n", "in": 4, "out": 1, "hash_ids": ["a"]}]}',
+            "hash_ids",
+        ),
+    ],
+)
+def test_weka_bad_input_names_file_and_line(tmp_path: Path, line: bytes, problem: str) -> None:
+    good = orjson.dumps(
+        {"id": "g", "block_size": 4, "requests": [{"t": 0, "type": "n", "in": 4, "out": 1, "hash_ids": [1]}]}
+    )
+    src = tmp_path / "w.jsonl"
+    src.write_bytes(good + b"\n\n" + line + b"\n")
+    with pytest.raises(TraceError) as err:
+        import_weka(src, tmp_path / "t.jsonl")
+    assert err.value.line == 3 and problem in str(err.value) and str(src) in str(err.value)
+
+
+@st.composite
+def weka_traces(draw: st.DrawFn) -> list[dict]:
+    out = []
+    for _ in range(draw(st.integers(1, 3))):
+        block = draw(st.integers(2, 16))
+        reqs = []
+        t = 0.0
+        for _ in range(draw(st.integers(1, 5))):
+            ids = draw(st.lists(st.integers(0, 5), max_size=6))
+            n = draw(st.integers(0, block * (len(ids) + 1)))
+            t += draw(st.floats(0, 100))
+            row = {
+                "t": t,
+                "type": draw(st.sampled_from(["n", "s"])),
+                "model": "m",
+                "in": n,
+                "out": draw(st.integers(0, 9)),
+                "hash_ids": ids,
+                "api_time": draw(st.floats(0, 10)),
+            }
+            if draw(st.booleans()):
+                row = {
+                    "t": t,
+                    "type": "subagent",
+                    "agent_id": draw(st.sampled_from(["a", "b"])),
+                    "requests": [dict(row, type="n", t=t + 0.1)],
+                }
+            reqs.append(row)
+        out.append({"id": draw(st.sampled_from(["x", "y", "z"])), "block_size": block, "requests": reqs})
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=FUNC)
+@given(weka_traces(), st.one_of(st.none(), st.floats(0, 50)))
+def test_weka_property_sizes_and_sharing(tmp_path: Path, rows: list[dict], cap: float | None) -> None:
+    src = tmp_path / "w.jsonl"
+    src.write_bytes(b"\n".join(orjson.dumps(r) for r in rows))
+    wanted: list[dict] = []  # the request rows in the order the importer writes them
+    for tr in rows:
+        flat = [
+            dict(sub, block=tr["block_size"])
+            for r in tr["requests"]
+            for sub in (r["requests"] if r["type"] == "subagent" else [r])
+        ]
+        wanted += [row for _, row in sorted(enumerate(flat), key=lambda x: (x[1]["t"], x[0]))]
+    try:
+        import_weka(src, tmp_path / "t.jsonl", options=ImportOptions(gap_cap=cap))
+    except UsageError:
+        assert not wanted
+        return
+    validate(tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "t.jsonl")
+    got = [tokens(texts(trace, r)[0]) for r in trace.requests]
+    assert [len(g) for g in got] == [w["in"] for w in wanted]  # every prompt at its recorded size
+    assert [r.reply["output_tokens"] for r in trace.requests] == [w["out"] for w in wanted]
+    if cap is not None:
+        assert all(r.after is None or r.after["delay_s"] <= cap for r in trace.requests)
+    # within a trace, requests whose first k ids are equal (as whole blocks) share k blocks of text
+    trace_of = [r.session.split(".")[0] for r in trace.requests]
+    for i, a in enumerate(wanted):
+        for j in range(i):
+            b = wanted[j]
+            if trace_of[i] != trace_of[j]:
+                continue
+            k = 0
+            bs = a["block"]
+            while k < min(len(a["hash_ids"]), len(b["hash_ids"])) and a["hash_ids"][k] == b["hash_ids"][k]:
+                k += 1
+            whole = min(k, a["in"] // bs, b["in"] // bs)
+            assert got[i][: whole * bs] == got[j][: whole * bs]
+
+
+@given(st.lists(st.integers(0, 9), max_size=8), st.integers(1, 32), st.integers(0, 300))
+def test_block_parts_property(ids: list[int], block: int, length: int) -> None:
+    parts = block_parts(ids, length, block, tail_seed=7)
+    text = materialize_parts(parts)
+    assert len(tokens(text)) == length
+    # two id lists with a common prefix of whole blocks give a common prefix of text
+    other = block_parts([*ids[:1], 99], length, block, tail_seed=8)
+    if ids and length >= block:
+        assert tokens(materialize_parts(other))[:block] == tokens(text)[:block]
+
+
+def materialize_parts(parts: list[dict]) -> str:
+    from replay.trace.materialize import text_of
+
+    return text_of(parts)
+
+
+def test_weka_fuzz_lines_fail_cleanly(tmp_path: Path) -> None:
+    @settings(max_examples=80, deadline=None)
+    @given(
+        st.recursive(
+            st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats() | st.text(max_size=3),
+            lambda c: (
+                st.lists(c, max_size=3)
+                | st.dictionaries(
+                    st.sampled_from(
+                        ["id", "block_size", "requests", "t", "type", "in", "out", "hash_ids", "api_time"]
+                    ),
+                    c,
+                    max_size=6,
+                )
+            ),
+            max_leaves=20,
+        )
+    )
+    def run(obj: object) -> None:
+        src = tmp_path / "f.jsonl"
+        src.write_bytes(orjson.dumps(obj))
+        try:
+            import_weka(src, tmp_path / "t.jsonl")
+        except (TraceError, UsageError) as exc:
+            assert isinstance(exc, ReplayError)
+            if isinstance(exc, TraceError):
+                assert exc.line == 1
+        else:
+            validate(tmp_path / "t.jsonl")
+
+    run()
+
+
+def cli(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "replay", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_imports_weka_with_gap_cap_and_names_a_bad_line(tmp_path: Path) -> None:
+    res = cli("import", "weka", DATA / "weka.jsonl", tmp_path / "t.jsonl", "--gap-cap", "30")
+    assert res.returncode == 0, res.stderr
+    assert "7 requests in 3 sessions from weka" in " ".join(res.stdout.split())
+    assert read_trace(tmp_path / "t.jsonl").requests[4].t == 39.0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes((DATA / "weka.jsonl").read_bytes() + b'{"block_size": 4, "requests": 3}\n')
+    res = cli("import", "weka", bad, tmp_path / "u.jsonl")
+    assert (
+        res.returncode == 2
+        and f"{bad}:3: not a WEKA trace" in " ".join(res.stderr.split())
+        and not (tmp_path / "u.jsonl").exists()
+    )
