@@ -256,7 +256,10 @@ class Emitter:
         waited = base if base is not None and (step.fork_of is not None or prev is None) else prev
         after = None
         if waited is not None:
-            after = {"request": waited.rid, "delay_s": round(max(0.0, step.t - waited.done), 3)}
+            delay = round(max(0.0, step.t - waited.done), 3)
+            if o.gap_cap is not None:
+                delay = min(delay, int(o.gap_cap * 1000) / 1000)  # --gap-cap, never above it
+            after = {"request": waited.rid, "delay_s": delay}
         params = step.params or {"stream": True}
         tools = params.get("tools")
         if isinstance(tools, list):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from replay.errors import ReplayError, TraceError, UsageError
 from replay.record.importers import run_import
 from replay.record.importing import ImportOptions
+from replay.record.otel import import_otel
 from replay.record.tokens import tokens
 from replay.record.weka import block_parts, import_weka
 from replay.trace import materialize, read_trace, recorded_reply, validate
@@ -198,21 +199,40 @@ def materialize_parts(parts: list[dict]) -> str:
     return text_of(parts)
 
 
-def test_weka_fuzz_lines_fail_cleanly(tmp_path: Path) -> None:
+FUZZ_KEYS = [
+    "id",
+    "block_size",
+    "requests",
+    "t",
+    "type",
+    "in",
+    "out",
+    "hash_ids",
+    "api_time",  # weka
+    "resourceSpans",
+    "scopeSpans",
+    "spans",
+    "attributes",
+    "key",
+    "value",
+    "stringValue",
+    "name",  # otel
+    "startTimeUnixNano",
+    "start_time",
+]
+
+
+@pytest.mark.parametrize("importer", ["weka", "otel"])
+def test_fuzzed_lines_fail_cleanly(tmp_path: Path, importer: str) -> None:
+    """Any JSON line imports to a valid trace or fails with a one-line error at file:1."""
+    convert = {"weka": import_weka, "otel": import_otel}[importer]
+    leaves = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats() | st.text(max_size=3)
+
     @settings(max_examples=80, deadline=None)
     @given(
         st.recursive(
-            st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats() | st.text(max_size=3),
-            lambda c: (
-                st.lists(c, max_size=3)
-                | st.dictionaries(
-                    st.sampled_from(
-                        ["id", "block_size", "requests", "t", "type", "in", "out", "hash_ids", "api_time"]
-                    ),
-                    c,
-                    max_size=6,
-                )
-            ),
+            leaves,
+            lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(FUZZ_KEYS), c, max_size=6),
             max_leaves=20,
         )
     )
@@ -220,7 +240,7 @@ def test_weka_fuzz_lines_fail_cleanly(tmp_path: Path) -> None:
         src = tmp_path / "f.jsonl"
         src.write_bytes(orjson.dumps(obj))
         try:
-            import_weka(src, tmp_path / "t.jsonl")
+            convert(src, tmp_path / "t.jsonl")
         except (TraceError, UsageError) as exc:
             assert isinstance(exc, ReplayError)
             if isinstance(exc, TraceError):
@@ -254,3 +274,187 @@ def test_cli_imports_weka_with_gap_cap_and_names_a_bad_line(tmp_path: Path) -> N
         and f"{bad}:3: not a WEKA trace" in " ".join(res.stderr.split())
         and not (tmp_path / "u.jsonl").exists()
     )
+
+
+# ---- OpenTelemetry GenAI spans --------------------------------------------------------------------
+
+
+def test_otel_conversations_tool_calls_usage_and_gaps(tmp_path: Path) -> None:
+    counts = import_otel(DATA / "otel.jsonl", tmp_path / "t.jsonl")
+    assert counts == {
+        "spans": 5,
+        "no_prompt": 1,
+        "dropped_parts": 1,
+        "sessions": 2,
+        "requests": 4,
+        "compactions": 0,
+        "filtered": 0,
+    }
+    validate(tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "t.jsonl")
+    reqs = trace.requests
+    assert [r.session for r in reqs] == ["conv-1", "t2", "conv-1", "conv-1"]
+    assert [r.t for r in reqs] == [0.0, 1.0, 3.0, 65.0]
+    assert trace.sessions["conv-1"].api == "anthropic" and trace.sessions["t2"].api == "openai"
+    first = messages_of(trace, reqs[0])
+    assert [m["role"] for m in first] == ["system", "user"]
+    third = messages_of(trace, reqs[2])
+    assert [m["role"] for m in third] == ["system", "user", "assistant", "tool"]
+    assert third[2]["tool_calls"] == [{"id": "c1", "name": "read_file", "arguments": '{"path":"parser.py"}'}]
+    assert reqs[2].append[0] == {"$reply": 1}  # the recorded reply is the history: live replies splice in
+    assert reqs[2].after == {"request": 1, "delay_s": 1.0} and reqs[3].after == {
+        "request": 3,
+        "delay_s": 61.0,
+    }
+    assert reqs[2].usage == {"prompt_tokens": 160, "cached_tokens": 110, "output_tokens": 14}
+    assert reqs[0].reply["finish"] == "tool_calls"
+    assert messages_of(trace, reqs[1]) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+    ]
+    assert reqs[1].params["temperature"] == 0.2
+    tools = reqs[0].params["tools"]
+    assert tools[0]["function"]["name"] == "read_file" and "parameters" in tools[0]["function"]
+
+
+def test_otel_gap_cap_and_flat_spans(tmp_path: Path) -> None:
+    import_otel(DATA / "otel.jsonl", tmp_path / "t.jsonl", options=ImportOptions(gap_cap=5.0))
+    reqs = read_trace(tmp_path / "t.jsonl").requests
+    # the 61.5 s between the last two span starts (3.5, a span without a prompt, and 65) becomes 5
+    assert [r.t for r in reqs] == [0.0, 1.0, 3.0, 8.5] and reqs[3].after == {"request": 3, "delay_s": 4.5}
+    flat = {
+        "trace_id": "x",
+        "spans": [
+            {
+                "span_id": "a",
+                "start_time": "2026-02-25T10:00:00",
+                "end_time": "2026-02-25T10:00:02",
+                "name": "chat gpt-4",
+                "attributes": {
+                    "exgentic.session.id": "s",
+                    "gen_ai.request.model": "gpt-4",
+                    "gen_ai.input.messages": '[{"role": "user", "content": "Q?"}]',
+                    "gen_ai.output.text": "A.",
+                },
+            },
+            {
+                "span_id": "b",
+                "start_time": "2026-02-25T10:00:03",
+                "end_time": "2026-02-25T10:00:04",
+                "name": "chat gpt-4",
+                "attributes": {
+                    "exgentic.session.id": "s",
+                    "gen_ai.input.messages": '[{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "A."}, {"role": "user", "content": "More."}]',
+                },
+            },
+        ],
+    }
+    src = tmp_path / "flat.json"
+    src.write_bytes(orjson.dumps(flat))
+    assert import_otel(src, tmp_path / "f.jsonl")["requests"] == 2
+    reqs = read_trace(tmp_path / "f.jsonl").requests
+    assert reqs[1].append[0] == {"$reply": 1} and reqs[1].after == {"request": 1, "delay_s": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        (b"[1, 2", "bad JSON"),
+        (b'{"foo": 1}', "not OTLP JSON"),
+        (b'{"spans": [{"span_id": "z", "name": "chat m", "attributes": {}}]}', "span 'z': no start time"),
+        (
+            b'{"spans": [{"span_id": "z", "start_time": "2026-01-01T00:00:00", "name": "chat m", "attributes": {"gen_ai.input.messages": "[{"}}]}',
+            "span 'z': gen_ai.input.messages is not JSON",
+        ),
+        (
+            b'{"spans": [{"span_id": "z", "start_time": "2026-01-01T00:00:00", "name": "chat m", "attributes": {"gen_ai.input.messages": "[{\\"role\\": \\"robot\\"}]"}}]}',
+            "span 'z': unknown role 'robot'",
+        ),
+    ],
+)
+def test_otel_bad_input_names_file_and_line(tmp_path: Path, line: bytes, problem: str) -> None:
+    src = tmp_path / "o.jsonl"
+    src.write_bytes((DATA / "otel.jsonl").read_bytes() + line + b"\n")
+    with pytest.raises(TraceError) as err:
+        import_otel(src, tmp_path / "t.jsonl")
+    assert err.value.line == 3 and problem in str(err.value) and str(src) in str(err.value)
+
+
+_roles = st.sampled_from(["user", "assistant", "tool"])
+
+
+@st.composite
+def otel_lines(draw: st.DrawFn) -> list[dict]:
+    lines = []
+    for _ in range(draw(st.integers(1, 3))):
+        spans = []
+        for _ in range(draw(st.integers(0, 4))):
+            conv = draw(st.sampled_from(["a", "b", "c"]))
+            msgs = [
+                {"role": draw(_roles), "parts": [{"type": "text", "content": draw(st.text(max_size=8))}]}
+                for _ in range(draw(st.integers(0, 4)))
+            ]
+            start = draw(st.integers(0, 10**12))
+            attrs = [
+                {
+                    "key": "gen_ai.operation.name",
+                    "value": {"stringValue": draw(st.sampled_from(["chat", "embeddings"]))},
+                },
+                {"key": "gen_ai.conversation.id", "value": {"stringValue": conv}},
+                {"key": "gen_ai.input.messages", "value": {"stringValue": orjson.dumps(msgs).decode()}},
+                {"key": "gen_ai.usage.output_tokens", "value": {"intValue": str(draw(st.integers(0, 99)))}},
+            ]
+            spans.append(
+                {
+                    "traceId": "t",
+                    "spanId": f"s{len(spans)}",
+                    "name": "chat",
+                    "startTimeUnixNano": str(start),
+                    "endTimeUnixNano": str(start + draw(st.integers(0, 10**10))),
+                    "attributes": attrs,
+                }
+            )
+        lines.append({"resourceSpans": [{"resource": {}, "scopeSpans": [{"spans": spans}]}]})
+    return lines
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=FUNC)
+@given(otel_lines(), st.one_of(st.none(), st.floats(0, 20)))
+def test_otel_property_every_chat_span_with_a_prompt_is_a_request(
+    tmp_path: Path, lines: list[dict], cap: float | None
+) -> None:
+    src = tmp_path / "o.jsonl"
+    src.write_bytes(b"\n".join(orjson.dumps(x) for x in lines))
+    spans = [
+        s
+        for x in lines
+        for s in x["resourceSpans"][0]["scopeSpans"][0]["spans"]
+        if s["attributes"][0]["value"]["stringValue"] == "chat"
+    ]
+    with_prompt = [s for s in spans if orjson.loads(s["attributes"][2]["value"]["stringValue"])]
+    try:
+        counts = import_otel(src, tmp_path / "t.jsonl", options=ImportOptions(gap_cap=cap))
+    except UsageError:
+        assert not with_prompt
+        return
+    validate(tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "t.jsonl")
+    assert counts["requests"] == len(with_prompt) and counts["no_prompt"] == len(spans) - len(with_prompt)
+    # each request's messages are its span's, in order, and times never go backwards
+    want = sorted(
+        (
+            int(s["startTimeUnixNano"]),
+            [m["role"] for m in orjson.loads(s["attributes"][2]["value"]["stringValue"])],
+        )
+        for s in with_prompt
+    )
+    got = [[m["role"] for m in messages_of(trace, r)] for r in trace.requests]
+    assert sorted(got) == sorted(w for _, w in want)
+    ts = [r.t for r in trace.requests]
+    assert ts == sorted(ts)
+    if cap is not None:
+        assert all(r.after is None or r.after["delay_s"] <= cap for r in trace.requests)
+
+
+def messages_of(trace, req) -> list[dict]:
+    return materialize(req, recorded_reply(trace.by_id()))
