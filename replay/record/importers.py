@@ -16,6 +16,7 @@ from replay.record.mooncake import export_mooncake, import_mooncake
 from replay.record.opencode import import_opencode
 from replay.record.otel import import_otel
 from replay.record.sharegpt import import_sharegpt
+from replay.record.swe import import_swe
 from replay.record.weka import import_weka
 from replay.trace.reader import validate
 
@@ -65,6 +66,12 @@ IMPORTS: dict[str, Format] = {
         "-",
         "-",
     ),
+    "swe-agent": Format(
+        import_swe,
+        "Mini-SWE-agent (.traj.json) or SWE-agent (.traj) trajectories, or a folder of them",
+        "-",
+        "-",
+    ),
     "weka": Format(
         import_weka,
         "SemiAnalysis/WEKA Claude Code traces (traces.jsonl, a .json trace or a folder)",
@@ -75,7 +82,7 @@ IMPORTS: dict[str, Format] = {
 IMPORTERS: dict[str, Converter] = {name: f.convert for name, f in IMPORTS.items()}
 EXPORTERS: dict[str, Converter] = {"mooncake": export_mooncake}
 # Converters that take `ImportOptions` (the others predate it and know no filters).
-_WITH_OPTIONS = {"claude-code", "codex", "hermes", "opencode", "mooncake", "weka", "otel"}
+_WITH_OPTIONS = {"claude-code", "codex", "hermes", "opencode", "mooncake", "weka", "otel", "swe-agent"}
 
 
 def _check(fmt: str, table: dict[str, Converter], verb: str, src: Path, out: Path) -> Converter:

@@ -16,6 +16,7 @@ from replay.errors import ReplayError, TraceError, UsageError
 from replay.record.importers import run_import
 from replay.record.importing import ImportOptions
 from replay.record.otel import import_otel
+from replay.record.swe import import_swe
 from replay.record.tokens import tokens
 from replay.record.weka import block_parts, import_weka
 from replay.trace import materialize, read_trace, recorded_reply, validate
@@ -222,10 +223,10 @@ FUZZ_KEYS = [
 ]
 
 
-@pytest.mark.parametrize("importer", ["weka", "otel"])
+@pytest.mark.parametrize("importer", ["weka", "otel", "swe-agent"])
 def test_fuzzed_lines_fail_cleanly(tmp_path: Path, importer: str) -> None:
     """Any JSON line imports to a valid trace or fails with a one-line error at file:1."""
-    convert = {"weka": import_weka, "otel": import_otel}[importer]
+    convert = {"weka": import_weka, "otel": import_otel, "swe-agent": import_swe}[importer]
     leaves = st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats() | st.text(max_size=3)
 
     @settings(max_examples=80, deadline=None)
@@ -458,3 +459,120 @@ def test_otel_property_every_chat_span_with_a_prompt_is_a_request(
 
 def messages_of(trace, req) -> list[dict]:
     return materialize(req, recorded_reply(trace.by_id()))
+
+
+# ---- Mini-SWE-agent / SWE-agent -------------------------------------------------------------------
+
+
+def test_swe_agent_mini_and_classic_runs(tmp_path: Path) -> None:
+    counts = import_swe(DATA / "swe", tmp_path / "t.jsonl")
+    assert counts == {
+        "files": 2,
+        "timed": 3,
+        "no_query": 0,
+        "dropped_parts": 0,
+        "sessions": 2,
+        "requests": 6,
+        "compactions": 0,
+        "filtered": 0,
+    }
+    validate(tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "t.jsonl")
+    reqs = trace.requests
+    assert [r.session for r in reqs] == [
+        "astropy-7",
+        "django-1234",
+        "astropy-7",
+        "astropy-7",
+        "django-1234",
+        "django-1234",
+    ]
+    # mini: sent at the completion's `created`, the gap is from the previous reply's arrival
+    assert [r.t for r in reqs] == [0.0, 0.0, 2.5, 3.0, 5.0, 127.0]
+    assert reqs[4].after == {"request": 2, "delay_s": 2.5} and reqs[5].after == {
+        "request": 5,
+        "delay_s": 120.0,
+    }
+    assert reqs[4].usage == {"prompt_tokens": 1000, "cached_tokens": 896, "output_tokens": 30}
+    assert reqs[5].reply["finish"] == "stop"
+    # every reply is the next request's history, so live replies splice in
+    assert [r.append[0] for r in reqs[2:]] == [{"$reply": 1}, {"$reply": 3}, {"$reply": 2}, {"$reply": 5}]
+    last = messages_of(trace, reqs[5])
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert last[3]["tool_call_id"] == "call_1" and "extra" not in last[2]
+    assert [t["function"]["name"] for t in reqs[1].params["tools"]] == ["bash"]  # stand-in, every request
+    # SWE-agent: spaced by the tool times; the tool message keeps its call id
+    classic = messages_of(trace, reqs[3])
+    assert classic[-1] == {"role": "tool", "content": "edited", "tool_call_id": "t1"}
+    assert reqs[3].after == {"request": 3, "delay_s": 0.5}
+    capped = tmp_path / "c.jsonl"
+    import_swe(DATA / "swe", capped, options=ImportOptions(gap_cap=10.0))
+    assert [r.t for r in read_trace(capped).requests] == [0.0, 0.0, 2.5, 3.0, 5.0, 15.0]
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (b"{", "bad JSON"),
+        (b'{"info": {}}', "no 'messages' or 'trajectory' list"),
+        (
+            b'{"messages": [{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}]}',
+            "messages[1]: unknown role 'wizard'",
+        ),
+        (b'{"messages": [{"role": "user", "content": 3}]}', "content must be text"),
+        (
+            b'{"trajectory": [{"query": [{"role": "user", "content": "x"}, 7]}]}',
+            "trajectory[0].query[1] must be an object",
+        ),
+    ],
+)
+def test_swe_bad_input_names_the_file(tmp_path: Path, body: bytes, problem: str) -> None:
+    src = tmp_path / "x.traj.json"
+    src.write_bytes(body)
+    with pytest.raises(TraceError) as err:
+        import_swe(src, tmp_path / "t.jsonl")
+    assert err.value.line == 1 and problem in str(err.value) and str(src) in str(err.value)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=FUNC)
+@given(
+    st.lists(st.sampled_from(["user", "assistant", "tool", "exit"]), max_size=12),
+    st.lists(st.floats(0, 500), min_size=12, max_size=12),
+    st.one_of(st.none(), st.floats(0, 30)),
+)
+def test_swe_mini_property_one_request_per_reply(
+    tmp_path: Path, roles: list[str], gaps: list[float], cap: float | None
+) -> None:
+    msgs: list[dict] = [{"role": "system", "content": "s"}]
+    clock = 1_700_000_000.0
+    for k, role in enumerate(roles):
+        m: dict = {"role": role, "content": f"m{k}"}
+        if role == "tool":
+            m["tool_call_id"] = f"c{k}"
+        if role == "assistant":
+            clock += gaps[k]
+            m["extra"] = {
+                "response": {"created": clock, "usage": {"completion_tokens": k}},
+                "timestamp": clock + 1,
+            }
+            clock += 1
+        msgs.append(m)
+    src = tmp_path / "r.traj.json"
+    src.write_bytes(orjson.dumps({"messages": msgs, "trajectory_format": "mini-swe-agent-1.1"}))
+    try:
+        import_swe(src, tmp_path / "t.jsonl", options=ImportOptions(gap_cap=cap))
+    except UsageError:
+        assert "assistant" not in roles
+        return
+    validate(tmp_path / "t.jsonl")
+    trace = read_trace(tmp_path / "t.jsonl")
+    kept = [m for m in msgs if m["role"] != "exit"]
+    replies = [i for i, m in enumerate(kept) if m["role"] == "assistant"]
+    assert len(trace.requests) == len(replies)
+    for req, i in zip(trace.requests, replies, strict=True):
+        assert [m["content"] for m in messages_of(trace, req)] == [m["content"] for m in kept[:i]]
+        assert req.reply["message"]["content"] == kept[i]["content"]
+        if cap is not None and req.after is not None:
+            assert req.after["delay_s"] <= cap
+    ts = [r.t for r in trace.requests]
+    assert ts == sorted(ts)
