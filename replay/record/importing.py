@@ -81,6 +81,12 @@ class Step:
     synthetic: list[int] | None = None  # indices of messages the importer made up
     fork_of: SessionInfo | None = None  # a concurrent turn branching off this session's history
     ends: tuple[SessionInfo, ...] = ()  # sessions that have no step after this one: let go of them
+    # Subagents that fan out (format /2): `mark` names this step for later ones; `spawned_by` is
+    # the mark of the step that spawned this (a subagent's first) step's session; `waits` the marks
+    # of the steps (the subagents' last) whose replies this one waited for.
+    mark: int | None = None
+    spawned_by: int | None = None
+    waits: tuple[int, ...] = ()
 
 
 def parse_when(text: str | None) -> float | None:
@@ -211,6 +217,7 @@ class Emitter:
         self.declared: set[str] = set()
         self.history: dict[str, list[_Written]] = {}
         self.counts: dict[str, int] = {"sessions": 0, "requests": 0, "compactions": 0, "filtered": 0}
+        self.marks: dict[int, tuple[int, float]] = {}  # Step.mark -> (request id, reply time)
 
     def wanted(self, info: SessionInfo) -> bool:
         want = self.options.sessions
@@ -260,6 +267,7 @@ class Emitter:
             if o.gap_cap is not None:
                 delay = min(delay, int(o.gap_cap * 1000) / 1000)  # --gap-cap, never above it
             after = {"request": waited.rid, "delay_s": delay}
+        after = self._fan_out(step, after)
         params = step.params or {"stream": True}
         tools = params.get("tools")
         if isinstance(tools, list):
@@ -287,12 +295,33 @@ class Emitter:
             synthetic=step.synthetic or None,
         )
         done = step.done if step.done is not None else step.t
+        if step.mark is not None:
+            self.marks[step.mark] = (rid, max(done, step.t))
         mine.append(_Written(rid, step.messages, step.reply, max(done, step.t)))
         del mine[:-_BASES]
         self.counts["requests"] += 1
         self.counts["compactions"] += tag == "compaction"
         self._end(step)
         return rid
+
+    def _fan_out(self, step: Step, after: dict[str, Any] | None) -> dict[str, Any] | None:
+        """`after` with the subagent links (format /2): a spawned session's first request follows
+        the request that spawned it; a request that waited for subagents lists their last
+        requests, and its delay runs from the latest reply it waited for."""
+        o = self.options
+        spawner = self.marks.get(step.spawned_by) if step.spawned_by is not None else None
+        if spawner is not None and after is None:
+            rid, done = spawner
+            after = {"request": rid, "delay_s": round(max(0.0, step.t - done), 3), "spawn": True}
+        waited = [self.marks[m] for m in step.waits if m in self.marks]
+        if waited and after is not None:
+            latest = max(done for _, done in waited)
+            prev_done = step.t - after["delay_s"]
+            delay = round(max(0.0, step.t - max(latest, prev_done)), 3)
+            after = {**after, "delay_s": delay, "waits": sorted({rid for rid, _ in waited})}
+        if after is not None and o.gap_cap is not None:
+            after["delay_s"] = min(after["delay_s"], int(o.gap_cap * 1000) / 1000)
+        return after
 
     def _base(self, step: Step, mine: list[_Written]) -> _Written | None:
         """The earlier request this one extends: the session's last, unless it branches off an

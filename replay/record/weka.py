@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +114,9 @@ class _Call:
     seq: int
     after: int | None = None  # index into the trace's calls of the call it follows
     rid: int = 0
+    spawn: bool = False  # a subagent's first request: `after` is the parent request that spawned it
+    waits: list[int] = field(default_factory=list)  # indices of subagents' last calls it waited for
+    joined: float = 0.0  # when the last subagent it waited for had returned
 
 
 def _number(src: Path, line: int, where: str, obj: dict[str, Any], key: str, default: Any = None) -> Any:
@@ -226,6 +229,7 @@ def _calls(index: int, trace: dict[str, Any]) -> tuple[list[_Call], dict[str, di
     sessions: dict[str, dict[str, Any]] = {}
     calls: list[_Call] = []
     last_parent: int | None = None
+    pending: list[tuple[int, float]] = []  # subagents not yet waited for: (last call, return time)
     seq = 0
     labels = {
         "source": "weka",
@@ -260,8 +264,12 @@ def _calls(index: int, trace: dict[str, Any]) -> tuple[list[_Call], dict[str, di
                 if t + 1e-6 < float(r["t"]):
                     t += float(r["t"])  # relative to the subagent's start
                 calls.append(_Call(sid, t, t + float(sub.get("api_time") or 0.0), sub, seq, prev))
+                calls[-1].spawn = prev == last_parent and prev is not None
                 prev = len(calls) - 1
                 seq += 1
+            if subs:
+                end = max(float(r["t"]) + float(r.get("duration_ms") or 0) / 1000.0, calls[-1].end)
+                pending.append((len(calls) - 1, end))
         else:
             if base not in sessions:
                 sessions[base] = {
@@ -270,7 +278,14 @@ def _calls(index: int, trace: dict[str, Any]) -> tuple[list[_Call], dict[str, di
                     "labels": labels,
                 }
             t = float(r["t"])
-            calls.append(_Call(base, t, t + float(r.get("api_time") or 0.0), r, seq, last_parent))
+            call = _Call(base, t, t + float(r.get("api_time") or 0.0), r, seq, last_parent)
+            # the parent's first request after a subagent returned waited for it (fan-in)
+            back = [(i, end) for i, end in pending if end <= t + 1e-6]
+            if back:
+                call.waits = [i for i, _ in back]
+                call.joined = max(end for _, end in back)
+                pending = [p for p in pending if p not in back]
+            calls.append(call)
             last_parent = len(calls) - 1
             seq += 1
     return calls, sessions
@@ -283,7 +298,15 @@ def import_weka(src: str | Path, out: str | Path, options: ImportOptions | None 
         raise UsageError("weka traces have no wall-clock times to filter by (each trace starts at 0)")
     src = Path(src)
     files = _files(src)
-    counts = {"traces": 0, "sessions": 0, "subagents": 0, "requests": 0, "blocks": 0, "filtered": 0}
+    counts = {
+        "traces": 0,
+        "sessions": 0,
+        "subagents": 0,
+        "joins": 0,
+        "requests": 0,
+        "blocks": 0,
+        "filtered": 0,
+    }
     notes = f"imported from WEKA traces {src.name}; hashed blocks as synthetic text"
     cap = options.gap_cap
     with (
@@ -330,10 +353,16 @@ def import_weka(src: str | Path, out: str | Path, options: ImportOptions | None 
                 after = None
                 if c.after is not None and calls[c.after].rid:
                     w = calls[c.after]
-                    gap = round(max(0.0, c.t - w.end), 3)
+                    waits = [calls[i].rid for i in c.waits if calls[i].rid]
+                    gap = round(max(0.0, c.t - max(w.end, c.joined if waits else 0.0)), 3)
                     if cap is not None:
                         gap = min(gap, math.floor(cap * 1000) / 1000)  # never above the cap
                     after = {"request": w.rid, "delay_s": gap}
+                    if c.spawn:
+                        after["spawn"] = True
+                    if waits:
+                        after["waits"] = sorted(waits)
+                        counts["joins"] += 1
                 parts = block_parts(ids, row["in"], block, _tail_seed(index, c.seq), seeds)
                 c.rid = writer.request(
                     c.session,

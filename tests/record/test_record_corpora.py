@@ -43,7 +43,15 @@ def texts(trace, req) -> list[str]:
 
 def test_weka_sessions_subagents_sizes_and_gaps(tmp_path: Path) -> None:
     counts = import_weka(DATA / "weka.jsonl", tmp_path / "t.jsonl")
-    assert counts == {"traces": 2, "sessions": 3, "subagents": 1, "requests": 7, "blocks": 20, "filtered": 0}
+    assert counts == {
+        "traces": 2,
+        "sessions": 3,
+        "subagents": 1,
+        "joins": 1,
+        "requests": 7,
+        "blocks": 20,
+        "filtered": 0,
+    }
     validate(tmp_path / "t.jsonl")
     trace = read_trace(tmp_path / "t.jsonl")
     reqs = trace.requests
@@ -52,7 +60,9 @@ def test_weka_sessions_subagents_sizes_and_gaps(tmp_path: Path) -> None:
     assert [r.reply["output_tokens"] for r in reqs] == [20, 30, 10, 12, 25, 5, 5]
     assert [r.t for r in reqs] == [0.0, 5.0, 7.5, 9.0, 400.0, 0.0, 3.0]
     # the subagent's first request follows the parent request before it (t 5 + api_time 1.5 -> 7.5)
-    assert reqs[2].after == {"request": 2, "delay_s": 1.0}
+    assert reqs[2].after == {"request": 2, "delay_s": 1.0, "spawn": True}
+    # the parent's next request waited for the subagent (returned at 7 + 6 s): its gap runs from there
+    assert reqs[4].after == {"request": 2, "delay_s": 387.0, "waits": [4]}
     assert reqs[3].after == {"request": 3, "delay_s": 0.5}
     assert reqs[1].after == {"request": 1, "delay_s": 3.0}
     sessions = (
@@ -72,7 +82,7 @@ def test_weka_gap_cap_shortens_idle_gaps(tmp_path: Path) -> None:
     import_weka(DATA / "weka.jsonl", tmp_path / "t.jsonl", options=ImportOptions(gap_cap=30.0))
     reqs = read_trace(tmp_path / "t.jsonl").requests
     assert [r.t for r in reqs] == [0.0, 5.0, 7.5, 9.0, 39.0, 0.0, 3.0]  # 391 s of idle shortened to 30
-    assert reqs[4].after == {"request": 2, "delay_s": 30.0}
+    assert reqs[4].after == {"request": 2, "delay_s": 30.0, "waits": [4]}
 
 
 def test_weka_session_filter_and_cli(tmp_path: Path) -> None:
@@ -168,6 +178,14 @@ def test_weka_property_sizes_and_sharing(tmp_path: Path, rows: list[dict], cap: 
     assert [r.reply["output_tokens"] for r in trace.requests] == [w["out"] for w in wanted]
     if cap is not None:
         assert all(r.after is None or r.after["delay_s"] <= cap for r in trace.requests)
+    # fan-out: a spawned session follows a request of its parent; a parent waits for its own subagents
+    by_id = {r.id: r for r in trace.requests}
+    for r in trace.requests:
+        after = r.after or {}
+        if after.get("spawn"):
+            assert by_id[after["request"]].session == r.session.split(".")[0] != r.session
+        for w in after.get("waits", ()):
+            assert by_id[w].session.startswith(r.session + ".") and by_id[w].t <= r.t
     # within a trace, requests whose first k ids are equal (as whole blocks) share k blocks of text
     trace_of = [r.session.split(".")[0] for r in trace.requests]
     for i, a in enumerate(wanted):
