@@ -16,6 +16,7 @@ import contextlib
 import datetime as _dt
 import hashlib
 import heapq
+import itertools
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
@@ -348,6 +349,40 @@ class Emitter:
             self.history.pop(info.key, None)
             if self.writer is not None:
                 self.writer.forget(info.key)
+
+
+_MARKS = itertools.count(1)
+
+
+def link_subagents(steps: list[Step]) -> int:
+    """Mark fan-out among one conversation's steps (a main session and its subagent sessions):
+    a subagent's first step was spawned by the latest main step whose reply had arrived by then,
+    and the first main step sent after the subagent's last reply waited for it. Returns how many
+    subagents were linked."""
+    main = sorted((s for s in steps if s.session.role != "subagent"), key=lambda s: s.t)
+    subs: dict[str, list[Step]] = {}
+    for s in steps:
+        if s.session.role == "subagent":
+            subs.setdefault(s.session.key, []).append(s)
+    linked = 0
+    for group in subs.values():
+        group.sort(key=lambda s: s.t)
+        first, last = group[0], group[-1]
+        before = [m for m in main if (m.done if m.done is not None else m.t) <= first.t]
+        if not before:
+            continue
+        spawner = before[-1]
+        back = last.done if last.done is not None else last.t
+        joiner = next((m for m in main if m.t >= back and m.t > spawner.t), None)
+        if spawner.mark is None:
+            spawner.mark = next(_MARKS)
+        first.spawned_by = spawner.mark
+        if joiner is not None:
+            if last.mark is None:
+                last.mark = next(_MARKS)
+            joiner.waits = (*joiner.waits, last.mark)
+        linked += 1
+    return linked
 
 
 def write_trace(

@@ -594,3 +594,48 @@ def test_swe_mini_property_one_request_per_reply(
             assert req.after["delay_s"] <= cap
     ts = [r.t for r in trace.requests]
     assert ts == sorted(ts)
+
+
+# ---- subagent fan-out from Claude Code transcripts ------------------------------------------------
+
+
+def test_claude_code_subagents_are_spawned_and_waited_for(tmp_path: Path) -> None:
+    from replay.record.claude_code import import_claude_code
+
+    import_claude_code(DATA / "claude_code", tmp_path / "t.jsonl")
+    reqs = read_trace(tmp_path / "t.jsonl").requests
+    after = {r.id: r.after for r in reqs}
+    # the inline sidechain (10 s) follows main request 2; main's next request (16 s) waits for it
+    assert after[3] == {"request": 2, "delay_s": 1.0, "spawn": True}
+    assert after[5] == {"request": 2, "delay_s": 1.0, "waits": [4]}
+    # the subagents/agent-*.jsonl agent (120 s) follows main request 6; main's next (330 s) waits for it
+    assert after[7] == {"request": 6, "delay_s": 56.0, "spawn": True}
+    assert after[8] == {"request": 6, "delay_s": 204.0, "waits": [7]}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 100), st.floats(0, 5)), min_size=1, max_size=6),
+    st.lists(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 5)), min_size=1, max_size=3), max_size=3),
+)
+def test_link_subagents_property(
+    main: list[tuple[float, float]], subs: list[list[tuple[float, float]]]
+) -> None:
+    from replay.record.importing import SessionInfo, Step, link_subagents
+
+    m_info = SessionInfo(key="m")
+    steps = [Step(session=m_info, t=t, messages=[], done=t + d) for t, d in main]
+    for k, group in enumerate(subs):
+        info = SessionInfo(key=f"s{k}", role="subagent")
+        steps += [Step(session=info, t=t, messages=[], done=t + d) for t, d in group]
+    link_subagents(steps)
+    marks = {s.mark: s for s in steps if s.mark is not None}
+    for s in steps:
+        if s.spawned_by is not None:  # spawned by a main step whose reply was in by then
+            spawner = marks[s.spawned_by]
+            assert spawner.session.role != "subagent" and spawner.done <= s.t
+            assert s.t == min(x.t for x in steps if x.session is s.session)
+        for w in s.waits:  # a main step waits only for subagents' last steps that had returned
+            last = marks[w]
+            assert s.session.role != "subagent" and last.session.role == "subagent" and last.done <= s.t
+            assert last.t == max(x.t for x in steps if x.session is last.session)
