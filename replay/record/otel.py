@@ -18,7 +18,8 @@ A session is `gen_ai.conversation.id` (or `session.id`, `exgentic.session.id`), 
 trace id. Requests are sent at the span's start; its end is when the reply had arrived, so `after`
 carries the think and tool time to the next request of the session (capped by `--gap-cap`).
 
-Streaming: a first pass reads each line once and keeps, per request span, only its time, session
+Streaming: a `.json` file is first streamed span by span (ijson) into a temporary JSONL beside
+OUT, so no document is ever whole in memory; then a first pass reads each line once and keeps, per request span, only its time, session
 and where it is (byte offset, span index); the second pass, in time order, re-reads each span's
 line (the last few parsed lines are kept) and lets a session go after its last request.
 
@@ -32,12 +33,14 @@ a span's timing is the client's view of the call, not when the server got it.
 from __future__ import annotations
 
 import datetime as _dt
+import tempfile
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ijson
 import orjson
 
 from replay.errors import TraceError, UsageError
@@ -315,13 +318,19 @@ def _lines(path: Path, advance: Any = None) -> Iterator[tuple[int, int, bytes]]:
             offset += len(raw)
 
 
+def _where(path: Path, line: int) -> tuple[str, int]:
+    """The file and line an error names: a spilled `.json` file is its original, at line 1."""
+    original = _NAMES.get(path)
+    return (str(path), line) if original is None else (str(original), 1)
+
+
 def _parse(path: Path, line: int, raw: bytes) -> Any:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise TraceError(str(path), line, f"bad JSON: {exc}") from None
+        raise TraceError(*_where(path, line), f"bad JSON: {exc}") from None
     if not isinstance(obj, dict) or not ("resourceSpans" in obj or "spans" in obj):
-        raise TraceError(str(path), line, "not OTLP JSON: no 'resourceSpans' (or 'spans') list")
+        raise TraceError(*_where(path, line), "not OTLP JSON: no 'resourceSpans' (or 'spans') list")
     return obj
 
 
@@ -341,11 +350,62 @@ def _session_of(span: dict[str, Any], attrs: dict[str, Any]) -> str:
     return str(span.get("traceId") or span.get("trace_id") or "trace")
 
 
+def _spill(path: Path, spill: Path) -> None:
+    """A `.json` file streamed span by span (ijson: the document is never whole in memory) into
+    JSONL, one span a line, so the two passes read it as they read the collector's files."""
+    with open(path, "rb") as handle:
+        head = handle.read(1 << 16)
+    prefix = "resourceSpans.item.scopeSpans.item.spans.item" if b'"resourceSpans"' in head else "spans.item"
+    try:
+        with open(path, "rb") as handle, open(spill, "wb") as sink:
+            for span in ijson.items(handle, prefix, use_float=True):
+                sink.write(orjson.dumps({"spans": [span]}) + b"\n")
+    except (ijson.JSONError, ijson.IncompleteJSONError) as exc:
+        raise TraceError(str(path), 1, f"bad JSON: {exc}") from None
+    except TypeError as exc:  # a value orjson cannot write (an integer beyond 64 bits)
+        raise TraceError(str(path), 1, f"bad value: {exc}") from None
+
+
 def import_otel(src: str | Path, out: str | Path, options: ImportOptions | None = None) -> dict[str, int]:
     """Convert OTLP JSON GenAI spans at `src` into a trace at `out` (see the module docstring)."""
     options = options or ImportOptions()
     src = Path(src)
-    files = _files(src)
+    with tempfile.TemporaryDirectory(prefix="otel-", dir=Path(out).parent) as tmp:
+        files = []
+        for k, path in enumerate(_files(src)):
+            if path.suffix == ".json":
+                _parse_head(path)
+                spill = Path(tmp) / f"{k}.jsonl"
+                _spill(path, spill)
+                _NAMES[spill] = path
+                files.append(spill)
+            else:
+                files.append(path)
+        try:
+            return _import(src, files, Path(out), options)
+        finally:
+            for f in files:
+                _NAMES.pop(f, None)
+
+
+# a spilled `.json` file -> the file the user gave (errors name it, at line 1: one document)
+_NAMES: dict[Path, Path] = {}
+
+
+def _parse_head(path: Path) -> None:
+    """A `.json` file must be one OTLP or flat span document: refuse anything else at once."""
+    with open(path, "rb") as handle:
+        head = handle.read(1 << 16).lstrip()
+    if not head.startswith(b"{") or not (b'"resourceSpans"' in head or b'"spans"' in head):
+        try:
+            obj = orjson.loads(path.read_bytes()) if len(head) < (1 << 16) else None
+        except orjson.JSONDecodeError as exc:
+            raise TraceError(str(path), 1, f"bad JSON: {exc}") from None
+        if obj is None or not isinstance(obj, dict) or not ("resourceSpans" in obj or "spans" in obj):
+            raise TraceError(str(path), 1, "not OTLP JSON: no 'resourceSpans' (or 'spans') list")
+
+
+def _import(src: Path, files: list[Path], out: Path, options: ImportOptions) -> dict[str, int]:
     entries: list[_Entry] = []
     extra = {"spans": 0, "no_prompt": 0, "dropped_parts": 0}
     with progress_bar(2 * tree_size(files), "otel", options) as advance:
@@ -409,7 +469,7 @@ def _steps(
             messages = prompt_of(attrs, dropped)
             reply = reply_of(attrs, dropped)
         except ValueError as exc:
-            raise TraceError(str(e.path), e.line, f"{where}: {exc}") from None
+            raise TraceError(*_where(e.path, e.line), f"{where}: {exc}") from None
         extra["dropped_parts"] += dropped[0]
         ends = ()
         info = infos.get(e.session)
@@ -438,7 +498,7 @@ def _steps(
         try:
             tools = _json_attr(attrs, "gen_ai.tool.definitions")
         except ValueError as exc:
-            raise TraceError(str(e.path), e.line, f"{where}: {exc}") from None
+            raise TraceError(*_where(e.path, e.line), f"{where}: {exc}") from None
         if isinstance(tools, list) and tools:
             params["tools"] = [_tool(t) for t in tools]
         prompt = _int(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")

@@ -309,6 +309,7 @@ def import_weka(src: str | Path, out: str | Path, options: ImportOptions | None 
     }
     notes = f"imported from WEKA traces {src.name}; hashed blocks as synthetic text"
     cap = options.gap_cap
+    rid = 0
     with (
         TraceWriter(out, source="import:weka", notes=notes) as writer,
         progress_bar(tree_size(files), "weka", options) as advance,
@@ -364,19 +365,25 @@ def import_weka(src: str | Path, out: str | Path, options: ImportOptions | None 
                         after["waits"] = sorted(waits)
                         counts["joins"] += 1
                 parts = block_parts(ids, row["in"], block, _tail_seed(index, c.seq), seeds)
-                c.rid = writer.request(
-                    c.session,
-                    round(warp(c.t) - warp(t0), 3),
-                    [{"role": "user", "content": parts}],
-                    params={"max_tokens": row["out"], "stream": True},
-                    reply={"output_tokens": row["out"], "finish": "length"},
-                    after=after,
-                    tag="subagent" if info["role"] == "subagent" else "turn",
-                )
+                # Written whole (no request shares a message with another: each is one message of
+                # its blocks), so the line goes out as is, without the writer's delta machinery.
+                rid += 1
+                line: dict[str, Any] = {
+                    "kind": "request",
+                    "id": rid,
+                    "session": c.session,
+                    "t": round(warp(c.t) - warp(t0), 3),
+                    "append": [{"role": "user", "content": parts}],
+                    "params": {"max_tokens": row["out"], "stream": True},
+                    "reply": {"output_tokens": row["out"], "finish": "length"},
+                }
+                if after is not None:
+                    line["after"] = after
+                line["tag"] = "subagent" if info["role"] == "subagent" else "turn"
+                writer.raw_line(line)
+                c.rid = rid
                 counts["requests"] += 1
                 counts["blocks"] += len(ids)
-            for sid in declared:
-                writer.forget(sid)
     if counts["requests"] == 0:
         raise UsageError(
             "nothing to import: no requests" + (" left by --session" if counts["filtered"] else "")

@@ -639,3 +639,29 @@ def test_link_subagents_property(
             last = marks[w]
             assert s.session.role != "subagent" and last.session.role == "subagent" and last.done <= s.t
             assert last.t == max(x.t for x in steps if x.session is last.session)
+
+
+def test_otel_json_document_is_streamed_and_errors_name_it(tmp_path: Path) -> None:
+    """A `.json` OTLP document (ijson, span by span) imports as the same lines do as JSONL."""
+    lines = (DATA / "otel.jsonl").read_bytes().splitlines()
+    merged = orjson.loads(lines[0])
+    merged["resourceSpans"] += orjson.loads(lines[1])["resourceSpans"]
+    doc = tmp_path / "otlp.json"
+    doc.write_bytes(orjson.dumps(merged, option=orjson.OPT_INDENT_2))
+    a = import_otel(doc, tmp_path / "a.jsonl")
+    b = import_otel(DATA / "otel.jsonl", tmp_path / "b.jsonl")
+    assert a == b
+    ta, tb = read_trace(tmp_path / "a.jsonl"), read_trace(tmp_path / "b.jsonl")
+    assert [messages_of(ta, r) for r in ta.requests] == [messages_of(tb, r) for r in tb.requests]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("otel-")]  # the spill is gone
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(orjson.dumps(merged)[:-40])
+    with pytest.raises(TraceError, match="bad JSON") as err:
+        import_otel(bad, tmp_path / "c.jsonl")
+    assert err.value.path == str(bad) and err.value.line == 1
+    broken = orjson.loads(orjson.dumps(merged))
+    broken["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"][7]["value"]["stringValue"] = "[{"
+    bad.write_bytes(orjson.dumps(broken))
+    with pytest.raises(TraceError, match="span 's1': gen_ai.input.messages is not JSON") as err:
+        import_otel(bad, tmp_path / "c.jsonl")
+    assert err.value.path == str(bad) and err.value.line == 1
