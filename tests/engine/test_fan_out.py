@@ -69,3 +69,41 @@ def test_the_parent_waits_for_its_subagents(scripted_server, tmp_path: Path, pla
         recs[2]["sent_s"] < done[3]
     )  # the two subagents ran side by side (fan-out), not one after the other
     assert recs[4]["sent_s"] < done[3]
+
+
+def test_report_shows_subagents_and_the_parents_resume(scripted_server, tmp_path: Path) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from replay.commands.report import ReportArgs, report
+    from replay.metrics.results import read_results
+    from replay.report.fanout import fan_out_lines
+
+    scripted_server.default = Script(first_token_delay_s=0.05, usage=USAGE)
+    fan_out_trace(tmp_path / "t.jsonl")
+    config = EngineConfig(base_url=scripted_server.url, history="live", timeout_s=5.0, run_id="t")
+    run_trace(
+        read_trace(tmp_path / "t.jsonl"), make_plan("timed"), config, tmp_path / "r.jsonl", {"kind": "s"}
+    )
+    res = read_results(tmp_path / "r.jsonl")
+    lines = fan_out_lines(res.run, res.requests)
+    assert lines[0].startswith("Subagents: 2 of 2 subagent sessions ran, 4 requests, TTFT p50 0.")
+    assert lines[1].startswith(
+        "Fan-out cost to the parent: 1 requests resumed after 2 subagent returns; switch "
+    )
+    assert "switch -" not in lines[1] and "vs 0." in lines[1]  # the parent's other request is the comparison
+    buf = StringIO()
+    assert report(ReportArgs(results=[tmp_path / "r.jsonl"]), Console(file=buf, width=300)) == 0
+    assert lines[0] in buf.getvalue() and lines[1] in buf.getvalue()
+    (tmp_path / "t.jsonl").unlink()  # the trace is gone: the report says nothing of subagents
+    assert fan_out_lines(res.run, res.requests) == []
+
+
+def test_a_trace_without_subagents_adds_no_report_lines(tmp_path: Path) -> None:
+    from replay.report.fanout import read_fan_out
+
+    with TraceWriter(tmp_path / "t.jsonl", source="test") as w:
+        w.session("a")
+        w.request("a", 0, [{"role": "user", "content": "x"}])
+    assert read_fan_out(tmp_path / "t.jsonl") is None
