@@ -730,7 +730,10 @@ def anonymize(
 @app.command("import")
 def import_(
     fmt: Annotated[
-        str | None, typer.Argument(help="hermes | opencode | codex | claude-code | mooncake | sharegpt")
+        str | None,
+        typer.Argument(
+            help="hermes | opencode | codex | claude-code | mooncake | sharegpt | weka | otel | swe-agent"
+        ),
     ] = None,
     src: Annotated[
         Path | None, typer.Argument(help="What the agent left: a file, folder or database (see --list).")
@@ -747,6 +750,12 @@ def import_(
     shared_system: Annotated[
         bool, typer.Option(help="Claude Code: one stand-in system prompt for all sessions of a kind.")
     ] = False,
+    gap_cap: Annotated[
+        float | None,
+        typer.Option(
+            help="Public corpora (weka, otel, swe-agent): cap think/tool gaps at this many seconds."
+        ),
+    ] = None,
     list_: Annotated[
         bool, typer.Option("--list", help="Show each format and where each agent keeps its files.")
     ] = False,
@@ -763,6 +772,7 @@ def import_(
         until=until,
         sessions=tuple(session or ()),
         shared_system=shared_system,
+        gap_cap=gap_cap,
         list_formats=list_,
         force=force,
     )

@@ -12,6 +12,7 @@ from replay.commands import print_json
 from replay.metrics.results import RunResults, merged_summary, read_results, time_scale
 from replay.outputs import check_folder
 from replay.report.failures import failure_groups, failure_lines
+from replay.report.fanout import fan_out_lines
 from replay.report.table import class_table, runs_table, summary_rows
 from replay.report.view import run_label
 from replay.runs.barrier import spread_s
@@ -102,6 +103,9 @@ def report(args: ReportArgs, console: Console) -> int:
     for res, label, groups in zip(results, labels, failures, strict=True):
         for line in failure_lines(groups, len(res.requests), label if len(results) > 1 else ""):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
+    for res in results:  # subagent sessions and what their fan-out cost the parent (format /2)
+        for text in fan_out_lines(res.run, res.requests):
+            console.print(text, highlight=False, markup=False, soft_wrap=True)
     for res in results:
         line = next((r for r in [res.summary_line] if r), None)
         if line and line.get("lag_p99_s") is not None:

@@ -63,6 +63,7 @@ class ImportArgs:
     until: str | None = None
     sessions: tuple[str, ...] = ()
     shared_system: bool = False
+    gap_cap: float | None = None  # public corpora: cap think/tool gaps (seconds)
     list_formats: bool = False
     force: bool = False  # replace an existing OUT (once the new trace is complete)
 
@@ -85,7 +86,10 @@ def import_trace(args: ImportArgs, console: Console) -> int:
         until=parse_when(args.until),
         sessions=args.sessions,
         shared_system=args.shared_system,
+        gap_cap=args.gap_cap,
     )
+    if args.gap_cap is not None and not args.gap_cap >= 0:
+        raise UsageError(f"--gap-cap must be 0 or more seconds, not {args.gap_cap:g}")
     console.print(run_import(args.fmt, args.src, args.out, options), highlight=False)
     return 0
 

@@ -19,11 +19,15 @@ _S = 1_000_000_000
 
 
 def reply_deps(req: Request) -> tuple[int, ...]:
-    """Requests whose replies `req` carries in its appended history, plus its recorded `after`."""
+    """Requests whose replies `req` carries in its appended history, plus its recorded `after`
+    and the subagents it waited for (`after.waits`)."""
     deps = [m["$reply"] for m in req.append if "$reply" in m]
     after = (req.after or {}).get("request")
     if after is not None and after not in deps:
         deps.append(after)
+    for sub in (req.after or {}).get("waits") or ():  # subagents this request waited for
+        if sub not in deps:
+            deps.append(sub)
     return tuple(deps)
 
 

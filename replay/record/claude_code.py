@@ -46,6 +46,7 @@ from replay.record.importing import (
     SessionInfo,
     Step,
     estimate_tokens,
+    link_subagents,
     merge_by_time,
     progress_bar,
     stand_in_tools,
@@ -477,6 +478,7 @@ def _steps(
                 )
             )
         out[-1].ends = (info,)
+    link_subagents(out)  # format /2: who spawned each subagent, which request waited for it
     out.sort(key=lambda st: st.t)
     yield from out
 

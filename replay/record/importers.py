@@ -14,7 +14,10 @@ from replay.record.hermes import import_hermes
 from replay.record.importing import ImportOptions
 from replay.record.mooncake import export_mooncake, import_mooncake
 from replay.record.opencode import import_opencode
+from replay.record.otel import import_otel
 from replay.record.sharegpt import import_sharegpt
+from replay.record.swe import import_swe
+from replay.record.weka import import_weka
 from replay.trace.reader import validate
 
 Converter = Callable[..., dict[str, int]]
@@ -57,11 +60,29 @@ IMPORTS: dict[str, Format] = {
     ),
     "mooncake": Format(import_mooncake, "a Mooncake trace (.jsonl)", "-", "-"),
     "sharegpt": Format(import_sharegpt, "ShareGPT conversations (.json or .jsonl)", "-", "-"),
+    "otel": Format(
+        import_otel,
+        "OpenTelemetry GenAI spans: OTLP JSON (.jsonl as the collector writes it, .json) or a folder",
+        "-",
+        "-",
+    ),
+    "swe-agent": Format(
+        import_swe,
+        "Mini-SWE-agent (.traj.json) or SWE-agent (.traj) trajectories, or a folder of them",
+        "-",
+        "-",
+    ),
+    "weka": Format(
+        import_weka,
+        "SemiAnalysis/WEKA Claude Code traces (traces.jsonl, a .json trace or a folder)",
+        "-",
+        "-",
+    ),
 }
 IMPORTERS: dict[str, Converter] = {name: f.convert for name, f in IMPORTS.items()}
 EXPORTERS: dict[str, Converter] = {"mooncake": export_mooncake}
 # Converters that take `ImportOptions` (the others predate it and know no filters).
-_WITH_OPTIONS = {"claude-code", "codex", "hermes", "opencode", "mooncake"}
+_WITH_OPTIONS = {"claude-code", "codex", "hermes", "opencode", "mooncake", "weka", "otel", "swe-agent"}
 
 
 def _check(fmt: str, table: dict[str, Converter], verb: str, src: Path, out: Path) -> Converter:

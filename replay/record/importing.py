@@ -16,6 +16,7 @@ import contextlib
 import datetime as _dt
 import hashlib
 import heapq
+import itertools
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
@@ -55,6 +56,7 @@ class ImportOptions:
     sessions: tuple[str, ...] = ()  # keep only sessions whose agent id starts with one of these
     shared_system: bool = False  # Claude Code: one stand-in system prompt per kind, not per session
     progress: bool | None = None  # None: a bar when the input is large
+    gap_cap: float | None = None  # public corpora: gaps between request starts capped at this (s)
 
 
 @dataclass(slots=True)
@@ -86,6 +88,12 @@ class Step:
     synthetic: list[int] | None = None  # indices of messages the importer made up
     fork_of: SessionInfo | None = None  # a concurrent turn branching off this session's history
     ends: tuple[SessionInfo, ...] = ()  # sessions that have no step after this one: let go of them
+    # Subagents that fan out (format /2): `mark` names this step for later ones; `spawned_by` is
+    # the mark of the step that spawned this (a subagent's first) step's session; `waits` the marks
+    # of the steps (the subagents' last) whose replies this one waited for.
+    mark: int | None = None
+    spawned_by: int | None = None
+    waits: tuple[int, ...] = ()
 
 
 def parse_when(text: str | None) -> float | None:
@@ -216,6 +224,7 @@ class Emitter:
         self.declared: set[str] = set()
         self.history: dict[str, list[_Written]] = {}
         self.counts: dict[str, int] = {"sessions": 0, "requests": 0, "compactions": 0, "filtered": 0}
+        self.marks: dict[int, tuple[int, float]] = {}  # Step.mark -> (request id, reply time)
 
     def wanted(self, info: SessionInfo) -> bool:
         want = self.options.sessions
@@ -261,7 +270,11 @@ class Emitter:
         waited = base if base is not None and (step.fork_of is not None or prev is None) else prev
         after = None
         if waited is not None:
-            after = {"request": waited.rid, "delay_s": round(max(0.0, step.t - waited.done), 3)}
+            delay = round(max(0.0, step.t - waited.done), 3)
+            if o.gap_cap is not None:
+                delay = min(delay, int(o.gap_cap * 1000) / 1000)  # --gap-cap, never above it
+            after = {"request": waited.rid, "delay_s": delay}
+        after = self._fan_out(step, after)
         params = step.params or {"stream": True}
         tools = params.get("tools")
         if isinstance(tools, list):
@@ -289,12 +302,33 @@ class Emitter:
             synthetic=step.synthetic or None,
         )
         done = step.done if step.done is not None else step.t
+        if step.mark is not None:
+            self.marks[step.mark] = (rid, max(done, step.t))
         mine.append(_Written(rid, step.messages, step.reply, max(done, step.t)))
         del mine[:-_BASES]
         self.counts["requests"] += 1
         self.counts["compactions"] += tag == "compaction"
         self._end(step)
         return rid
+
+    def _fan_out(self, step: Step, after: dict[str, Any] | None) -> dict[str, Any] | None:
+        """`after` with the subagent links (format /2): a spawned session's first request follows
+        the request that spawned it; a request that waited for subagents lists their last
+        requests, and its delay runs from the latest reply it waited for."""
+        o = self.options
+        spawner = self.marks.get(step.spawned_by) if step.spawned_by is not None else None
+        if spawner is not None and after is None:
+            rid, done = spawner
+            after = {"request": rid, "delay_s": round(max(0.0, step.t - done), 3), "spawn": True}
+        waited = [self.marks[m] for m in step.waits if m in self.marks]
+        if waited and after is not None:
+            latest = max(done for _, done in waited)
+            prev_done = step.t - after["delay_s"]
+            delay = round(max(0.0, step.t - max(latest, prev_done)), 3)
+            after = {**after, "delay_s": delay, "waits": sorted({rid for rid, _ in waited})}
+        if after is not None and o.gap_cap is not None:
+            after["delay_s"] = min(after["delay_s"], int(o.gap_cap * 1000) / 1000)
+        return after
 
     def _base(self, step: Step, mine: list[_Written]) -> _Written | None:
         """The earlier request this one extends: the session's last, unless it branches off an
@@ -321,6 +355,40 @@ class Emitter:
             self.history.pop(info.key, None)
             if self.writer is not None:
                 self.writer.forget(info.key)
+
+
+_MARKS = itertools.count(1)
+
+
+def link_subagents(steps: list[Step]) -> int:
+    """Mark fan-out among one conversation's steps (a main session and its subagent sessions):
+    a subagent's first step was spawned by the latest main step whose reply had arrived by then,
+    and the first main step sent after the subagent's last reply waited for it. Returns how many
+    subagents were linked."""
+    main = sorted((s for s in steps if s.session.role != "subagent"), key=lambda s: s.t)
+    subs: dict[str, list[Step]] = {}
+    for s in steps:
+        if s.session.role == "subagent":
+            subs.setdefault(s.session.key, []).append(s)
+    linked = 0
+    for group in subs.values():
+        group.sort(key=lambda s: s.t)
+        first, last = group[0], group[-1]
+        before = [m for m in main if (m.done if m.done is not None else m.t) <= first.t]
+        if not before:
+            continue
+        spawner = before[-1]
+        back = last.done if last.done is not None else last.t
+        joiner = next((m for m in main if m.t >= back and m.t > spawner.t), None)
+        if spawner.mark is None:
+            spawner.mark = next(_MARKS)
+        first.spawned_by = spawner.mark
+        if joiner is not None:
+            if last.mark is None:
+                last.mark = next(_MARKS)
+            joiner.waits = (*joiner.waits, last.mark)
+        linked += 1
+    return linked
 
 
 def write_trace(

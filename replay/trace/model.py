@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-FORMAT = "agent-replay-trace/1"
+FORMAT = "agent-replay-trace/2"
+# Versions this tool reads. /2 added `after.spawn` and `after.waits` (subagents that fan out); a /1
+# trace is read as it always was, and refused if it uses them.
+READS = ("agent-replay-trace/1", FORMAT)
 
 APIS = ("openai", "anthropic", "openai-responses")
 

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, NamedTuple
 import orjson
 
 from replay.errors import TraceError
-from replay.trace.model import APIS, FORMAT, Request, Session, Trace, TraceHeader
+from replay.trace.model import APIS, FORMAT, READS, Request, Session, Trace, TraceHeader
 from replay.trace.sniff import sniff
 
 KINDS = ("trace", "session", "blob", "request", "unrecorded", "rejected")
@@ -58,6 +58,7 @@ class _Checker:
         self.n_messages: dict[int, int] = {}
         self.last_id: int | None = None
         self.header_seen = False
+        self.version = FORMAT  # the header's format
         self.tool_lists: dict[int, Any] = {}  # tool lists checked already (kept alive: ids stay theirs)
         # With `share` (a whole trace being loaded), the plain messages read so far, so a repeated
         # one is held once (see `shared`); without it nothing outlives its line.
@@ -332,8 +333,9 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         if check.header_seen:
             raise check.fail("a second 'trace' header")
         fmt = check.need(obj, "format", str)
-        if fmt != FORMAT:
-            raise check.fail(f"unsupported format {fmt!r} (this tool reads {FORMAT})")
+        if fmt not in READS:
+            raise check.fail(f"unsupported format {fmt!r} (this tool reads {' and '.join(READS)})")
+        check.version = fmt
         for key in ("created", "source", "notes"):
             value = obj.get(key)
             if value is not None and type(value) is not str:
@@ -436,6 +438,27 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _check_fan_out(check: _Checker, after: dict[str, Any], rid: int) -> None:
+    """`after.spawn` (this request's session is a subagent spawned by `after.request`) and
+    `after.waits` (earlier requests, the subagents' last, whose replies this one also waited for):
+    format /2 only."""
+    spawn, waits = after.get("spawn"), after.get("waits")
+    if (spawn is not None or waits is not None) and check.version == READS[0]:
+        raise check.fail(
+            f"request {rid}: after.spawn and after.waits need format {FORMAT}, not {check.version}"
+        )
+    if spawn is not None and (type(spawn) is not bool or after.get("request") is None):
+        raise check.fail(
+            f"request {rid}: after.spawn must be true or false, with after.request the spawning request"
+        )
+    if waits is not None:
+        if type(waits) is not list or not waits:
+            raise check.fail(f"request {rid}: after.waits must be a non-empty list of request ids")
+        for ref in waits:
+            if not _request_id(check, ref):
+                raise check.fail(f"request {rid}: after.waits {_short(ref)} is not defined before this line")
+
+
 def _request_id(check: _Checker, value: Any) -> bool:
     """An earlier request's id (a bool is never one, though `True == 1`)."""
     return type(value) is int and value in check.n_messages
@@ -528,6 +551,7 @@ def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
         if ref is not None and not _request_id(check, ref):
             raise check.fail(f"request {rid}: after.request {_short(ref)} is not defined before this line")
         _seconds(check, after, "delay_s", rid, "after")
+        _check_fan_out(check, after, rid)
     tag = obj.get("tag")
     if tag is not None:
         if type(tag) is not str:
@@ -724,6 +748,8 @@ def last_references(path: str | Path) -> References:
             elif kind == "request":
                 after = obj.get("after")
                 named = [obj.get("parent"), after.get("request") if type(after) is dict else None]
+                if type(after) is dict and type(after.get("waits")) is list:
+                    named.extend(after["waits"])
                 for msg in obj.get("append") or ():
                     if type(msg) is dict:
                         ref = msg.get("$reply")
