@@ -195,7 +195,7 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
             parts.append(
                 f"<div><h3>run {run['index']:02d}: {esc(run['arm'])}</h3>"
                 f'<figure class="plot" data-plot="timeline" data-run="{run["index"]}">'
-                f"{plots.timeline(view, x_max)}</figure></div>"
+                f"{plots.timeline(view, x_max, compact=True)}</figure></div>"
             )
         parts.append("</div>")
     parts += ["</section>", "</body></html>"]
