@@ -342,8 +342,10 @@ def report_json(runs: Sequence[RunView]) -> dict[str, Any]:
     come from, the switch digest (restores, evictions, stores, waits) and the per-class table on
     the run's own clock (modelled seconds on the simulator)."""
     digests = [digest(run) for run in runs]
+    text = verdict(runs, digests)
     return {
-        "verdict": verdict(runs, digests),
+        "verdict": text,
+        "action": text[text.rindex("Action: ") + len("Action: ") :] if "Action: " in text else None,
         "units": units.FIELDS,
         "runs": [
             {
