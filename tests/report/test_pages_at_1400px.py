@@ -167,5 +167,6 @@ def test_the_ab_report_reads_at_1400_px(slow_morning: list[Path], tmp_path: Path
     }
     page = write_ab_report(analyze(runs, None, header), tmp_path / "ab", tmp_path)
     assert page.read_text().count('data-plot="timeline"') == 2
+    assert "Action: " in page.read_text() and "**Action:** " in page.with_name("summary.md").read_text()
     result = check_page(page, tmp_path)
     assert result == "figures 2; problems: none", result
