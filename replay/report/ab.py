@@ -541,7 +541,7 @@ def render(doc: dict[str, Any], console: Console, verbose: bool = False) -> None
             highlight=False,
         )
     if verdict.get("action"):
-        say(f"[bold]action:[/bold] {verdict['action']}", highlight=False)
+        say(f"[bold]action:[/bold] {verdict['action']}", highlight=False, soft_wrap=True)
 
 
 def _within_table(doc: dict[str, Any]) -> Table:
