@@ -149,18 +149,20 @@ def test_cold_saves_on_beat_off_in_order_abba_on_fresh_caches(
     assert doc["arms"]["B"]["classes"]["switch"]["mean_cached"] == 0
     assert doc["arms"]["A"]["classes"]["switch"]["mean_cached"] > 1500
 
-    # B adds a flag and re-reads more: the verdict's action names the flag and what it makes worse
-    # (whether the run-level wall time also differs depends on the machine's load: keep A or a trade).
+    # B adds a flag and re-reads more: the verdict's action keeps A, or calls it a trade when B's
+    # decode (no cold saves to write) is also found faster; either way it names the flag and the cost.
     action = doc["verdict"]["action"]
-    assert "--kv-cache-cold-max-tokens 0" in action and "re-processed tokens per request (switches)" in action
-    assert action.startswith(("keep A", "--kv-cache-cold-max-tokens 0 is a trade")), action
+    assert action.startswith(
+        ("keep A (do not take --kv-cache-cold-max-tokens 0)", "--kv-cache-cold-max-tokens 0 is a trade")
+    )
+    assert "worse in re-processed tokens per request (switches)" in action
     # The console report leads with ratios and says why; by default it stops after the B/A table
     # and ends with the action.
     console = Console(record=True, width=160)
     render(doc, console)
     short = console.export_text()
     assert "Within-run ratios" not in short and "Per run pair" not in short
-    assert short.rstrip().splitlines()[-1].startswith("action: ")
+    assert " ".join(short.rsplit("action: ", 1)[-1].split()) == action  # the last words, wrapped or not
     console = Console(record=True, width=160)
     render(doc, console, verbose=True)
     text = console.export_text()
