@@ -78,6 +78,8 @@ def report(args: ReportArgs, console: Console) -> int:
 
         page = report_json([load_run(p, records_beside) for p in paths])
         doc["verdict"] = page["verdict"]
+        doc["action"] = page["action"]
+        doc["units"] = page["units"]
         for run, shown in zip(doc["runs"], page["runs"], strict=True):
             run["clock"] = shown["clock"]
             run["figures_from"] = shown["figures_from"]

@@ -213,6 +213,12 @@ def run(args: ScenarioRunArgs, console: Console) -> int:
     if written is None:
         return code
     console.print(digest_table(written, f"{spec.name}: what each switch cost"))
+    from replay.report.html import digest
+    from replay.report.verdict import verdict
+
+    console.print(
+        f"[bold]verdict:[/bold] {verdict(written.runs, [digest(r) for r in written.runs])}", highlight=False
+    )
     console.print(f"HTML report: {written.html.resolve()}", highlight=False)
     console.print(f"Summary for an issue: {written.markdown.resolve()}", highlight=False)
     return code

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from replay.metrics.hist import ALL, Summary
 from replay.metrics.results import RunResults
-from replay.report import ab_stats
+from replay.report import ab_stats, units
 from replay.report.table import ORDER, class_row
 
 # /2: B/A intervals (`stats`, `verdict`, `method`), arm `identity` and `differences`, `run_times`;
@@ -541,7 +541,7 @@ def render(doc: dict[str, Any], console: Console, verbose: bool = False) -> None
             highlight=False,
         )
     if verdict.get("action"):
-        say(f"[bold]action:[/bold] {verdict['action']}", highlight=False)
+        say(f"[bold]action:[/bold] {verdict['action']}", highlight=False, soft_wrap=True)
 
 
 def _within_table(doc: dict[str, Any]) -> Table:
@@ -626,12 +626,13 @@ def stats_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
         result = ab_stats.result_text(row)
         if row.get("drift"):
             result += "; includes drift"
+        unit = row.get("unit", "")
         out.append(
             [
                 row["class"],
                 row["metric"],
-                _f(row["a"]),
-                _f(row["b"]),
+                units.figure(row["a"], unit) if unit else _f(row["a"]),
+                units.figure(row["b"], unit) if unit else _f(row["b"]),
                 "-" if row["ratio"] is None else f"{row['ratio']:.{d}f}",
                 ab_stats.interval_text(row),
                 f"{row['pairs']}" + (" (few)" if row["few_pairs"] else ""),
@@ -650,8 +651,10 @@ def short_value(value: Any) -> str:
 
 
 def difference_text(d: dict[str, Any]) -> str:
-    """`--cache-ram: 0 -> 8192`, `library.libllama.so: 4fc8d2911c26 -> 9a1f03c2b7de`."""
-    return d.get("detail") or f"{d['field']}: {short_value(d['a'])} -> {short_value(d['b'])}"
+    """`--cache-ram: 0 -> 8192`, `library.libllama.so: 4fc8d2911c26 -> 9a1f03c2b7de`: one change
+    per field, from its two values (an older ab.json's 'B removes 0; B adds 8192' is not reused)."""
+    field = str(d["field"]).removeprefix("flag ")
+    return f"{field}: {short_value(d['a'])} -> {short_value(d['b'])}"
 
 
 def identity_lines(doc: dict[str, Any]) -> list[str]:
@@ -677,11 +680,11 @@ def _class_table(doc: dict[str, Any]) -> Table:
         "n",
         "err",
         "TTFT p50 s",
-        "p99",
+        "TTFT p99 s",
         "e2e p50 s",
         "decode tok/s",
-        "re-processed",
-        "cached",
+        "re-processed tokens",
+        "cached tokens",
         "mod. prefill s",
         "mod. total s",
     )
@@ -697,16 +700,16 @@ def _class_table(doc: dict[str, Any]) -> Table:
             t.add_row(
                 cls,
                 arm,
-                _f(row["count"]),
-                _f(row["errors"]),
-                _f(row["ttft_p50_s"]),
-                _f(row["ttft_p99_s"]),
-                _f(row.get("latency_p50_s")),
-                _f(row.get("mean_decode_tps"), 1),
-                _f(row["mean_reprocessed"]),
-                _f(row["mean_cached"]),
-                _f(m.get("prefill_s")),
-                _f(m.get("total_s")),
+                units.field(row["count"], "count"),
+                units.field(row["errors"], "errors"),
+                units.field(row["ttft_p50_s"], "ttft_p50_s"),
+                units.field(row["ttft_p99_s"], "ttft_p99_s"),
+                units.field(row.get("latency_p50_s"), "latency_p50_s"),
+                units.field(row.get("mean_decode_tps"), "mean_decode_tps"),
+                units.field(row["mean_reprocessed"], "mean_reprocessed"),
+                units.field(row["mean_cached"], "mean_cached"),
+                units.field(m.get("prefill_s"), "prefill_s"),
+                units.field(m.get("total_s"), "total_s"),
                 style="bold" if cls == ALL else None,
             )
     return t

@@ -145,6 +145,9 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
     title = f"A/B: {(targets.get('A') or {}).get('name', 'A')} vs {(targets.get('B') or {}).get('name', 'B')}"
     esc = html.escape
     verdict = (doc.get("verdict") or {}).get("text", "no verdict (an older ab.json)")
+    action = (doc.get("verdict") or {}).get("action")
+    if action:
+        verdict += f". Action: {action}."
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -195,7 +198,7 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
             parts.append(
                 f"<div><h3>run {run['index']:02d}: {esc(run['arm'])}</h3>"
                 f'<figure class="plot" data-plot="timeline" data-run="{run["index"]}">'
-                f"{plots.timeline(view, x_max)}</figure></div>"
+                f"{plots.timeline(view, x_max, compact=True)}</figure></div>"
             )
         parts.append("</div>")
     parts += ["</section>", "</body></html>"]
@@ -234,6 +237,11 @@ def ab_markdown(doc: dict[str, Any]) -> str:
         "",
         f"**Verdict:** {(doc.get('verdict') or {}).get('text', '-')}",
         "",
+        *(
+            [f"**Action:** {doc['verdict']['action']}", ""]
+            if (doc.get("verdict") or {}).get("action")
+            else []
+        ),
     ]
     out += [f"> warning: {w}" for w in doc.get("warnings") or ()]
     out += ["", "## The arms", "", _md_table(_identity(doc), ["arm", "name", "build"]), ""]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.outputs import write_text
-from replay.report import plots
+from replay.report import plots, units
 from replay.report.glossary import GLOSSARY, TERMS
 from replay.report.table import summary_rows
 from replay.report.verdict import verdict
@@ -111,7 +111,10 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f} s"
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any, key: str = "") -> str:
+    """A table cell by its field's unit (`replay.report.units`); two decimals for a field without one."""
+    if key in units.FIELDS:
+        return units.field(value, key)
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -137,7 +140,7 @@ def summary_markdown(runs: Sequence[RunView], title: str | None = None) -> str:
         lines.append("| " + " | ".join(_class_header(run)) + " |")
         lines.append("|---|" + "---:|" * len(TABLE_COLUMNS))
         for cls, row in class_rows(run).items():
-            lines.append(f"| {cls} | " + " | ".join(_fmt(row[k]) for k, _ in TABLE_COLUMNS) + " |")
+            lines.append(f"| {cls} | " + " | ".join(_fmt(row[k], k) for k, _ in TABLE_COLUMNS) + " |")
     lines += ["", "Terms: " + "; ".join(f"**{term}**: {text}" for term, text in GLOSSARY[:4] + GLOSSARY[5:6])]
     return "\n".join(lines) + "\n"
 
@@ -390,7 +393,7 @@ def render_page(runs: Sequence[RunView], title: str | None = None) -> str:
         '<div class="arms">',
     ]
     for run in runs:
-        rows = [[cls, *(_fmt(row[k]) for k, _ in TABLE_COLUMNS)] for cls, row in class_rows(run).items()]
+        rows = [[cls, *(_fmt(row[k], k) for k, _ in TABLE_COLUMNS)] for cls, row in class_rows(run).items()]
         parts.append(f"<div><h3>{html.escape(run.label)}</h3>{_table(rows, _class_header(run), tips)}</div>")
     parts += [
         "</div></section>",
@@ -410,8 +413,11 @@ def report_json(runs: Sequence[RunView]) -> dict[str, Any]:
     come from, the switch digest (restores, evictions, stores, waits) and the per-class table on
     the run's own clock (modelled seconds on the simulator)."""
     digests = [digest(run) for run in runs]
+    text = verdict(runs, digests)
     return {
-        "verdict": verdict(runs, digests),
+        "verdict": text,
+        "action": text[text.rindex("Action: ") + len("Action: ") :] if "Action: " in text else None,
+        "units": units.FIELDS,
         "runs": [
             {
                 "file": run.path,

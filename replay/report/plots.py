@@ -22,7 +22,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from replay.report.glossary import LEGEND  # noqa: E402
-from replay.report.view import RunView
+from replay.report.view import RunView, disk_at_start
 
 PHASES = (
     ("queue", "#c9ccd1", "queued"),
@@ -36,6 +36,9 @@ MARKERS = {"switch": ("v", "#d0553a"), "compaction": ("*", "#8e1b1b"), "cold": (
 BAND_STEPS = (1024, 2048, 4096, 8192, 10_000, 20_000, 25_000, 50_000, 100_000)
 
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.titlesize": 10})
+# Legends at 9 pt read at >= 10 px when a full-width figure is drawn 1100+ px wide (a 1400 px
+# window); the A/B page's half-width thumbnails are drawn narrower (`timeline(compact=True)`).
+LEGEND_SIZE = 9
 
 
 def to_svg(fig: Figure) -> str:
@@ -59,21 +62,25 @@ def arm_colour(index: int) -> str:
     return ARM_COLOURS[index % len(ARM_COLOURS)]
 
 
-def timeline(run: RunView, x_max: float | None = None) -> str:
+def timeline(run: RunView, x_max: float | None = None, compact: bool = False) -> str:
     """One lane per session, each request a bar split into its phases; the disk strip underneath.
 
     `x_max` puts several arms on one time range, so their timelines compare at a glance.
+    `compact`: half a page wide (the A/B page's pairs), legends above and below the plot
+    instead of beside it, so the figure keeps its width for the drawing and its text stays
+    readable once scaled down.
     """
     sessions = run.sessions
     lanes = {sid: i for i, sid in enumerate(sessions)}
     height = 1.2 + 0.38 * len(sessions)
+    width = 6.4 if compact else 11
     disk = None
     if run.disk:  # no server log read (an external server): no empty strip
         fig, (ax, disk) = plt.subplots(
-            2, 1, figsize=(11, height + 1.6), sharex=True, gridspec_kw={"height_ratios": [height, 1.6]}
+            2, 1, figsize=(width, height + 1.6), sharex=True, gridspec_kw={"height_ratios": [height, 1.6]}
         )
     else:
-        fig, ax = plt.subplots(figsize=(11, height + 0.5))
+        fig, ax = plt.subplots(figsize=(width, height + 0.5))
     for req in run.requests:
         y = lanes[req.session]
         x = req.start
@@ -109,23 +116,37 @@ def timeline(run: RunView, x_max: float | None = None) -> str:
         ax.set_xlim(-0.02 * x_max, x_max * 1.02)
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(f"{run.label}: requests per session ({run.clock} seconds)")
     ax.set_ylabel("session")
     handles: list[Patch | Line2D] = [Patch(facecolor=c, label=label) for _, c, label in PHASES]
     handles += [
         Line2D([], [], marker=m, color=c, linestyle="none", label=flag) for flag, (m, c) in MARKERS.items()
     ]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    if compact:  # the page's heading names the run; the legend takes the title's place
+        ax.legend(
+            handles=handles,
+            loc="lower left",
+            bbox_to_anchor=(0.0, 1.0),
+            ncol=4,
+            fontsize=LEGEND_SIZE,
+            frameon=False,
+            columnspacing=1.0,
+            handletextpad=0.4,
+        )
+    else:
+        ax.set_title(f"{run.label}: requests per session ({run.clock} seconds)")
+        ax.legend(
+            handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=LEGEND_SIZE, frameon=False
+        )
     if disk is None:
         _time_axis(ax, run)
     else:
-        _disk_strip(disk, run)
+        _disk_strip(disk, run, compact)
         _time_axis(disk, run)
     fig.tight_layout()
     return to_svg(fig)
 
 
-def _disk_strip(ax: plt.Axes, run: RunView) -> None:
+def _disk_strip(ax: plt.Axes, run: RunView, compact: bool = False) -> None:
     """Disk KV in use (GiB) with its budget, or, for llama-server, its host-RAM prompt cache
     (`--cache-ram`) in MiB with its limit when the limit is on the scale; restores and evictions
     marked above."""
@@ -135,7 +156,8 @@ def _disk_strip(ax: plt.Axes, run: RunView) -> None:
     unit = "MiB" if host else "GiB"
     what = "host-cache memory in use (--cache-ram)" if host else "disk KV in use"
     xs = [0.0] + [p.t for p in points]
-    ys = [0.0] + [p.used_mib / scale for p in points]
+    start = 0.0 if host else disk_at_start(run.header) / scale  # an earlier day's files
+    ys = [start] + [p.used_mib / scale for p in points]
     ax.step(xs, ys, where="post", color="#2f6db5", linewidth=1.2, label=f"{what} ({unit})")
     ax.fill_between(xs, ys, step="post", color="#2f6db5", alpha=0.12)
     budget = (run.budget_mib or 0) / scale
@@ -171,7 +193,10 @@ def _disk_strip(ax: plt.Axes, run: RunView) -> None:
     if host and budget and not shown:
         ax.set_title(f"limit {run.budget_mib:,.0f} MiB, off the scale", fontsize=8, loc="right")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    if compact:  # under the time axis's label
+        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.55), ncol=3, fontsize=LEGEND_SIZE, frameon=False)
+    else:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=LEGEND_SIZE, frameon=False)
 
 
 def _time_axis(ax: plt.Axes, run: RunView) -> None:
@@ -232,15 +257,16 @@ def by_class(runs: Sequence[RunView]) -> str:
         ax.set_ylim(bottom=0)
         ax.margins(y=0.08)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(
-            handles=[
-                Patch(facecolor=arm_colour(i), alpha=0.55, label=run.label) for i, run in enumerate(runs)
-            ],
-            loc="upper left",
-            bbox_to_anchor=(1.0, 1.0),
-            frameon=False,
-            fontsize=8,
-        )
+    # One legend above both plots, not one beside each: the plots keep the width their five
+    # class labels need ("compaction" and "concurrent" touched beside a legend).
+    fig.legend(
+        handles=[Patch(facecolor=arm_colour(i), alpha=0.55, label=run.label) for i, run in enumerate(runs)],
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        ncol=len(runs),
+        frameon=False,
+        fontsize=LEGEND_SIZE,
+    )
     fig.tight_layout()
     return to_svg(fig)
 
@@ -290,6 +316,6 @@ def by_depth(runs: Sequence[RunView]) -> str:
     pre.grid(alpha=0.3)
     for ax in (dec, pre):
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=LEGEND_SIZE)
     fig.tight_layout()
     return to_svg(fig)

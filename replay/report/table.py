@@ -10,6 +10,7 @@ from rich.table import Table
 
 from replay.metrics.hist import ALL, ClassStats, Summary
 from replay.metrics.switch import CLASSES
+from replay.report import units
 
 ORDER = (ALL, *CLASSES)
 
@@ -41,14 +42,6 @@ def summary_rows(summary: Summary) -> dict[str, dict[str, Any]]:
     """Rows in a fixed class order, so two reports line up."""
     names = [c for c in ORDER if c in summary.classes] + sorted(set(summary.classes) - set(ORDER))
     return {name: class_row(summary.classes[name]) for name in names}
-
-
-def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return f"{value:,}"
 
 
 # Headers of one line each (rich would cut a figure, not wrap it, to fit 80 columns); their units
@@ -111,7 +104,7 @@ def runs_table(
         for j, ((label, _, _), run_rows) in enumerate(zip(runs, rows, strict=True)):
             row = run_rows.get(name)
             cells = [name if j == 0 else "", *([label] if several else [])]
-            cells += [_fmt(row[key]) if row else "-" for _, key in COLUMNS]
+            cells += [units.field(row[key], key) if row else "-" for _, key in COLUMNS]
             lines.append((cells, name == ALL, j == len(runs) - 1))
     table = Table(
         title=title,

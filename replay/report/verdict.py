@@ -149,7 +149,8 @@ def _budget_verdict(runs: Sequence[RunView], digests: list[dict[str, Any]]) -> s
         return (
             f"Every budget tried keeps switches cheap: the smallest, {chosen['label']} ({flag}), re-reads "
             f"{chosen['reprocessed_per_switch_mean']:,} tokens per switch and waits "
-            f"{chosen['wait_per_switch_mean_s']:,} s ({chosen['clock']}). {sweep}"
+            f"{chosen['wait_per_switch_mean_s']:,} s ({chosen['clock']}). {sweep} Action: set {flag} or "
+            "a smaller budget the sweep finds."
         )
     return (
         f"Set {flag}: {chosen['label']} is the smallest budget tried that keeps switches as cheap as the "
@@ -157,7 +158,7 @@ def _budget_verdict(runs: Sequence[RunView], digests: list[dict[str, Any]]) -> s
         f"{chosen['wait_per_switch_mean_s']:,} s to the first token per switch, {chosen['clock']}); at "
         f"{low['label']} a switch re-read {low['reprocessed_per_switch_mean']:,} tokens and waited "
         f"{low['wait_per_switch_mean_s']:,} s, and {low['evictions_zero_hits']} of its "
-        f"{low['evictions']} evicted checkpoints had never been restored. {sweep}"
+        f"{low['evictions']} evicted checkpoints had never been restored. {sweep} Action: set {flag}."
     )
 
 

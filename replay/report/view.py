@@ -230,6 +230,13 @@ def is_host_cache(rec: dict[str, Any]) -> bool:
     ).startswith(HOST + "_")
 
 
+def disk_at_start(header: dict[str, Any]) -> float:
+    """MiB of disk KV already on disk when the run started (a scenario's earlier day: its
+    `[[leftovers]]`), so the strip's line and its evictions of those files agree."""
+    value = (header.get("target") or {}).get("disk_at_start_mib")
+    return float(value) if isinstance(value, int | float) and value > 0 else 0.0
+
+
 def cache_kind(res: RunResults) -> str:
     """`host` when the server's log speaks of a host-RAM prompt cache (llama-server), else `disk`."""
     return "host" if any(is_host_cache(s) for s in res.server) else "disk"
@@ -268,7 +275,7 @@ def _disk(res: RunResults, requests: list[RequestView], kind: str) -> list[DiskP
             else:
                 span = req.queue + req.io + req.prefill + req.decode
                 times[id(s)] = req.start + req.queue + span * (i + 1) / (len(group) + 1)
-    used = 0.0
+    used = disk_at_start(res.run) if kind == "disk" else 0.0
     out: list[DiskPoint] = []
     for s in sorted(events, key=lambda s: (times[id(s)], _int(s.get("line")))):
         # A host-cache save makes an entry of its state and the slot's checkpoints (`entry_mib`).

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from replay.scenario.spec import Scenario
-from replay.sim.model.config import GiB, SimConfig
+from replay.sim.model.config import GiB, MiB, SimConfig
 from replay.sim.model.disk import Checkpoint
 from replay.sim.model.seq import TokenSeq
 from replay.sim.server.files import CheckpointFiles
@@ -76,14 +76,20 @@ def leftover_checkpoints(spec: Scenario, trace_path: Path, cfg: SimConfig) -> li
 
 def write_leftovers(
     spec: Scenario, trace_path: Path, kv_dir: Path, flags: list[str] | None = None, clock: str | None = None
-) -> int:
+) -> list[Checkpoint]:
     """Write the spec's `[[leftovers]]` into `kv_dir` (sizes by the arm's simulator flags, ages
-    from `clock`, the simulator's `--clock`, else now); returns how many files."""
+    from `clock`, the simulator's `--clock`, else now); returns the files written."""
     if not spec.leftovers:
-        return 0
+        return []
     cfg, _ = parse([*(flags or []), "--kv-disk-dir", str(kv_dir)])
     files = CheckpointFiles(kv_dir, clock_epoch(clock))
     cps = leftover_checkpoints(spec, trace_path, cfg)
     for cp in cps:
         files.write(cp)
-    return len(cps)
+    return cps
+
+
+def disk_mib(files: list[Checkpoint]) -> float:
+    """What the files take of the disk budget, in MiB (their modelled sizes): the level the
+    report's disk strip starts from."""
+    return round(sum(cp.size for cp in files) / MiB, 1)

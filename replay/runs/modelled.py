@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.metrics.results import RunResults
-from replay.runs.leftovers import leftover_checkpoints
+from replay.runs.leftovers import disk_mib, leftover_checkpoints
 from replay.scenario.spec import Arm, Scenario
 from replay.sim.model import events as ev
 from replay.sim.model.config import SimConfig
@@ -48,8 +48,12 @@ def model_arm(spec: Scenario, arm: Arm, trace_path: Path) -> RunResults:
     # Trace time and modelled time are the same seconds (a scenario replays at speed = scale).
     schedule = Schedule(spec.run.plan, concurrency=spec.run.concurrency, round_robin=spec.run.round_robin)
     origin = min((e.t for e in entries), default=0.0)
-    timeline = Timeline(entries, cfg, schedule, leftover_checkpoints(spec, trace_path, cfg), origin)
-    return _results(timeline, origin, str(trace_path), {"scenario": spec.name, "arm": arm.name})
+    leftovers = leftover_checkpoints(spec, trace_path, cfg)
+    timeline = Timeline(entries, cfg, schedule, leftovers, origin)
+    res = _results(timeline, origin, str(trace_path), {"scenario": spec.name, "arm": arm.name})
+    if leftovers:
+        res.run["target"]["disk_at_start_mib"] = disk_mib(leftovers)
+    return res
 
 
 def _results(timeline: Timeline, origin: float, path: str, header: dict[str, Any]) -> RunResults:

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
-from replay.runs.leftovers import write_leftovers
+from replay.runs.leftovers import disk_mib, write_leftovers
 from replay.runs.pipeline import Replayed, ReplayJob, RunOptions, RunOutcome, finish, replay
 from replay.runs.probe import replay_restarting
 from replay.runs.targets import Target, open_target, resolve_target
@@ -71,8 +71,10 @@ def _job(
     trace_path: Path,
     timeout_s: float,
     workdir: Path,
+    disk_at_start_mib: float = 0.0,
 ) -> ReplayJob:
-    """What replaying one arm against a server that is already up takes."""
+    """What replaying one arm against a server that is already up takes; `disk_at_start_mib`:
+    what an earlier day's files take of the disk budget (the report's disk strip starts there)."""
     speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
     plan = make_plan(
         spec.run.plan, concurrency=spec.run.concurrency, speed=speed, round_robin=spec.run.round_robin
@@ -83,7 +85,12 @@ def _job(
         options=RunOptions(plan, think=spec.run.think, timeout=timeout_s),
         out=out / f"{spec.name}-{arm.name}.results.jsonl",
         workdir=workdir,
-        header={"scenario": spec.name, "arm": arm.name, "time_scale": scale},
+        header={
+            "scenario": spec.name,
+            "arm": arm.name,
+            "time_scale": scale,
+            **({"disk_at_start_mib": disk_at_start_mib} if disk_at_start_mib else {}),
+        },
     )
 
 
@@ -211,14 +218,20 @@ def run_arms(
             resolve_target("sim", None, arm_sim_flags(arm, scale, first_request_clock(armed, trace_path)), d)
             for (armed, arm, trace_path, _), d in zip(prepared, scratch, strict=True)
         ]
-        for (armed, arm, trace_path, _), d in zip(prepared, scratch, strict=True):
-            write_leftovers(
-                armed, trace_path, d / "kv", list(arm.sim), first_request_clock(armed, trace_path)
+        at_start = [
+            disk_mib(
+                write_leftovers(
+                    armed, trace_path, d / "kv", list(arm.sim), first_request_clock(armed, trace_path)
+                )
             )
+            for (armed, arm, trace_path, _), d in zip(prepared, scratch, strict=True)
+        ]
         with _serve_all(targets, scratch) as served:
             jobs = [
-                _job(armed, arm, out, srv, scale, trace_path, timeout_s, d / "work")
-                for (armed, arm, trace_path, _), srv, d in zip(prepared, served, scratch, strict=True)
+                _job(armed, arm, out, srv, scale, trace_path, timeout_s, d / "work", mib)
+                for (armed, arm, trace_path, _), srv, d, mib in zip(
+                    prepared, served, scratch, at_start, strict=True
+                )
             ]
             say = _quiet if console is None else (lambda m: console.print(m, highlight=False))
             replayed = replay(jobs, say=say)

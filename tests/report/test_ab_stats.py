@@ -296,3 +296,39 @@ def test_every_verdict_ends_with_what_to_do_naming_the_change() -> None:
     assert verdict(better, {"status": "differ", "matched": 1, "compared": 2}, None, build)[
         "action"
     ].startswith("check the outputs before taking build B")
+
+
+def test_ab_figures_read_with_their_units_from_one_table() -> None:
+    """Issue #38: the A/B page printed token counts as `136865.000` and TTFT without a unit beside
+    the modelled prefill seconds. Every cell goes through `replay.report.units`."""
+    from replay.report.ab import stats_cells
+
+    rng = random.Random(5)
+    pairs = []
+    for _ in range(4):
+        a = [(136_865 + rng.randint(-50, 50), rng.uniform(0.9, 1.1)) for _ in range(20)]
+        pairs.append((records(a), records([(t * 2, s * 2) for t, s in a])))
+    rows = compare(matched_units(pairs))
+    cells = {(c[0], c[1]): c for c in stats_cells(rows)}
+    tokens = cells[("switch", "re-processed tokens per request")]
+    assert re.fullmatch(r"136,8\d\d tokens", tokens[2]) and re.fullmatch(r"273,\d{3} tokens", tokens[3]), (
+        tokens
+    )
+    assert ".000" not in tokens[2]
+    assert re.fullmatch(r"\d\.\d{3} s", cells[("switch", "TTFT p50")][2])
+
+
+def test_one_changed_flag_reads_as_one_change_even_from_an_older_ab_json() -> None:
+    from replay.report.ab import difference_text
+
+    old = {
+        "field": "flag --kv-disk-space-mb",
+        "a": "8192",
+        "b": "65536",
+        "detail": "B removes 8192; B adds 65536",
+    }
+    assert difference_text(old) == "--kv-disk-space-mb: 8192 -> 65536"
+    assert (
+        difference_text({"field": "flag --swa-full", "a": None, "b": "(set)"})
+        == "--swa-full: (not set) -> (set)"
+    )

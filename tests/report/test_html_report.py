@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from replay.metrics.record import RequestRecord, Usage
@@ -306,3 +307,34 @@ def test_disk_events_from_the_log_beside_the_results(tmp_path: Path) -> None:
     assert [(p.event, p.tokens) for p in run.disk] == [("store", 10_240), ("evict", 2048)]
     assert run.disk[-1].used_mib == pytest.approx(345.0 - 69.0)
     assert digest(run)["evictions_zero_hits"] == 1
+
+
+def test_the_disk_strip_starts_with_an_earlier_days_files(tmp_path: Path) -> None:
+    """Issue #38: slow-morning's 24G strip sat at 15-17 GiB under its 24 GiB line while evictions
+    fired all along: the previous day's 8.6 GB on disk at the start was left out of the line."""
+    plain = load_run(make_results(tmp_path / "plain.jsonl", "4G", reread=True))
+    path = make_results(tmp_path / "day2.jsonl", "4G", reread=True)
+    lines = path.read_bytes().split(b"\n")
+    header = orjson.loads(lines[0])
+    header["target"]["disk_at_start_mib"] = 8192.0
+    path.write_bytes(b"\n".join([orjson.dumps(header), *lines[1:]]))
+    day2 = load_run(path)
+    assert [round(b.used_mib - a.used_mib) for a, b in zip(plain.disk, day2.disk, strict=True)] == [
+        8192
+    ] * len(plain.disk)
+    # An eviction of a file the run did not store still lowers the line (it no longer stops at 0).
+    assert min(p.used_mib for p in day2.disk) > 8192 - 2360
+
+
+def test_a_scenario_walk_records_what_its_leftovers_take(tmp_path: Path) -> None:
+    from replay.runs.modelled import model_arm
+    from replay.scenario import find_scenario
+    from replay.scenario.build import generate
+
+    spec = find_scenario("slow-morning")
+    arm = spec.arm("24G")
+    trace = tmp_path / "t.jsonl"
+    generate(spec.with_params(arm.params), trace)
+    res = model_arm(spec.with_params(arm.params), arm, trace)
+    at_start = res.run["target"]["disk_at_start_mib"]
+    assert 8.0 * 1024 < at_start < 8.7 * 1024  # "8.6 GB of the previous day's checkpoints"

@@ -209,7 +209,10 @@ def test_report_json_carries_what_the_page_shows(tmp_path: Path) -> None:
     assert modelled["ttft_p50_s"] > 100 and run["classes"]["switch"]["ttft_p50_s"] < 1
     assert modelled["ttft_p99_s"] >= modelled["ttft_p50_s"]
     assert run["disk"]["budget_mib"] == 4096 and run["disk"]["peak_mib"] > 0
+    # The one table of units the terminal and the page format by (`replay.report.units`).
+    assert doc["units"]["ttft_p50_s"] == "seconds" and doc["units"]["mean_reprocessed"] == "tokens"
     assert doc["verdict"].startswith("the switch pathology appeared") and "Action: " in doc["verdict"]
+    assert doc["action"].startswith("find the disk budget") and doc["verdict"].endswith(doc["action"])
     page = tmp_path / "page"
     _cli("report", str(small), "--html", str(page))
     assert 'id="walker"' in (page / "index.html").read_text()

@@ -24,12 +24,15 @@ def test_a_budget_comparison_names_the_smallest_budget_that_keeps_switches_cheap
     assert said.startswith("Set `--kv-disk-space-mb 65536`: 64G is the smallest budget tried")
     assert "at 4G a switch re-read 95,000 tokens" in said
     assert "replay size sweep" in said
+    assert said.endswith("Action: set `--kv-disk-space-mb 65536`.")  # every verdict ends with what to do
 
 
 def test_when_every_budget_is_cheap_the_smallest_is_enough(tmp_path: Path) -> None:
     a = make_results(tmp_path / "a.jsonl", "32G", reread=False, budget_mib=32768)
     b = make_results(tmp_path / "b.jsonl", "64G", reread=False, budget_mib=65536)
-    assert _verdict(a, b).startswith("Every budget tried keeps switches cheap: the smallest, 32G")
+    said = _verdict(a, b)
+    assert said.startswith("Every budget tried keeps switches cheap: the smallest, 32G")
+    assert said.endswith("Action: set `--kv-disk-space-mb 32768` or a smaller budget the sweep finds.")
 
 
 def test_one_run_whose_switches_re_read_says_the_pathology_appeared_and_where(tmp_path: Path) -> None:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from rich.console import Console
 
 from replay.commands.scenario import ShowArgs, gap_line, show
@@ -36,3 +41,16 @@ def test_a_known_gap_is_one_line_unless_verbose() -> None:
     assert "\n" not in line and len(line) < len(expect.gap) / 2
     assert line.endswith("model " + expect.gap.split(": ")[0])
     assert gap_line(verdict, verbose=True).endswith(expect.gap.split(": ", 1)[1])
+
+
+def test_scenario_run_prints_the_verdict_ending_with_its_action(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "replay", "scenario", "run", "switching", "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "2000"},
+    )
+    assert done.returncode == 0, done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("verdict: "))
+    assert "Action: set `--kv-disk-space-mb " in line, line
