@@ -1,4 +1,7 @@
-"""Results file (JSONL, `agent-replay-results/1`): written append-only, read back for reports.
+"""Results file (JSONL, `agent-replay-results/2`): written append-only, read back for reports.
+
+Version 2 adds `backend` and `backend_source` to every request line (which of several targets
+served it); a version 1 file reads as one whose requests all went to the run's one target.
 
 Every request line is flushed as soon as it is measured, so a run cut short by Ctrl-C, a crash or
 a timeout keeps every result it had; the `summary` line at the end carries mergeable histograms.
@@ -17,7 +20,8 @@ from replay.errors import TraceError
 from replay.metrics.hist import Summary
 from replay.metrics.record import RequestRecord, micros
 
-FORMAT = "agent-replay-results/1"
+FORMAT = "agent-replay-results/2"
+FORMATS = ("agent-replay-results/1", FORMAT)  # what the reader takes
 
 
 def _between(start: int | None, end: int | None) -> float | None:
@@ -77,6 +81,9 @@ def request_line(rec: RequestRecord) -> dict[str, Any]:
         "client_queue_s": _between(rec.t_first_token, rec.t_first_token_read),
         # The server's own decode speed where it reports one (llama.cpp `timings`).
         "server_decode_tps": _server_decode_tps(rec.timings),
+        # Version 2: which backend served it (null: the run's one target) and who said so.
+        "backend": rec.backend,
+        "backend_source": rec.backend_source,
     }
     if rec.x_sim is not None:
         line["modelled"] = rec.x_sim
@@ -224,7 +231,7 @@ def read_results(path: str | Path) -> RunResults:
                 raise TraceError(path, n, "each line of a results file must be a JSON object")
             kind = obj.get("kind")
             if n == 1:
-                if kind != "run" or obj.get("format") != FORMAT:
+                if kind != "run" or obj.get("format") not in FORMATS:
                     raise TraceError(path, n, f"not a results file (expected a '{FORMAT}' run header)")
                 run = obj
                 out = RunResults(path=path, run=run)

@@ -22,6 +22,7 @@ import httpx
 from rich.console import Console
 
 from replay.engine.plans import Plan
+from replay.engine.routing import DEFAULT_ROUTING, check_routing
 from replay.engine.run import Engine, EngineConfig, check_options
 from replay.errors import TargetError, UsageError
 from replay.metrics.record import RequestRecord
@@ -98,15 +99,23 @@ class RunOptions:
     start_at: float | None = None  # epoch seconds: the schedule begins then (a sharded run's barrier)
     loop: str = "auto"
     connections: str = "auto"
+    routing: str = DEFAULT_ROUTING  # over several targets (engine.routing)
+    session_header: str | None = None
+    session_field: str | None = None
 
     def __post_init__(self) -> None:
         check_options(
             self.history, self.think, self.api, self.timeout, self.max_duration, self.loop, self.connections
         )
+        check_routing(self.routing, self.session_header, self.session_field)
 
-    def engine_config(self, base_url: str) -> EngineConfig:
+    def engine_config(self, base_url: str, backends: tuple[str, ...] = ()) -> EngineConfig:
         return EngineConfig(
             base_url=base_url,
+            backends=backends,
+            routing=self.routing,
+            session_header=self.session_header,
+            session_field=self.session_field,
             api=self.api,
             model=self.model,
             history=self.history,
@@ -130,10 +139,19 @@ class ReplayJob:
     header: dict[str, Any] = field(default_factory=dict)  # added to the target header
     workers: int = 1  # processes to spread the sessions over
     shard: tuple[int, int] = (1, 1)  # the shard `trace` already is (workers split it further)
+    # Several targets: every backend the client routes over (`served` is the first of them).
+    fleet: tuple[Served, ...] = ()
 
     @property
     def kind(self) -> str:
         return self.served.target.kind
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return tuple(s.url for s in self.fleet) if len(self.fleet) > 1 else ()
+
+    def engine_config(self) -> EngineConfig:
+        return self.options.engine_config(self.served.url, self.backends)
 
 
 Restart = Callable[["Served", int], tuple["Served", dict[str, Any]]]
@@ -194,6 +212,11 @@ def target_header(job: ReplayJob, say: Say) -> dict[str, Any]:
         "effective": settings,
         "warnings": warnings,
     }
+    if job.backends:
+        target["backends"] = list(job.backends)
+        target["routing"] = job.options.routing
+    if job.options.session_header is not None or job.options.session_field is not None:
+        target["affinity"] = {"header": job.options.session_header, "field": job.options.session_field}
     target.update(job.header)
     return target
 
@@ -216,7 +239,8 @@ def replay(
     if len(jobs) != 1 and (hooks.restart is not None or any(j.workers > 1 for j in jobs)):
         raise UsageError("workers and restarts apply to a replay of one trace")
     for job in jobs:
-        check_reachable(job.served.url)
+        for url in job.backends or (job.served.url,):
+            check_reachable(url)
     targets = [target_header(job, say) for job in jobs]
     start_at = jobs[0].options.start_at
     if start_at is not None and (late := late_notice(start_at)) is not None:
@@ -234,7 +258,7 @@ def replay(
                 Recording(
                     j.trace,
                     j.options.plan,
-                    j.options.engine_config(j.served.url),
+                    j.engine_config(),
                     j.out,
                     t,
                     keep_records=reads_records(j.served),
@@ -280,7 +304,7 @@ def _warn_disagreements(metrics: dict[str, Any], say: Say) -> None:
 
 def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
     """The job's sessions over `job.workers` processes (their parts merge exactly)."""
-    config = job.options.engine_config(job.served.url)
+    config = job.engine_config()
     spread = run_workers(
         job.trace,
         job.options.plan,

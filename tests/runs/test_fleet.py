@@ -1,0 +1,106 @@
+"""Several targets through `replay run`: routed by the client, each line naming its backend."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from scripted_server import Script, ScriptedServer
+
+from replay.metrics.results import read_results
+from replay.trace import TraceWriter
+
+USAGE = {"prompt_tokens": 100, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 40}}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "replay", *args], capture_output=True, text=True, check=False
+    )
+
+
+def _trace(path: Path, sessions: int = 6, turns: int = 3) -> Path:
+    with TraceWriter(path, source="test") as w:
+        for s in range(sessions):
+            w.session(f"s{s}")
+        for turn in range(turns):
+            for s in range(sessions):
+                msgs = [{"role": "user", "content": f"s{s} turn {t}"} for t in range(turn + 1)]
+                w.request(f"s{s}", turn * 0.05 + s * 0.01, msgs, {"max_tokens": 3})
+    return path
+
+
+@pytest.fixture
+def second_server() -> Iterator[ScriptedServer]:
+    with ScriptedServer() as server:
+        yield server
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_over_two_targets_keeps_sessions_sticky_and_names_the_backends(
+    scripted_server: ScriptedServer, second_server: ScriptedServer, tmp_path: Path, workers: int
+) -> None:
+    scripted_server.default = Script(usage=USAGE)
+    second_server.default = Script(usage=USAGE)
+    urls = [scripted_server.url, second_server.url]
+    out = tmp_path / "r.jsonl"
+    done = _cli(
+        "run", str(_trace(tmp_path / "t.jsonl")), "--target", ",".join(urls), "--quiet", "--out", str(out),
+        "--session-header", "X-Session-ID", "--workers", str(workers),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    res = read_results(out)
+    assert res.run["target"]["backends"] == urls and res.run["target"]["routing"] == "sticky"
+    assert res.run["target"]["affinity"] == {"header": "X-Session-ID", "field": None}
+    placed: dict[str, set[str]] = {}
+    for line in res.requests:
+        placed.setdefault(line["session"], set()).add(line["backend"])
+    assert all(len(b) == 1 for b in placed.values()) and len(placed) == 6
+    served = {url: sum(1 for line in res.requests if line["backend"] == url) for url in urls}
+    assert served == {
+        scripted_server.url: len(scripted_server.seen),
+        second_server.url: len(second_server.seen),
+    }
+    assert sum(served.values()) == 18
+
+
+def test_a_list_of_targets_is_running_servers_only(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.jsonl", sessions=1, turns=1)
+    for target, said in (
+        ("http://127.0.0.1:1,sim", "must be a URL"),
+        ("http://127.0.0.1:1,http://127.0.0.1:1", "named twice"),
+    ):
+        done = _cli("run", str(trace), "--target", target, "--quiet", "--out", str(tmp_path / "r.jsonl"))
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+    done = _cli("run", str(trace), "--target", "http://127.0.0.1:1,http://127.0.0.1:2", "--routing", "random",
+                "--out", str(tmp_path / "r.jsonl"))  # fmt: skip
+    assert done.returncode == 2 and "--routing" in done.stderr
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.mark.e2e
+def test_replicas_start_a_simulator_fleet_each_its_own_process_port_and_disk(tmp_path: Path) -> None:
+    server = tmp_path / "fleet.toml"
+    server.write_text(
+        'kind = "sim"\nname = "fleet"\nreplicas = 2\nkv_disk_dir = "auto"\nrouting = "round-robin"\n'
+        'flags = ["--time-scale", "200"]\n'
+    )
+    out, work = tmp_path / "r.jsonl", tmp_path / "work"
+    trace = _trace(tmp_path / "t.jsonl", sessions=2, turns=2)
+    done = _cli(
+        "run", str(trace), "--server", str(server), "--quiet", "--out", str(out), "--workdir", str(work)
+    )
+    assert done.returncode == 0, done.stderr
+    res = read_results(out)
+    backends = res.run["target"]["backends"]
+    assert res.run["target"]["routing"] == "round-robin" and len(set(backends)) == 2
+    assert [line["backend"] for line in res.requests] == [backends[i % 2] for i in range(4)]
+    # Each replica had a disk directory of its own, and a log of its own (so a process of its own).
+    kv = sorted(p.name for p in work.glob("kv/*/replica-*"))
+    assert kv == ["replica-0", "replica-1"]
+    logs = sorted(p.name.split(".")[0] for p in work.glob("fleet-*.log"))
+    assert logs == ["fleet-0", "fleet-1"]
