@@ -100,6 +100,7 @@ class ResultsWriter:
         # Unbuffered: every line goes to the kernel as it is written (one write call, no copy).
         self._out: IO[bytes] = open(self.path, "wb", buffering=0)  # noqa: SIM115 - closed by close()
         self.summary = Summary()
+        self.backends: dict[str, Summary] = {}  # per backend, when the run had several
         self.write({"kind": "run", "format": FORMAT, **header})
 
     def write(self, obj: dict[str, Any]) -> None:
@@ -115,6 +116,11 @@ class ResultsWriter:
         """Write a record's line (into the summary too unless told not to); returns the line."""
         if summarise:
             self.summary.add(rec)
+            if rec.backend is not None:
+                backend = self.backends.get(rec.backend)
+                if backend is None:
+                    backend = self.backends[rec.backend] = Summary()
+                backend.add(rec)
         line = request_line(rec)
         self.write(line)
         return line
@@ -123,7 +129,10 @@ class ResultsWriter:
         """Write the summary line and close; safe to call once on every exit path."""
         if self._out.closed:
             return
-        self.write({"kind": "summary", "classes": self.summary.encode(), **(extra or {})})
+        tail: dict[str, Any] = {"kind": "summary", "classes": self.summary.encode()}
+        if self.backends:  # version 2: the same classes per backend
+            tail["backends"] = {name: s.encode() for name, s in self.backends.items()}
+        self.write({**tail, **(extra or {})})
         self._out.close()
 
 
@@ -156,6 +165,19 @@ class RunResults:
         for line in self.requests:
             summary.add_line(line)
         return summary
+
+    @property
+    def backends(self) -> dict[str, Summary]:
+        """Per-backend classes of a run over several targets (empty for one): the summary's, or
+        rebuilt from the request lines if the run was cut short."""
+        if self.summary_line is not None:
+            return {k: Summary.decode(v) for k, v in (self.summary_line.get("backends") or {}).items()}
+        out: dict[str, Summary] = {}
+        for line in self.requests:
+            backend = line.get("backend")
+            if isinstance(backend, str):
+                out.setdefault(backend, Summary()).add_line(line)
+        return out
 
 
 # Fields of a `request` line the reports compute with: counts, seconds, text.
@@ -201,6 +223,13 @@ def _summary_problem(obj: dict[str, Any]) -> str | None:
         Summary.decode(classes)
     except Exception as exc:  # whatever damage the encoded histograms hold
         return f"summary 'classes' are damaged ({type(exc).__name__})"
+    backends = obj.get("backends", {})
+    if not isinstance(backends, dict):
+        return "summary 'backends' must be an object"
+    for name, each in backends.items():
+        problem = _summary_problem({"classes": each})
+        if problem is not None:
+            return f"summary backend {name!r}: {problem}"
     return None
 
 

@@ -66,6 +66,8 @@ def test_run_over_two_targets_keeps_sessions_sticky_and_names_the_backends(
         second_server.url: len(second_server.seen),
     }
     assert sum(served.values()) == 18
+    # The summary's classes per backend (merged from the workers' parts when there were two).
+    assert {url: s.classes["all"].count for url, s in res.backends.items()} == served
 
 
 def test_a_list_of_targets_is_running_servers_only(tmp_path: Path) -> None:
