@@ -147,6 +147,11 @@ class ReplayJob:
         return self.served.target.kind
 
     @property
+    def servers(self) -> tuple[Served, ...]:
+        """Every server the job sends to: its fleet, or the one it has."""
+        return self.fleet if len(self.fleet) > 1 else (self.served,)
+
+    @property
     def backends(self) -> tuple[str, ...]:
         return tuple(s.url for s in self.fleet) if len(self.fleet) > 1 else ()
 
@@ -182,6 +187,7 @@ class Replayed:
     metrics: list[dict[str, Any]]  # one `metrics` line per server process
     memory: list[dict[str, Any]]  # one `memory` line per server process the tool started
     processes: list[Served]  # every server process, in order (more than one after restarts)
+    backends: list[Served] = field(default_factory=list)  # a fleet's servers, side by side
 
     @property
     def exit_code(self) -> int:
@@ -248,8 +254,9 @@ def replay(
     if hooks.restart is not None:
         return [_segmented(jobs[0], targets[0], hooks, say)]
     with ExitStack() as stack:
-        memory = [stack.enter_context(server_memory(j.served, j.workdir)) for j in jobs]
-        counters = [stack.enter_context(watch_counters(j.served)) for j in jobs]
+        # Every backend's memory and counters, each on its own (a fleet: one line per replica).
+        memory = [[stack.enter_context(server_memory(s, j.workdir)) for s in j.servers] for j in jobs]
+        counters = [[stack.enter_context(watch_counters(s)) for s in j.servers] for j in jobs]
         if jobs[0].workers > 1:
             outcomes = [_spread(jobs[0], targets[0])]
         else:
@@ -273,9 +280,31 @@ def replay(
     # Left in reverse order: the counters' last scrape, then the samplers (filling `memory`).
     done = []
     for job, outcome, counted, lines in zip(jobs, outcomes, counters, memory, strict=True):
-        metrics = counted(outcome.results)
-        _warn_disagreements(metrics, say)
-        done.append(Replayed(job.out, outcome, outcome.results, [metrics], lines, [job.served]))
+        if not job.backends:
+            metrics = [counted[0](outcome.results)]
+        else:  # each backend's counters against the requests it served
+            metrics = [
+                {**count([r for r in outcome.results if r.get("backend") == s.url]), "backend": s.url}
+                for count, s in zip(counted, job.servers, strict=True)
+            ]
+        for line in metrics:
+            _warn_disagreements(line, say)
+        memory_lines = [
+            {**line, "backend": s.url} if job.backends else line
+            for each, s in zip(lines, job.servers, strict=True)
+            for line in each
+        ]
+        done.append(
+            Replayed(
+                job.out,
+                outcome,
+                outcome.results,
+                metrics,
+                memory_lines,
+                [job.served],
+                backends=list(job.servers) if job.backends else [],
+            )
+        )
     return done
 
 
@@ -292,7 +321,18 @@ def finish(done: Replayed, log_path: Path | None) -> list[str]:
     Returns what the caller must say about them (cache lines of the log not recognised)."""
     last = done.processes[-1]
     kind = log_kind(last.target.kind, last.build.get("argv") or [])
-    server = server_records(kind, log_path, done.records)
+    if done.backends:  # each replica's own log, with the requests it served
+        server = [
+            {**record, "backend": s.url}
+            for s in done.backends
+            for record in server_records(
+                log_kind(s.target.kind, s.build.get("argv") or []),
+                s.log_path,
+                [r for r in done.records if r.get("backend") == s.url],
+            )
+        ]
+    else:
+        server = server_records(kind, log_path, done.records)
     append_records(done.out, [*done.metrics, *done.memory, *server])
     return log_warnings(server)
 

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 from scripted_server import Script, ScriptedServer
 
@@ -106,3 +107,59 @@ def test_replicas_start_a_simulator_fleet_each_its_own_process_port_and_disk(tmp
     assert kv == ["replica-0", "replica-1"]
     logs = sorted(p.name.split(".")[0] for p in work.glob("fleet-*.log"))
     assert logs == ["fleet-0", "fleet-1"]
+
+
+@pytest.mark.e2e
+def test_every_replica_has_its_own_counters_memory_and_log_records_in_the_results(tmp_path: Path) -> None:
+    server = tmp_path / "fleet.toml"
+    server.write_text(
+        'kind = "sim"\nname = "fleet"\nreplicas = 2\nkv_disk_dir = "auto"\nflags = ["--time-scale", "200"]\n'
+    )
+    out = tmp_path / "r.jsonl"
+    trace = _trace(tmp_path / "t.jsonl", sessions=4, turns=2)
+    done = _cli(
+        "run", str(trace), "--server", str(server), "--routing", "round-robin", "--quiet", "--out", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    res = read_results(out)
+    backends = res.run["target"]["backends"]
+    lines = [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    metrics = [line for line in lines if line["kind"] == "metrics"]
+    assert [m["backend"] for m in metrics] == backends  # one per replica, in order
+    memory = [line for line in lines if line["kind"] == "memory"]
+    assert [m["backend"] for m in memory] == backends and len({m["pid"] for m in memory}) == 2
+    # Each replica's own log, read against the requests it served: its records name it.
+    parsed = [r for r in res.server if r.get("event") == "log_parse"]
+    assert [r["backend"] for r in parsed] == backends and all(r["recognised"] > 0 for r in parsed)
+    served_by = {line["seq"]: line["backend"] for line in res.requests}
+    attributed = [r for r in res.server if r.get("request_seq") is not None]
+    assert attributed and all(served_by[r["request_seq"]] == r["backend"] for r in attributed)
+
+
+@pytest.mark.e2e
+def test_each_replicas_metrics_are_scraped_and_checked_against_the_requests_it_served(tmp_path: Path) -> None:
+    """Simulators playing llama-server expose its /metrics: every replica's counters are checked
+    against its own requests' usage, and its gauges (requests processing, deferred) are kept."""
+    server = tmp_path / "fleet.toml"
+    server.write_text(
+        'kind = "sim"\nname = "fleet"\nreplicas = 2\nflags = ["--server", "llama", "--time-scale", "200"]\n'
+    )
+    out = tmp_path / "r.jsonl"
+    trace = _trace(tmp_path / "t.jsonl", sessions=4, turns=2)
+    done = _cli(
+        "run", str(trace), "--server", str(server), "--routing", "round-robin", "--quiet", "--out", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    res = read_results(out)
+    backends = res.run["target"]["backends"]
+    metrics = [orjson.loads(x) for x in out.read_bytes().splitlines() if b'"kind":"metrics"' in x]
+    assert [m["backend"] for m in metrics] == backends
+    for m in metrics:
+        mine = [line for line in res.requests if line["backend"] == m["backend"]]
+        assert m["ok"] is True and m["requests"] == len(mine) == 4, m
+        prompt = next(c for c in m["checks"] if c["what"] == "prompt")
+        assert prompt["server"] == sum(line["prompt_tokens"] - line["cached_tokens"] for line in mine)
+        assert (
+            "llamacpp:requests_deferred" in m["gauges"]
+            and "max" in m["gauges"]["llamacpp:requests_processing"]
+        )
