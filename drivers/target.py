@@ -22,6 +22,8 @@ Example (every key but ``kind`` is optional; relative paths are relative to the 
     replicas = 3                      # start 3 of this server, each its own PID, port, disk directory
     routing = "sticky"                # over several: sticky | round-robin | least (as --routing)
     session_header = "X-Session-ID"   # as --session-header; session_field as --session-field
+    policy = "cache_aware"            # kind "sglang-router" only: its policy, and
+    backend = "sims.toml"             # the target file of the servers it routes to
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from typing import Any
 
 from replay.errors import UsageError
 
-KINDS = ("ds4", "llamacpp", "vllm", "sglang", "sim", "external")
+KINDS = ("ds4", "llamacpp", "vllm", "sglang", "sglang-router", "sim", "external")
+ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")  # sglang-router's
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,9 @@ class Target:
     routing: str | None = None
     session_header: str | None = None
     session_field: str | None = None
+    # kind 'sglang-router': its policy, and the target file of the servers it fronts.
+    policy: str | None = None
+    backend: Path | None = None
 
     @property
     def where(self) -> str:
@@ -92,6 +98,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "routing": (str,),
     "session_header": (str,),
     "session_field": (str,),
+    "policy": (str,),
+    "backend": (str,),
 }
 
 
@@ -160,6 +168,16 @@ def target_from_dict(data: dict[str, Any], *, path: Path | None = None, name: st
                 raise bad(f"kind 'external' is already running; {key!r} does not apply")
     elif url:
         raise bad("url is only for kind 'external' (set host and port instead)")
+    backend = _resolve(data["backend"], path.parent if path else Path.cwd()) if "backend" in data else None
+    if kind == "sglang-router":
+        if backend is None:
+            raise bad("kind 'sglang-router' needs backend = 'servers.toml' (the servers it routes to)")
+        if not backend.is_file():
+            raise bad(f"backend {backend} is not a file")
+        if data.get("policy", "cache_aware") not in ROUTER_POLICIES:
+            raise bad(f"policy must be one of {', '.join(ROUTER_POLICIES)}, not {data['policy']!r}")
+    elif "backend" in data or "policy" in data:
+        raise bad("backend and policy are for kind 'sglang-router'")
     replicas = data.get("replicas", 1)
     if replicas < 1:
         raise bad(f"replicas must be at least 1, not {replicas}")
@@ -208,6 +226,8 @@ def target_from_dict(data: dict[str, Any], *, path: Path | None = None, name: st
         routing=data.get("routing"),
         session_header=data.get("session_header"),
         session_field=data.get("session_field"),
+        policy=data.get("policy"),
+        backend=backend,
     )
 
 

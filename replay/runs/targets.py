@@ -9,6 +9,7 @@ exactly once afterwards by the drivers' guard.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -137,9 +138,31 @@ def open_targets(
     with ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-run-")))
-        first = stack.enter_context(open_target(servers[0], workdir, service, say))
-        rest = [stack.enter_context(open_target(t, workdir, None, say)) for t in servers[1:]]
+        first = stack.enter_context(_open_one(servers[0], workdir, service, say))
+        rest = [stack.enter_context(_open_one(t, workdir, None, say)) for t in servers[1:]]
         yield [first, *rest]
+
+
+@contextmanager
+def _open_one(
+    target: Target, workdir: Path, service: Path | None, say: Callable[[str], None] | None
+) -> Iterator[Served]:
+    """One server; a router (kind 'sglang-router') after the servers of its backend, which it is
+    given as its workers and which stop after it. Its build record names them and their PIDs."""
+    if target.kind != "sglang-router" or target.backend is None:
+        with open_target(target, workdir, service, say) as served:
+            yield served
+        return
+    with ExitStack() as stack:
+        workers = [
+            stack.enter_context(open_target(t, workdir, service if i == 0 else None, say))
+            for i, t in enumerate(replica_targets(load_target(target.backend)))
+        ]
+        urls = [w.url for w in workers]
+        router = dataclasses.replace(target, flags=(*target.flags, "--worker-urls", *urls))
+        served = stack.enter_context(open_target(router, workdir, None, say))
+        served.build["workers"] = [{"url": w.url, "pid": w.pid, "kind": w.target.kind} for w in workers]
+        yield served
 
 
 def dry_run(target: Target, workdir: Path, service: Path | None, say: Callable[[str], None]) -> None:

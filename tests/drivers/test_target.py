@@ -268,8 +268,22 @@ def test_replicas_are_servers_of_their_own_each_with_a_port_and_disk_directory(t
         ({"kind": "external", "url": "http://a:1", "replicas": 2}, "already running"),
         ({"kind": "sim", "replicas": 2, "flags": ["--kv-disk-dir", "/x"]}, "a disk directory each"),
         ({"kind": "sim", "replicas": 3, "port": 65534}, "out of range"),
+        ({"kind": "sglang-router"}, "needs backend"),
+        ({"kind": "sglang-router", "backend": "/no/such.toml"}, "is not a file"),
+        ({"kind": "sim", "policy": "cache_aware"}, "for kind 'sglang-router'"),
     ],
 )
 def test_a_fleet_that_cannot_be_started_is_refused_before_anything_starts(data, said):
     with pytest.raises(UsageError, match=said):
         target_from_dict(data)
+
+
+def test_an_sglang_router_takes_its_policy_and_refuses_one_it_does_not_have(tmp_path):
+    (tmp_path / "sims.toml").write_text('kind = "sim"\nreplicas = 2\n')
+    router = tmp_path / "router.toml"
+    router.write_text('kind = "sglang-router"\nbackend = "sims.toml"\npolicy = "cache_aware"\n')
+    target = load_target(router)
+    assert (target.policy, target.backend) == ("cache_aware", tmp_path / "sims.toml")
+    router.write_text('kind = "sglang-router"\nbackend = "sims.toml"\npolicy = "sticky"\n')
+    with pytest.raises(UsageError, match="policy must be one of"):
+        load_target(router)

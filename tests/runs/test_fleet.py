@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import psutil
 import pytest
 from scripted_server import Script, ScriptedServer
 
@@ -163,3 +166,44 @@ def test_each_replicas_metrics_are_scraped_and_checked_against_the_requests_it_s
             "llamacpp:requests_deferred" in m["gauges"]
             and "max" in m["gauges"]["llamacpp:requests_processing"]
         )
+
+
+def _router_or_skip() -> None:
+    """SGLang's router comes with the [fleet] extra; CI sets REPLAY_REQUIRE_FLEET=1 so that it runs."""
+    if importlib.util.find_spec("sglang_router") is None:
+        if os.environ.get("REPLAY_REQUIRE_FLEET") == "1":
+            pytest.fail("REPLAY_REQUIRE_FLEET=1 but sglang-router is not installed (pip install '.[fleet]')")
+        pytest.skip("sglang-router is not installed (the [fleet] extra)")
+
+
+@pytest.mark.e2e
+def test_sglang_router_starts_in_front_of_its_simulators_and_all_stop_by_pid(tmp_path: Path) -> None:
+    _router_or_skip()
+    (tmp_path / "sims.toml").write_text(
+        'kind = "sim"\nname = "sims"\nreplicas = 2\nflags = ["--server", "llama", "--time-scale", "200"]\n'
+    )
+    router = tmp_path / "router.toml"
+    router.write_text(
+        'kind = "sglang-router"\npolicy = "round_robin"\nbackend = "sims.toml"\nready_timeout = 120\n'
+    )
+    out, work = tmp_path / "r.jsonl", tmp_path / "work"
+    trace = _trace(tmp_path / "t.jsonl", sessions=2, turns=2)
+    done = _cli(
+        "run", str(trace), "--server", str(router), "--quiet", "--out", str(out), "--workdir", str(work)
+    )
+    assert done.returncode == 0, done.stderr
+    res = read_results(out)
+    target = res.run["target"]
+    assert target["kind"] == "sglang-router" and "--policy" in target["build"]["argv"]
+    assert target["build"]["argv"][target["build"]["argv"].index("--policy") + 1] == "round_robin"
+    workers = target["build"]["workers"]
+    assert len(workers) == 2 and all(w["kind"] == "sim" for w in workers)
+    assert [line["status"] for line in res.requests] == ["ok"] * 4
+    # Round robin: each simulator served two of the four (its llama-server log has a task per request).
+    for i in range(2):
+        log = next(work.glob(f"sims-{i}.*.log")).read_text()
+        assert log.count("launch_slot_") == 2, log[-2000:]
+    pids = [target["build"]["pid"], *(w["pid"] for w in workers)]
+    assert all(
+        not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE for pid in pids
+    )
