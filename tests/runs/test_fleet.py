@@ -207,3 +207,88 @@ def test_sglang_router_starts_in_front_of_its_simulators_and_all_stop_by_pid(tmp
     assert all(
         not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE for pid in pids
     )
+
+
+def _long_trace(path: Path, sessions: int = 3, turns: int = 4) -> Path:
+    """Sessions whose turns each add a few hundred words, each session its own text from the start."""
+    with TraceWriter(path, source="test") as w:
+        for s in range(sessions):
+            w.session(f"s{s}")
+        for turn in range(turns):
+            for s in range(sessions):
+                msgs = [
+                    {"role": "user", "content": " ".join(f"s{s}t{t}w{i}" for i in range(150))}
+                    for t in range(turn + 1)
+                ]
+                w.request(f"s{s}", turn * 0.05 + s * 0.01, msgs, {"max_tokens": 3})
+    return path
+
+
+def _router_run(tmp_path: Path, policy: str) -> list[dict]:
+    (tmp_path / "sims.toml").write_text(
+        'kind = "sim"\nname = "sims"\nreplicas = 2\nflags = ["--server", "llama", "--time-scale", "200"]\n'
+    )
+    router = tmp_path / f"{policy}.toml"
+    router.write_text(
+        f'kind = "sglang-router"\npolicy = "{policy}"\nbackend = "sims.toml"\nready_timeout = 120\n'
+    )
+    out = tmp_path / f"{policy}.jsonl"
+    trace = _long_trace(tmp_path / "t.jsonl")
+    done = _cli(
+        "run", str(trace), "--server", str(router), "--plan", "overlap", "--concurrency", "3",
+        "--history", "recorded", "--quiet", "--out", str(out), "--workdir", str(tmp_path / f"w-{policy}"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return read_results(out).requests
+
+
+def _stays(lines: list[dict]) -> tuple[int, int, list[int]]:
+    """Continuing requests that found their session's previous prompt cached (so went to the replica
+    that served it), of all continuing requests; and what each continuing request re-read beyond
+    the tokens it added."""
+    last: dict[str, int] = {}
+    stayed = continuing = 0
+    extra: list[int] = []
+    for line in sorted(lines, key=lambda x: x["id"]):
+        before = last.get(line["session"])
+        last[line["session"]] = line["prompt_tokens"]
+        if before is None:
+            continue
+        continuing += 1
+        stayed += line["cached_tokens"] >= before - 8  # a few template tokens at the end may differ
+        extra.append(line["reprocessed_tokens"] - (line["prompt_tokens"] - before))
+    return stayed, continuing, extra
+
+
+def _pairs(lines: list[dict]) -> list[tuple[dict, dict]]:
+    """Each continuing request with its session's previous one."""
+    last: dict[str, dict] = {}
+    out = []
+    for line in sorted(lines, key=lambda x: x["id"]):
+        if line["session"] in last:
+            out.append((last[line["session"]], line))
+        last[line["session"]] = line
+    return out
+
+
+@pytest.mark.e2e
+def test_sglang_routers_cache_aware_policy_keeps_conversations_where_round_robin_moves_them(
+    tmp_path: Path,
+) -> None:
+    """What the router promises (sgl-router's src/policies/cache_aware.rs: with the workers in
+    balance, a request goes to the worker whose tree matches most of its text, above
+    --cache-threshold): three conversations, three in flight, two simulated llama-servers.
+    Cache-aware: every continuing request finds its previous prompt cached and re-reads only its
+    new tokens. Round robin (3 sessions over 2 replicas): each turn lands on the other replica."""
+    _router_or_skip()
+    stayed, continuing, extra = _stays(_router_run(tmp_path, "cache_aware"))
+    assert continuing == 9 and stayed / continuing >= 0.95, (stayed, continuing)
+    assert max(extra) <= 8, extra  # only the new turn's tokens (and a few of the template) re-read
+    lines = _router_run(tmp_path, "round_robin")
+    stayed_rr, continuing_rr, extra_rr = _stays(lines)
+    assert continuing_rr == 9 and stayed_rr <= 6, (stayed_rr, continuing_rr)  # 3 in flight: order varies
+    # A move re-reads at least the turn the other replica never saw (a turn adds the same words,
+    # so the same tokens, every time), and at most the whole previous prompt.
+    turn = min(b["prompt_tokens"] - a["prompt_tokens"] for a, b in _pairs(lines))
+    moved = [x for x in extra_rr if x > 8]
+    assert len(moved) == 9 - stayed_rr and all(turn - 8 <= x <= 4 * turn for x in moved), (turn, extra_rr)
