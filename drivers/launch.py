@@ -25,7 +25,7 @@ from drivers.identity import model_fingerprint, native_identity, package_identit
 from drivers.ports import free_port, port_owners
 from drivers.process import ChildProcess
 from drivers.refs import prepare_ref
-from drivers.servers import ds4, external, llamacpp, sglang, sim, vllm
+from drivers.servers import ds4, external, llamacpp, sglang, sglang_router, sim, vllm
 from drivers.servers.base import Launch
 from drivers.target import Target, load_target
 from replay.errors import DriverError
@@ -35,6 +35,7 @@ KINDS: dict[str, ModuleType] = {
     "llamacpp": llamacpp,
     "vllm": vllm,
     "sglang": sglang,
+    "sglang-router": sglang_router,
     "sim": sim,
     "external": external,
 }

@@ -18,19 +18,25 @@ Example (every key but ``kind`` is optional; relative paths are relative to the 
     kill_on_timeout = true            # SIGKILL after stop_timeout (false: leave it and fail loudly)
     kv_disk_dir = "auto"              # ds4/sim: "auto" = a directory of its own per build
     health = "/health"                # override the readiness probe path (HTTP kinds)
-    url = "http://127.0.0.1:8000"     # external only: the server is already running
+    url = "http://127.0.0.1:8000"     # external only: the server is already running (a,b: several)
+    replicas = 3                      # start 3 of this server, each its own PID, port, disk directory
+    routing = "sticky"                # over several: sticky | round-robin | least (as --routing)
+    session_header = "X-Session-ID"   # as --session-header; session_field as --session-field
+    policy = "cache_aware"            # kind "sglang-router" only: its policy, and
+    backend = "sims.toml"             # the target file of the servers it routes to
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from replay.errors import UsageError
 
-KINDS = ("ds4", "llamacpp", "vllm", "sglang", "sim", "external")
+KINDS = ("ds4", "llamacpp", "vllm", "sglang", "sglang-router", "sim", "external")
+ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")  # sglang-router's
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,15 @@ class Target:
     health: str | None = None
     url: str | None = None
     ref: str | None = None  # a git ref of `checkout`, built in its own worktree (drivers.refs)
+    replicas: int = 1  # how many of this server to start (a fleet on one machine)
+    replica: int | None = None  # which one this is, of a fleet `replica_targets` made
+    # How a run routes over several targets; None: the run's options (checked by the engine).
+    routing: str | None = None
+    session_header: str | None = None
+    session_field: str | None = None
+    # kind 'sglang-router': its policy, and the target file of the servers it fronts.
+    policy: str | None = None
+    backend: Path | None = None
 
     @property
     def where(self) -> str:
@@ -79,6 +94,12 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "health": (str,),
     "url": (str,),
     "ref": (str,),
+    "replicas": (int,),
+    "routing": (str,),
+    "session_header": (str,),
+    "session_field": (str,),
+    "policy": (str,),
+    "backend": (str,),
 }
 
 
@@ -147,6 +168,27 @@ def target_from_dict(data: dict[str, Any], *, path: Path | None = None, name: st
                 raise bad(f"kind 'external' is already running; {key!r} does not apply")
     elif url:
         raise bad("url is only for kind 'external' (set host and port instead)")
+    backend = _resolve(data["backend"], path.parent if path else Path.cwd()) if "backend" in data else None
+    if kind == "sglang-router":
+        if backend is None:
+            raise bad("kind 'sglang-router' needs backend = 'servers.toml' (the servers it routes to)")
+        if not backend.is_file():
+            raise bad(f"backend {backend} is not a file")
+        if data.get("policy", "cache_aware") not in ROUTER_POLICIES:
+            raise bad(f"policy must be one of {', '.join(ROUTER_POLICIES)}, not {data['policy']!r}")
+    elif "backend" in data or "policy" in data:
+        raise bad("backend and policy are for kind 'sglang-router'")
+    replicas = data.get("replicas", 1)
+    if replicas < 1:
+        raise bad(f"replicas must be at least 1, not {replicas}")
+    if replicas > 1:
+        if kind == "external":
+            raise bad("kind 'external' is already running; name several as url = 'http://A,http://B'")
+        for flag in ("--kv-disk-dir", "--slot-save-path"):
+            if flag in [str(f) for f in flags]:
+                raise bad(f"replicas need a disk directory each: set kv_disk_dir instead of the {flag} flag")
+        if port is not None and port + replicas > 65536:
+            raise bad(f"replicas take ports {port}..{port + replicas - 1}: out of range")
     if "kv_disk_dir" in data and kind not in ("ds4", "sim"):
         raise bad(f"kv_disk_dir applies to ds4 and sim, not {kind}")
     if "kv_disk_dir" in data and "--kv-disk-dir" in [str(f) for f in flags]:
@@ -180,7 +222,38 @@ def target_from_dict(data: dict[str, Any], *, path: Path | None = None, name: st
         health=data.get("health"),
         url=url,
         ref=data.get("ref"),
+        replicas=replicas,
+        routing=data.get("routing"),
+        session_header=data.get("session_header"),
+        session_field=data.get("session_field"),
+        policy=data.get("policy"),
+        backend=backend,
     )
+
+
+def replica_targets(target: Target) -> list[Target]:
+    """The servers a target stands for: itself, its `replicas` (each named `NAME-i`, on port
+    `port + i` when a port is set, with a disk directory of its own), or the running servers an
+    external `url = 'A,B'` lists."""
+    if target.kind == "external" and target.url is not None and "," in target.url:
+        urls = [u.strip().rstrip("/") for u in target.url.split(",")]
+        if len(set(urls)) != len(urls) or not all(u.startswith(("http://", "https://")) for u in urls):
+            raise UsageError(
+                f"{target.where}: url must list distinct URLs (http://HOST:PORT), not {target.url!r}"
+            )
+        return [replace(target, url=u, name=f"{target.name}-{i}", replica=i) for i, u in enumerate(urls)]
+    if target.replicas == 1:
+        return [target]
+    return [
+        replace(
+            target,
+            name=f"{target.name}-{i}",
+            port=None if target.port is None else target.port + i,
+            replicas=1,
+            replica=i,
+        )
+        for i in range(target.replicas)
+    ]
 
 
 def _resolve(value: str, base: Path) -> Path:

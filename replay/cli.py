@@ -64,8 +64,33 @@ def run(
     target: Annotated[
         str | None,
         typer.Option(
-            help="Server URL, or sim[:preset]: the simulator (default); sim:llama[:preset] plays llama-server.",
+            help="Server URL (URL1,URL2,...: several, routed by --routing), or sim[:preset]: the simulator "
+            "(default); sim:llama[:preset] plays llama-server.",
             rich_help_panel=SERVER,
+        ),
+    ] = None,
+    routing: Annotated[
+        str | None,
+        typer.Option(
+            help="Over several targets: sticky (a session stays on one; default) | round-robin | least "
+            "(in flight).",
+            rich_help_panel=SERVER,
+        ),
+    ] = None,
+    session_header: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="Send each session's affinity value (stable across runs) in this header, e.g. X-Session-ID.",
+            rich_help_panel=REQUESTS,
+        ),
+    ] = None,
+    session_field: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="...and in this body field, for a router that reads the body.",
+            rich_help_panel=REQUESTS,
         ),
     ] = None,
     server: Annotated[
@@ -166,6 +191,9 @@ def run(
     args = RunArgs(
         trace=trace,
         target=target,
+        routing=routing,
+        session_header=session_header,
+        session_field=session_field,
         server=server,
         service=service,
         workdir=workdir,

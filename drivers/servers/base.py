@@ -45,10 +45,12 @@ def refuse_flags(target: Target, *names: str, use: str) -> None:
 
 
 def kv_disk_dir(target: Target, workdir: Path, build_key: str) -> Path | None:
-    """ds4-style disk KV directory: one per build under the run directory, or the user's own."""
+    """ds4-style disk KV directory: one per build under the run directory, or the user's own; a
+    replica of a fleet (`replicas = N`) has one of its own inside it."""
     if target.kv_disk_dir is None:
         return None
-    return workdir / "kv" / build_key if target.kv_disk_dir == "auto" else Path(target.kv_disk_dir)
+    path = workdir / "kv" / build_key if target.kv_disk_dir == "auto" else Path(target.kv_disk_dir)
+    return path if target.replica is None else path / f"replica-{target.replica}"
 
 
 def base_url(host: str, port: int) -> str:

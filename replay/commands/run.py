@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import tempfile
 from dataclasses import dataclass
@@ -9,15 +10,17 @@ from pathlib import Path
 
 from rich.console import Console
 
+from drivers.target import Target
 from replay.commands.report import ReportArgs, report
 from replay.engine.plans import make_plan
+from replay.engine.routing import DEFAULT_ROUTING
 from replay.errors import UsageError
 from replay.metrics.results import read_summary_line
 from replay.outputs import check_file
 from replay.runs.barrier import parse_instant
 from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, ReplayJob, RunOptions, finish, replay
 from replay.runs.targets import dry_run as dry_run_target
-from replay.runs.targets import open_target, resolve_target
+from replay.runs.targets import open_targets, resolve_targets
 from replay.runs.workers import cap_workers
 from replay.trace.reader import read_trace
 from replay.trace.select import parse_shard, select_shard, skip_probes
@@ -46,6 +49,10 @@ class RunArgs:
     workers: int = 1
     loop: str = "auto"
     connections: str = "auto"
+    routing: str | None = None  # over several targets: sticky | round-robin | least (None: the
+    # target file's, else sticky)
+    session_header: str | None = None  # send each session's affinity value in this header
+    session_field: str | None = None  # ... and in this body field
     shard: str | None = None
     start_at: str | None = None  # ISO 8601 instant: every shard's schedule begins then
     quiet: bool = False  # no progress display and no report
@@ -100,9 +107,11 @@ def run(args: RunArgs, console: Console) -> int:
     if missing:
         say(unrecorded_notice(missing))
     with tempfile.TemporaryDirectory(prefix="replay-scratch-") as scratch:
-        tgt = resolve_target(args.target, args.server, shlex.split(args.sim_args), Path(scratch))
+        targets = resolve_targets(args.target, args.server, shlex.split(args.sim_args), Path(scratch))
+        options = with_routing(options, args, targets[0])
         if args.dry_run:
-            dry_run_target(tgt, args.workdir or Path(scratch), args.service, say)
+            for tgt in targets:
+                dry_run_target(tgt, args.workdir or Path(scratch), args.service, say)
             return 0
         loaded, notice = skip_probes(loaded)  # E5-style steps need `replay probe` to restart the server
         if notice:
@@ -112,9 +121,11 @@ def run(args: RunArgs, console: Console) -> int:
             say(capped)
         # The server's log must outlive the server: its records are read after it stops.
         work = args.workdir or Path(scratch) / "work"
-        with open_target(tgt, work, args.service, say=say) as served:
+        with open_targets(targets, work, args.service, say=say) as fleet:
+            served = fleet[0]
             job = ReplayJob(
                 served=served,
+                fleet=tuple(fleet),
                 trace=loaded,
                 options=options,
                 out=args.out,
@@ -144,6 +155,16 @@ def run(args: RunArgs, console: Console) -> int:
         # early, and what failed when the exit code does not say it
         Console(stderr=True).print(line, highlight=False, soft_wrap=True)
     return code
+
+
+def with_routing(options: RunOptions, args: RunArgs, target: Target) -> RunOptions:
+    """The run's routing and session affinity: the options' where given, else the target file's."""
+    return dataclasses.replace(
+        options,
+        routing=args.routing or target.routing or DEFAULT_ROUTING,
+        session_header=args.session_header or target.session_header,
+        session_field=args.session_field or target.session_field,
+    )
 
 
 _ENDINGS = {

@@ -25,6 +25,7 @@ from replay.engine.apis import APIS, ApiCall, make_client
 from replay.engine.connections import MODES as CONNECTION_MODES
 from replay.engine.connections import Connections
 from replay.engine.plans import Plan
+from replay.engine.routing import DEFAULT_ROUTING, make_router, session_key
 from replay.engine.session import HISTORY_MODES, LIVE, SessionState, SessionStates
 from replay.errors import UsageError
 from replay.metrics.held import ClientQueue, HeldLoad, LoopDelay
@@ -49,6 +50,12 @@ class EngineConfig:
     lookahead: int = 4096
     loop: str = "auto"  # the event loop: uvloop when installed (auto), or asyncio's own
     connections: str = "auto"  # keep connections open per target: auto | reuse | fresh
+    # Several targets (`--target URL1,URL2`): every request goes to one of `backends`, as `routing`
+    # says (engine.routing); empty: all go to `base_url`.
+    backends: tuple[str, ...] = ()
+    routing: str = DEFAULT_ROUTING
+    session_header: str | None = None  # a header carrying the session's affinity value
+    session_field: str | None = None  # a body field carrying it (a router that reads the body)
 
 
 THINK_MODES = ("off", "on", "auto")
@@ -152,6 +159,8 @@ class Engine:
         self._response_ids: dict[int, str] = {}  # request id -> the Responses API id its reply got
         self._chained: set[int] = set()  # requests some request names as `previous_response`
         self._order: list[Request] | None = None  # the dispatch order, once `prepare` has run
+        self._router = make_router(config.routing, config.backends)  # None: one target
+        self._affinity: dict[str, str] = {}  # session -> the value its header / body field carries
 
     def _rel(self) -> int:
         return _now_ns() - self._t0
@@ -302,6 +311,16 @@ class Engine:
         elif params.get("max_tokens") is not None:
             max_tokens = min(max_tokens, params["max_tokens"])
         stream = self.config.stream if self.config.stream is not None else params.get("stream", True)
+        extra_body = params.get("extra") or {}
+        config = self.config
+        if config.session_header is not None or config.session_field is not None:
+            key = self._affinity.get(req.session)
+            if key is None:
+                key = self._affinity[req.session] = session_key(req.session)
+            if config.session_header is not None:
+                headers[config.session_header] = key
+            if config.session_field is not None:
+                extra_body = {**extra_body, config.session_field: key}
         messages = state.messages(req, self.by_id)
         self._release(req, state)
         previous_id, previous_n = self._previous(req, state)
@@ -314,7 +333,7 @@ class Engine:
             temperature=params.get("temperature", 0.0),
             stream=bool(stream),
             think=self.config.think,
-            extra_body=params.get("extra") or {},
+            extra_body=extra_body,
             headers=headers,
             timeout_s=self.config.timeout_s,
             previous_response_id=previous_id,
@@ -361,6 +380,13 @@ class Engine:
         def on_state(s: str) -> None:
             progress.sessions[req.session] = s
 
+        router = self._router
+        backend = 0
+        if router is not None:  # chosen now, when it goes: `least` counts what is in flight
+            backend = router.pick(req.session)
+            call.base_url = router.urls[backend]
+            rec.backend = call.base_url
+            rec.backend_source = "client"
         held = self.held.open()
         try:
             await api.send(client, call, on_state, rec)
@@ -370,6 +396,8 @@ class Engine:
             self.sink(rec)
             raise
         finally:
+            if router is not None:
+                router.done(backend)
             self.tracker.on_done()
             progress.in_flight -= 1
             self.held.add(rec.t_sent, rec.t_end, held)

@@ -105,6 +105,9 @@ class RequestRecord:
     x_sim: dict[str, Any] | None = None  # the simulator's modelled times (results: `modelled`)
     response_id: str | None = None  # Responses API: what a later `previous_response_id` names
     reused: bool | None = None  # sent on a connection kept from an earlier request (None: not known)
+    # Which backend served it, of several (`--target URL1,URL2`, a router): None with one target.
+    backend: str | None = None
+    backend_source: str | None = None  # "client": the client chose it; "router": the router said
     n_events: int = 0  # SSE events dispatched
     n_token_events: int = 0  # of which carried a token
     n_comments: int = 0  # keep-alive comment lines
@@ -142,6 +145,8 @@ class RequestRecord:
         x_sim: dict[str, Any] | None = None,
         response_id: str | None = None,
         reused: bool | None = None,
+        backend: str | None = None,
+        backend_source: str | None = None,
         n_events: int = 0,
         n_token_events: int = 0,
         n_comments: int = 0,
@@ -177,6 +182,8 @@ class RequestRecord:
         self.x_sim = x_sim
         self.response_id = response_id
         self.reused = reused
+        self.backend = backend
+        self.backend_source = backend_source
         self.n_events = n_events
         self.n_token_events = n_token_events
         self.n_comments = n_comments

@@ -1,4 +1,7 @@
-"""Results file (JSONL, `agent-replay-results/1`): written append-only, read back for reports.
+"""Results file (JSONL, `agent-replay-results/2`): written append-only, read back for reports.
+
+Version 2 adds `backend` and `backend_source` to every request line (which of several targets
+served it); a version 1 file reads as one whose requests all went to the run's one target.
 
 Every request line is flushed as soon as it is measured, so a run cut short by Ctrl-C, a crash or
 a timeout keeps every result it had; the `summary` line at the end carries mergeable histograms.
@@ -17,7 +20,8 @@ from replay.errors import TraceError
 from replay.metrics.hist import Summary
 from replay.metrics.record import RequestRecord, micros
 
-FORMAT = "agent-replay-results/1"
+FORMAT = "agent-replay-results/2"
+FORMATS = ("agent-replay-results/1", FORMAT)  # what the reader takes
 
 
 def _between(start: int | None, end: int | None) -> float | None:
@@ -77,6 +81,9 @@ def request_line(rec: RequestRecord) -> dict[str, Any]:
         "client_queue_s": _between(rec.t_first_token, rec.t_first_token_read),
         # The server's own decode speed where it reports one (llama.cpp `timings`).
         "server_decode_tps": _server_decode_tps(rec.timings),
+        # Version 2: which backend served it (null: the run's one target) and who said so.
+        "backend": rec.backend,
+        "backend_source": rec.backend_source,
     }
     if rec.x_sim is not None:
         line["modelled"] = rec.x_sim
@@ -93,6 +100,7 @@ class ResultsWriter:
         # Unbuffered: every line goes to the kernel as it is written (one write call, no copy).
         self._out: IO[bytes] = open(self.path, "wb", buffering=0)  # noqa: SIM115 - closed by close()
         self.summary = Summary()
+        self.backends: dict[str, Summary] = {}  # per backend, when the run had several
         self.write({"kind": "run", "format": FORMAT, **header})
 
     def write(self, obj: dict[str, Any]) -> None:
@@ -108,6 +116,11 @@ class ResultsWriter:
         """Write a record's line (into the summary too unless told not to); returns the line."""
         if summarise:
             self.summary.add(rec)
+            if rec.backend is not None:
+                backend = self.backends.get(rec.backend)
+                if backend is None:
+                    backend = self.backends[rec.backend] = Summary()
+                backend.add(rec)
         line = request_line(rec)
         self.write(line)
         return line
@@ -116,7 +129,10 @@ class ResultsWriter:
         """Write the summary line and close; safe to call once on every exit path."""
         if self._out.closed:
             return
-        self.write({"kind": "summary", "classes": self.summary.encode(), **(extra or {})})
+        tail: dict[str, Any] = {"kind": "summary", "classes": self.summary.encode()}
+        if self.backends:  # version 2: the same classes per backend
+            tail["backends"] = {name: s.encode() for name, s in self.backends.items()}
+        self.write({**tail, **(extra or {})})
         self._out.close()
 
 
@@ -149,6 +165,19 @@ class RunResults:
         for line in self.requests:
             summary.add_line(line)
         return summary
+
+    @property
+    def backends(self) -> dict[str, Summary]:
+        """Per-backend classes of a run over several targets (empty for one): the summary's, or
+        rebuilt from the request lines if the run was cut short."""
+        if self.summary_line is not None:
+            return {k: Summary.decode(v) for k, v in (self.summary_line.get("backends") or {}).items()}
+        out: dict[str, Summary] = {}
+        for line in self.requests:
+            backend = line.get("backend")
+            if isinstance(backend, str):
+                out.setdefault(backend, Summary()).add_line(line)
+        return out
 
 
 # Fields of a `request` line the reports compute with: counts, seconds, text.
@@ -194,6 +223,13 @@ def _summary_problem(obj: dict[str, Any]) -> str | None:
         Summary.decode(classes)
     except Exception as exc:  # whatever damage the encoded histograms hold
         return f"summary 'classes' are damaged ({type(exc).__name__})"
+    backends = obj.get("backends", {})
+    if not isinstance(backends, dict):
+        return "summary 'backends' must be an object"
+    for name, each in backends.items():
+        problem = _summary_problem({"classes": each})
+        if problem is not None:
+            return f"summary backend {name!r}: {problem}"
     return None
 
 
@@ -224,7 +260,7 @@ def read_results(path: str | Path) -> RunResults:
                 raise TraceError(path, n, "each line of a results file must be a JSON object")
             kind = obj.get("kind")
             if n == 1:
-                if kind != "run" or obj.get("format") != FORMAT:
+                if kind != "run" or obj.get("format") not in FORMATS:
                     raise TraceError(path, n, f"not a results file (expected a '{FORMAT}' run header)")
                 run = obj
                 out = RunResults(path=path, run=run)

@@ -7,6 +7,7 @@ it can be mailed or attached to an issue as it is.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 import statistics
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from replay.outputs import write_text
-from replay.report import plots, units
+from replay.report import fleet, plots, units
 from replay.report.glossary import GLOSSARY, TERMS
 from replay.report.table import summary_rows
 from replay.report.verdict import verdict
@@ -384,8 +385,9 @@ def render_page(runs: Sequence[RunView], title: str | None = None) -> str:
         parts.append(f'<figure class="plot" data-plot="timeline" data-run="{html.escape(run.label)}">')
         parts.append(plots.timeline(run, x_max))
         parts.append("</figure>")
+    parts.append("</section>")
+    parts += _replicas(runs, x_max)
     parts += [
-        "</section>",
         '<section id="classes"><h2>By switch class</h2>',
         '<figure class="plot" data-plot="classes">',
         plots.by_class(runs),
@@ -436,6 +438,35 @@ def report_json(runs: Sequence[RunView]) -> dict[str, Any]:
             for run, d in zip(runs, digests, strict=True)
         ],
     }
+
+
+def _replicas(runs: Sequence[RunView], x_max: float | None) -> list[str]:
+    """Runs over several backends: a table per replica, how often sessions moved replica and what
+    the moves re-read, and one timeline per replica. Nothing for a run of one target."""
+    fleet_runs = [run for run in runs if len(fleet.backends(run)) > 1]
+    if not fleet_runs:
+        return []
+    parts = [
+        '<section id="replicas"><h2>Replicas</h2>',
+        '<p class="note">A move is a request whose session\'s previous request went to another replica: '
+        "the new one does not hold the conversation, so it re-reads it.</p>",
+    ]
+    for run in fleet_runs:
+        parts.append(f"<h3>{html.escape(run.label)}</h3>")
+        parts.append(_table(fleet.replica_rows(run), fleet.REPLICA_HEADER))
+        parts += [f'<p class="moves">{html.escape(line)}</p>' for line in fleet.move_lines(run)]
+        for backend in fleet.backends(run):
+            mine = dataclasses.replace(
+                run, requests=[r for r in run.requests if r.backend == backend], disk=[]
+            )
+            parts.append(
+                f'<figure class="plot" data-plot="replica-timeline" data-run="{html.escape(run.label)}" '
+                f'data-backend="{html.escape(backend)}"><figcaption>{html.escape(backend)}</figcaption>'
+            )
+            parts.append(plots.timeline(mine, x_max))
+            parts.append("</figure>")
+    parts.append("</section>")
+    return parts
 
 
 @dataclass(slots=True)

@@ -41,6 +41,7 @@ class RequestView:
     output: int
     restored: int = 0
     cache_source: str | None = None
+    backend: str | None = None  # which of several targets served it (results version 2)
 
     @property
     def end(self) -> float:
@@ -180,6 +181,7 @@ def _requests(res: RunResults) -> tuple[list[RequestView], str]:
                 output=_int(rec.get("output_tokens")),
                 restored=restored.get(rec.get("seq"), 0),
                 cache_source=(m or {}).get("cache_source"),
+                backend=rec.get("backend") if isinstance(rec.get("backend"), str) else None,
             )
         )
     return views, "modelled" if modelled else "measured"

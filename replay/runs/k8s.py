@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from replay.engine.routing import split_targets
 from replay.errors import UsageError
 from replay.runs.barrier import parse_instant
 from replay.trace.reader import iter_records
@@ -155,6 +156,8 @@ def _check(run: ShardedRun) -> None:
         raise UsageError(f"{run.trace}: no such trace file")
     if not run.target.startswith(("http://", "https://")):
         raise UsageError(f"--target must be the server's URL as the pods reach it, not {run.target!r}")
+    if "," in run.target:  # several servers, routed by each pod (--run-arg=--routing=...)
+        split_targets(run.target)
     parse_instant(run.start_at)
     for claim in (run.trace_claim, run.results_claim):
         if claim is not None and not _DNS_LABEL.match(claim):

@@ -22,6 +22,7 @@ import httpx
 from rich.console import Console
 
 from replay.engine.plans import Plan
+from replay.engine.routing import DEFAULT_ROUTING, check_routing
 from replay.engine.run import Engine, EngineConfig, check_options
 from replay.errors import TargetError, UsageError
 from replay.metrics.record import RequestRecord
@@ -98,15 +99,23 @@ class RunOptions:
     start_at: float | None = None  # epoch seconds: the schedule begins then (a sharded run's barrier)
     loop: str = "auto"
     connections: str = "auto"
+    routing: str = DEFAULT_ROUTING  # over several targets (engine.routing)
+    session_header: str | None = None
+    session_field: str | None = None
 
     def __post_init__(self) -> None:
         check_options(
             self.history, self.think, self.api, self.timeout, self.max_duration, self.loop, self.connections
         )
+        check_routing(self.routing, self.session_header, self.session_field)
 
-    def engine_config(self, base_url: str) -> EngineConfig:
+    def engine_config(self, base_url: str, backends: tuple[str, ...] = ()) -> EngineConfig:
         return EngineConfig(
             base_url=base_url,
+            backends=backends,
+            routing=self.routing,
+            session_header=self.session_header,
+            session_field=self.session_field,
             api=self.api,
             model=self.model,
             history=self.history,
@@ -130,10 +139,24 @@ class ReplayJob:
     header: dict[str, Any] = field(default_factory=dict)  # added to the target header
     workers: int = 1  # processes to spread the sessions over
     shard: tuple[int, int] = (1, 1)  # the shard `trace` already is (workers split it further)
+    # Several targets: every backend the client routes over (`served` is the first of them).
+    fleet: tuple[Served, ...] = ()
 
     @property
     def kind(self) -> str:
         return self.served.target.kind
+
+    @property
+    def servers(self) -> tuple[Served, ...]:
+        """Every server the job sends to: its fleet, or the one it has."""
+        return self.fleet if len(self.fleet) > 1 else (self.served,)
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return tuple(s.url for s in self.fleet) if len(self.fleet) > 1 else ()
+
+    def engine_config(self) -> EngineConfig:
+        return self.options.engine_config(self.served.url, self.backends)
 
 
 Restart = Callable[["Served", int], tuple["Served", dict[str, Any]]]
@@ -164,6 +187,7 @@ class Replayed:
     metrics: list[dict[str, Any]]  # one `metrics` line per server process
     memory: list[dict[str, Any]]  # one `memory` line per server process the tool started
     processes: list[Served]  # every server process, in order (more than one after restarts)
+    backends: list[Served] = field(default_factory=list)  # a fleet's servers, side by side
 
     @property
     def exit_code(self) -> int:
@@ -194,6 +218,11 @@ def target_header(job: ReplayJob, say: Say) -> dict[str, Any]:
         "effective": settings,
         "warnings": warnings,
     }
+    if job.backends:
+        target["backends"] = list(job.backends)
+        target["routing"] = job.options.routing
+    if job.options.session_header is not None or job.options.session_field is not None:
+        target["affinity"] = {"header": job.options.session_header, "field": job.options.session_field}
     target.update(job.header)
     return target
 
@@ -216,7 +245,8 @@ def replay(
     if len(jobs) != 1 and (hooks.restart is not None or any(j.workers > 1 for j in jobs)):
         raise UsageError("workers and restarts apply to a replay of one trace")
     for job in jobs:
-        check_reachable(job.served.url)
+        for url in job.backends or (job.served.url,):
+            check_reachable(url)
     targets = [target_header(job, say) for job in jobs]
     start_at = jobs[0].options.start_at
     if start_at is not None and (late := late_notice(start_at)) is not None:
@@ -224,8 +254,9 @@ def replay(
     if hooks.restart is not None:
         return [_segmented(jobs[0], targets[0], hooks, say)]
     with ExitStack() as stack:
-        memory = [stack.enter_context(server_memory(j.served, j.workdir)) for j in jobs]
-        counters = [stack.enter_context(watch_counters(j.served)) for j in jobs]
+        # Every backend's memory and counters, each on its own (a fleet: one line per replica).
+        memory = [[stack.enter_context(server_memory(s, j.workdir)) for s in j.servers] for j in jobs]
+        counters = [[stack.enter_context(watch_counters(s)) for s in j.servers] for j in jobs]
         if jobs[0].workers > 1:
             outcomes = [_spread(jobs[0], targets[0])]
         else:
@@ -234,7 +265,7 @@ def replay(
                 Recording(
                     j.trace,
                     j.options.plan,
-                    j.options.engine_config(j.served.url),
+                    j.engine_config(),
                     j.out,
                     t,
                     keep_records=reads_records(j.served),
@@ -249,9 +280,31 @@ def replay(
     # Left in reverse order: the counters' last scrape, then the samplers (filling `memory`).
     done = []
     for job, outcome, counted, lines in zip(jobs, outcomes, counters, memory, strict=True):
-        metrics = counted(outcome.results)
-        _warn_disagreements(metrics, say)
-        done.append(Replayed(job.out, outcome, outcome.results, [metrics], lines, [job.served]))
+        if not job.backends:
+            metrics = [counted[0](outcome.results)]
+        else:  # each backend's counters against the requests it served
+            metrics = [
+                {**count([r for r in outcome.results if r.get("backend") == s.url]), "backend": s.url}
+                for count, s in zip(counted, job.servers, strict=True)
+            ]
+        for line in metrics:
+            _warn_disagreements(line, say)
+        memory_lines = [
+            {**line, "backend": s.url} if job.backends else line
+            for each, s in zip(lines, job.servers, strict=True)
+            for line in each
+        ]
+        done.append(
+            Replayed(
+                job.out,
+                outcome,
+                outcome.results,
+                metrics,
+                memory_lines,
+                [job.served],
+                backends=list(job.servers) if job.backends else [],
+            )
+        )
     return done
 
 
@@ -268,7 +321,18 @@ def finish(done: Replayed, log_path: Path | None) -> list[str]:
     Returns what the caller must say about them (cache lines of the log not recognised)."""
     last = done.processes[-1]
     kind = log_kind(last.target.kind, last.build.get("argv") or [])
-    server = server_records(kind, log_path, done.records)
+    if done.backends:  # each replica's own log, with the requests it served
+        server = [
+            {**record, "backend": s.url}
+            for s in done.backends
+            for record in server_records(
+                log_kind(s.target.kind, s.build.get("argv") or []),
+                s.log_path,
+                [r for r in done.records if r.get("backend") == s.url],
+            )
+        ]
+    else:
+        server = server_records(kind, log_path, done.records)
     append_records(done.out, [*done.metrics, *done.memory, *server])
     return log_warnings(server)
 
@@ -280,7 +344,7 @@ def _warn_disagreements(metrics: dict[str, Any], say: Say) -> None:
 
 def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
     """The job's sessions over `job.workers` processes (their parts merge exactly)."""
-    config = job.options.engine_config(job.served.url)
+    config = job.engine_config()
     spread = run_workers(
         job.trace,
         job.options.plan,

@@ -81,7 +81,7 @@ _LAG_MAX_US = 10_800_000_000  # the histogram's range (3 h)
 _GC_YOUNG = 10_000  # allocations between young-generation passes during a run (the default is 700)
 
 # What the readers of a run's kept records use (the usage check and the server-log correlation).
-KEPT_FIELDS = ("kind", "seq", "status", "prompt_tokens", "cached_tokens", "output_tokens")
+KEPT_FIELDS = ("kind", "seq", "status", "prompt_tokens", "cached_tokens", "output_tokens", "backend")
 
 
 def run_header(

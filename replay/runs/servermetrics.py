@@ -29,6 +29,7 @@ from drivers.scrape import (
     scrape_sync,
 )
 from replay.errors import TargetError
+from replay.runs.serverlog import log_kind
 
 if TYPE_CHECKING:
     from drivers.launch import Served
@@ -37,12 +38,34 @@ if TYPE_CHECKING:
 SHOWN_PREFIXES = ("llamacpp:", "vllm:", "sglang:")
 
 
+def usage_kind(served: Served) -> str:
+    """Whose counters the server exposes: the simulator playing llama-server exposes llama-server's."""
+    return log_kind(served.target.kind, served.build.get("argv") or [])
+
+
 def metrics_url(served: Served) -> str | None:
     """The target's metrics URL, or None when its kind exposes no counters we can compare."""
     path = served.build.get("metrics_path")
-    if not path or served.target.kind not in USAGE_METRICS:
+    if not path or usage_kind(served) not in USAGE_METRICS:
         return None
     return served.url.rstrip("/") + path
+
+
+def gauge_peaks(snapshots: Sequence[Snapshot]) -> dict[str, dict[str, float]]:
+    """The server's gauges (queue, requests in flight, KV use) over the run's scrapes: first, last
+    and highest seen, for those `SHOWN_PREFIXES` name."""
+    out: dict[str, dict[str, float]] = {}
+    for snap in snapshots:
+        for key, value in snap.values.items():
+            if snap.types.get(key) != "gauge" or not key.startswith(SHOWN_PREFIXES):
+                continue
+            seen = out.get(key)
+            if seen is None:
+                out[key] = {"first": value, "last": value, "max": value}
+            else:
+                seen["last"] = value
+                seen["max"] = max(seen["max"], value)
+    return dict(sorted(out.items()))
 
 
 def scrape_before(served: Served) -> Snapshot | None:
@@ -103,7 +126,7 @@ def compare(
     # sums is then no disagreement. One that is lower still is.
     cancelled = [r for r in requests if r.get("status") == "cancelled"]
     measured = [r for r in requests if r.get("status") != "cancelled"] if cancelled else requests
-    checks = check_usage(deltas, measured, kind)
+    checks = check_usage(deltas, measured, usage_kind(served))
     explained = {id(c) for c in checks if cancelled and not c.ok and c.server > c.client}
     problems = disagreements([c for c in checks if id(c) not in explained], deltas)
     counters = {k: v for k, v in sorted(deltas.values.items()) if k.startswith(SHOWN_PREFIXES)}
@@ -116,6 +139,7 @@ def compare(
         "scrapes": len(snapshots),
         "seconds": round(deltas.seconds, 3),
         "counters": counters,
+        "gauges": gauge_peaks(snapshots),
         "checks": [
             {
                 "what": c.what,

@@ -9,6 +9,7 @@ exactly once afterwards by the drivers' guard.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -17,7 +18,8 @@ from pathlib import Path
 from drivers.build import binaries_may_be_missing
 from drivers.guard import Guard, load_guard_config
 from drivers.launch import Served, describe_plan, plan_target, start_target
-from drivers.target import Target, load_target, target_from_dict
+from drivers.target import Target, load_target, replica_targets, target_from_dict
+from replay.engine.routing import split_targets
 from replay.errors import UsageError
 from replay.sim.model.config import PRESETS
 from replay.sim.model.llama.config import PRESETS as LLAMA_PRESETS
@@ -25,6 +27,20 @@ from replay.sim.server.flags import flag_problem, server_kind
 
 # Modelled time runs this many times faster than a real server would, unless the user says.
 DEFAULT_SIM_TIME_SCALE = 200.0
+
+
+def resolve_targets(
+    spec: str | None, server: Path | None, sim_args: list[str], scratch: Path
+) -> list[Target]:
+    """The targets a run's options name: one (see `resolve_target`), or several running servers
+    (`--target URL1,URL2,...`) the client routes over."""
+    if spec is None or "," not in spec:
+        return [resolve_target(spec, server, sim_args, scratch)]
+    if server is not None or sim_args:
+        raise UsageError("--target URL1,URL2 names running servers: give no --server or --sim-args with it")
+    return [
+        target_from_dict({"kind": "external", "url": url}, name="external") for url in split_targets(spec)
+    ]
 
 
 def resolve_target(spec: str | None, server: Path | None, sim_args: list[str], scratch: Path) -> Target:
@@ -107,6 +123,46 @@ def open_target(
             guard = stack.enter_context(Guard(load_guard_config(service), say=say, scratch=workdir))
             adopt = guard.adopt
         yield stack.enter_context(start_target(target, workdir, adopt=adopt))
+
+
+@contextmanager
+def open_targets(
+    targets: list[Target],
+    workdir: Path | None = None,
+    service: Path | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Iterator[list[Served]]:
+    """`open_target` for every server of a run, in order (a target of `replicas = N` is N of them,
+    each its own process); all are stopped when the block ends, the last started first."""
+    servers = [replica for t in targets for replica in replica_targets(t)]
+    with ExitStack() as stack:
+        if workdir is None:
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="replay-run-")))
+        first = stack.enter_context(_open_one(servers[0], workdir, service, say))
+        rest = [stack.enter_context(_open_one(t, workdir, None, say)) for t in servers[1:]]
+        yield [first, *rest]
+
+
+@contextmanager
+def _open_one(
+    target: Target, workdir: Path, service: Path | None, say: Callable[[str], None] | None
+) -> Iterator[Served]:
+    """One server; a router (kind 'sglang-router') after the servers of its backend, which it is
+    given as its workers and which stop after it. Its build record names them and their PIDs."""
+    if target.kind != "sglang-router" or target.backend is None:
+        with open_target(target, workdir, service, say) as served:
+            yield served
+        return
+    with ExitStack() as stack:
+        workers = [
+            stack.enter_context(open_target(t, workdir, service if i == 0 else None, say))
+            for i, t in enumerate(replica_targets(load_target(target.backend)))
+        ]
+        urls = [w.url for w in workers]
+        router = dataclasses.replace(target, flags=(*target.flags, "--worker-urls", *urls))
+        served = stack.enter_context(open_target(router, workdir, None, say))
+        served.build["workers"] = [{"url": w.url, "pid": w.pid, "kind": w.target.kind} for w in workers]
+        yield served
 
 
 def dry_run(target: Target, workdir: Path, service: Path | None, say: Callable[[str], None]) -> None:

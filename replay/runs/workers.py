@@ -497,6 +497,7 @@ def merge_results(
     Written whole into a temporary sibling and renamed, so a failed merge leaves `out` as it was.
     `outcome`: the whole run's (a signal that stopped it), else the first part's that was not done."""
     summary = Summary()
+    backends: dict[str, Summary] = {}
     totals = {"requests": 0, "errors": 0, "cancelled": 0}
     outcomes: list[str] = []
     duration = 0.0
@@ -525,6 +526,8 @@ def merge_results(
                 if rec.get("client_queue_s") is not None:
                     queues.append(rec["client_queue_s"])
             summary.merge(res.summary)
+            for name, part_summary in res.backends.items():
+                backends.setdefault(name, Summary()).merge(part_summary)
             line = res.summary_line or {}
             for key in totals:
                 totals[key] += int(line.get(key) or 0)
@@ -538,6 +541,8 @@ def merge_results(
             duration = max(duration, float(line.get("duration_s") or 0.0))
         outcome = outcome or next((o for o in outcomes if o != "done"), "done")
         tail = {"kind": "summary", "classes": summary.encode(), "outcome": outcome, "duration_s": duration}
+        if backends:
+            tail["backends"] = {name: s.encode() for name, s in backends.items()}
         tail.update(totals, lag_p50_s=percentile(lags, 50), lag_p99_s=percentile(lags, 99), parts=len(parts))
         tail.update(
             in_flight_asked=held["in_flight_asked"] or None,

@@ -236,3 +236,54 @@ def test_sim_target_starts_on_its_listening_line(tmp_path: Path) -> None:
         assert kv.parent == tmp_path / "run" / "kv" and kv.name.startswith("s-")
         assert served.build["argv"][1:3] == ["-m", "replay.sim"]
     assert served.process is not None and served.process.stop().how == "terminated"
+
+
+def test_replicas_are_servers_of_their_own_each_with_a_port_and_disk_directory(tmp_path):
+    from drivers.servers.base import kv_disk_dir
+    from drivers.target import replica_targets
+
+    target = target_from_dict(
+        {"kind": "sim", "name": "fleet", "replicas": 3, "port": 9100, "kv_disk_dir": "auto"}
+    )
+    replicas = replica_targets(target)
+    assert [(t.name, t.port, t.replica, t.replicas) for t in replicas] == [
+        ("fleet-0", 9100, 0, 1),
+        ("fleet-1", 9101, 1, 1),
+        ("fleet-2", 9102, 2, 1),
+    ]
+    dirs = {kv_disk_dir(t, tmp_path, "build") for t in replicas}
+    assert dirs == {tmp_path / "kv" / "build" / f"replica-{i}" for i in range(3)}
+    assert replica_targets(target_from_dict({"kind": "sim"})) == [target_from_dict({"kind": "sim"})]
+    ext = target_from_dict({"kind": "external", "url": "http://a:1, http://b:2/", "routing": "least"})
+    assert [(t.url, t.routing) for t in replica_targets(ext)] == [
+        ("http://a:1", "least"),
+        ("http://b:2", "least"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        ({"kind": "sim", "replicas": 0}, "replicas must be at least 1"),
+        ({"kind": "external", "url": "http://a:1", "replicas": 2}, "already running"),
+        ({"kind": "sim", "replicas": 2, "flags": ["--kv-disk-dir", "/x"]}, "a disk directory each"),
+        ({"kind": "sim", "replicas": 3, "port": 65534}, "out of range"),
+        ({"kind": "sglang-router"}, "needs backend"),
+        ({"kind": "sglang-router", "backend": "/no/such.toml"}, "is not a file"),
+        ({"kind": "sim", "policy": "cache_aware"}, "for kind 'sglang-router'"),
+    ],
+)
+def test_a_fleet_that_cannot_be_started_is_refused_before_anything_starts(data, said):
+    with pytest.raises(UsageError, match=said):
+        target_from_dict(data)
+
+
+def test_an_sglang_router_takes_its_policy_and_refuses_one_it_does_not_have(tmp_path):
+    (tmp_path / "sims.toml").write_text('kind = "sim"\nreplicas = 2\n')
+    router = tmp_path / "router.toml"
+    router.write_text('kind = "sglang-router"\nbackend = "sims.toml"\npolicy = "cache_aware"\n')
+    target = load_target(router)
+    assert (target.policy, target.backend) == ("cache_aware", tmp_path / "sims.toml")
+    router.write_text('kind = "sglang-router"\nbackend = "sims.toml"\npolicy = "sticky"\n')
+    with pytest.raises(UsageError, match="policy must be one of"):
+        load_target(router)

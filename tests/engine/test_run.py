@@ -47,7 +47,7 @@ def test_sample_replay_writes_every_field_and_classifies_switches(scripted_serve
     outcome = replay(scripted_server, SAMPLE, tmp_path / "r.jsonl")
     assert outcome.exit_code == 0 and outcome.requests == 9
     res = read_results(tmp_path / "r.jsonl")
-    assert res.run["format"] == "agent-replay-results/1"
+    assert res.run["format"] == "agent-replay-results/2"
     assert res.run["trace"]["sha256"] and res.run["plan"]["plan"] == "alternate"
     recs = res.requests
     assert [r["switch"] for r in recs[:3]] == [["cold"], ["cold"], ["switch"]]

@@ -1,4 +1,4 @@
-"""A request line of `agent-replay-results/1` keeps every field, in order, with the same values.
+"""A request line keeps every field `agent-replay-results/1` wrote, in order, with the same values.
 
 Readers of old results files (reports, merges, users' own scripts) rely on these names and on the
 rounding of every figure. New fields may be added to the format; none may vanish or change.
@@ -9,11 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from replay.errors import TraceError
 from replay.metrics.record import RequestRecord, Usage, micros, span_ns
-from replay.metrics.results import ResultsWriter, _between
+from replay.metrics.results import ResultsWriter, _between, read_results
 
 # The three lines as `agent-replay-results/1` wrote them before the request record became one type.
 OK_LINE = (
@@ -54,6 +56,7 @@ SUMMARY_ALL = {
 }
 # Fields added to request lines since; anything else new would be a silent format change.
 ADDED = {"connect_s", "headers_s", "first_byte_s", "reused", "client_queue_s", "server_decode_tps"}
+ADDED_IN_2 = {"backend", "backend_source"}  # `agent-replay-results/2`: which of several targets
 ORIGIN = 1_000_000_000_000  # the run started at this monotonic time
 
 
@@ -141,14 +144,14 @@ def _assert_keeps(line: bytes, pinned: bytes) -> None:
     got, want = orjson.loads(line), orjson.loads(pinned)
     assert [k for k in got if k in want] == list(want), "a field vanished or moved"
     assert {k: got[k] for k in want} == want
-    assert set(got) - set(want) <= ADDED
+    assert set(got) - set(want) <= ADDED | ADDED_IN_2
     # Byte for byte, once the added fields are left out.
     assert orjson.dumps({k: got[k] for k in want}) == pinned
 
 
 def test_request_lines_keep_every_field_and_value(tmp_path: Path) -> None:
     run, ok, error, cancelled, summary = _write(tmp_path / "r.jsonl")
-    assert orjson.loads(run) == {"kind": "run", "format": "agent-replay-results/1", "target": {}}
+    assert orjson.loads(run) == {"kind": "run", "format": "agent-replay-results/2", "target": {}}
     _assert_keeps(ok, OK_LINE)
     _assert_keeps(error, ERROR_LINE)
     _assert_keeps(cancelled, CANCELLED_LINE)
@@ -202,3 +205,27 @@ def test_the_servers_own_decode_speed_is_kept_where_it_reports_one() -> None:
     assert request_line(rec)["server_decode_tps"] is None
     rec.timings = {"predicted_n": 64, "predicted_ms": 640.0, "predicted_per_second": 100.00049}
     assert request_line(rec)["server_decode_tps"] == 100.0
+
+
+def test_version_2_says_which_backend_served_each_request_and_version_1_still_reads(tmp_path: Path) -> None:
+    rec = _ok()
+    rec.backend, rec.backend_source = "http://127.0.0.1:9001", "client"
+    writer = ResultsWriter(tmp_path / "r.jsonl", {"target": {}})
+    writer.request(rec)
+    writer.request(_error())
+    writer.close()
+    run, routed, single, _summary = (tmp_path / "r.jsonl").read_bytes().splitlines()
+    assert orjson.loads(run)["format"] == "agent-replay-results/2"
+    got = orjson.loads(routed)
+    assert (got["backend"], got["backend_source"]) == ("http://127.0.0.1:9001", "client")
+    keys = list(got)  # added after every field of version 1, before a caller's own fields
+    assert keys.index("backend") == keys.index("server_decode_tps") + 1 < keys.index("label")
+    assert (orjson.loads(single)["backend"], orjson.loads(single)["backend_source"]) == (None, None)
+    old = tmp_path / "old.jsonl"
+    old.write_bytes(b'{"kind":"run","format":"agent-replay-results/1","target":{}}\n' + OK_LINE + b"\n")
+    res = read_results(old)
+    assert res.requests[0]["session"] == "main" and "backend" not in res.requests[0]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"kind":"run","format":"agent-replay-results/3","target":{}}\n')
+    with pytest.raises(TraceError, match="not a results file"):
+        read_results(bad)

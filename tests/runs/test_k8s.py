@@ -82,6 +82,16 @@ def test_the_job_is_indexed_with_one_pod_per_shard_all_at_once() -> None:
     assert spec["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
 
 
+def test_each_pod_routes_over_several_servers_as_run_args_say() -> None:
+    targets = "http://vllm-0.svc:8000,http://vllm-1.svc:8000"
+    run = _run(target=targets, run_args=("--routing", "round-robin", "--session-header", "X-Session-ID"))
+    args = next(o for o in manifests(run) if o["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert args[args.index("--target") + 1] == targets
+    assert args[-4:] == ["--routing", "round-robin", "--session-header", "X-Session-ID"]
+
+
 def test_a_small_trace_travels_in_a_configmap_a_large_one_needs_a_claim(tmp_path: Path) -> None:
     kinds = [o["kind"] for o in manifests(_run())]
     assert kinds == ["ConfigMap", "PersistentVolumeClaim", "Job", "Pod"]
@@ -101,6 +111,7 @@ def test_a_small_trace_travels_in_a_configmap_a_large_one_needs_a_claim(tmp_path
         ({"name": "Morning_Run"}, "--name"),
         ({"shards": 0}, "--shards"),
         ({"target": "ds4:8000"}, "--target"),
+        ({"target": "http://a.svc:8000,b.svc:8000"}, "every target of a list must be a URL"),
     ],
 )
 def test_bad_requests_are_refused_before_anything_is_written(kw: dict[str, object], problem: str) -> None:

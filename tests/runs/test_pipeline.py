@@ -143,10 +143,12 @@ def test_a_run_whose_worker_died_did_not_finish_whatever_the_other_workers_did(t
         return WorkersOutcome(out=str(out), parts=parts)
 
     monkeypatch.setattr(pipeline, "run_workers", workers_one_lost)
+    options = pipeline.RunOptions(make_plan("alternate"))
     job = SimpleNamespace(
         served=SimpleNamespace(url="http://127.0.0.1:9"),
         trace=None,
-        options=pipeline.RunOptions(make_plan("alternate")),
+        options=options,
+        engine_config=lambda: options.engine_config("http://127.0.0.1:9"),
         out=out,
         workers=2,
         shard=(1, 1),

@@ -1,0 +1,55 @@
+"""SGLang's router (``python -m sglang_router.launch_router``, the PyPI package ``sglang-router``)
+in front of N servers: ``binary`` is the Python that has it installed, ``policy`` its routing
+policy (``cache_aware``, ``round_robin``, ``random``, ``power_of_two``), ``backend`` the target
+file of the servers it fronts (``replicas = N``), started first; their URLs become its
+``--worker-urls``. ``/health`` answers 200 once it serves.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from drivers.build import resolve_binary
+from drivers.servers.base import Launch, base_url, has_flag, refuse_flags
+from drivers.target import Target
+from replay.errors import UsageError
+
+POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
+PACKAGE = "sglang-router"
+
+
+def executable(target: Target) -> str:
+    return resolve_binary(target, sys.executable)
+
+
+def package(target: Target) -> str:
+    return PACKAGE
+
+
+def plan(target: Target, *, port: int, workdir: Path, build_key: str) -> Launch:
+    refuse_flags(target, "--host", use="host =")
+    refuse_flags(target, "--port", use="port =")
+    refuse_flags(target, "--policy", use="policy =")
+    if not has_flag(target.flags, "--worker-urls"):
+        raise UsageError(
+            f"{target.where}: kind 'sglang-router' starts in front of its backend's servers (backend =)"
+        )
+    python = executable(target)
+    policy = target.policy or "cache_aware"
+    argv = [python, "-m", "sglang_router.launch_router", "--host", target.host, "--port", str(port)]
+    argv += ["--policy", policy, *target.flags]
+    url = base_url(target.host, port)
+    return Launch(
+        argv=argv,
+        url=url,
+        env=dict(target.env),
+        cwd=target.checkout,
+        ready_http=url + (target.health or "/health"),
+        version_argv=[
+            python,
+            "-c",
+            f"import importlib.metadata as m; print('{PACKAGE}', m.version('{PACKAGE}'))",
+        ],
+        notes={"policy": policy},
+    )
