@@ -64,16 +64,14 @@ def run(
     target: Annotated[
         str | None,
         typer.Option(
-            help="Server URL (URL1,URL2,...: several, routed by --routing), or sim[:preset]: the simulator "
-            "(default); sim:llama[:preset] plays llama-server.",
+            help="URL, URL1,URL2,... (see --routing) or sim[:preset] (default); sim:llama plays llama-server.",
             rich_help_panel=SERVER,
         ),
     ] = None,
     routing: Annotated[
         str | None,
         typer.Option(
-            help="Over several targets: sticky (a session stays on one; default) | round-robin | least "
-            "(in flight).",
+            help="Over several targets: sticky (default) | round-robin | least.",
             rich_help_panel=SERVER,
         ),
     ] = None,
@@ -81,7 +79,7 @@ def run(
         str | None,
         typer.Option(
             metavar="NAME",
-            help="Send each session's affinity value (stable across runs) in this header, e.g. X-Session-ID.",
+            help="Header with a session's stable affinity value, e.g. X-Session-ID.",
             rich_help_panel=REQUESTS,
         ),
     ] = None,
@@ -89,26 +87,26 @@ def run(
         str | None,
         typer.Option(
             metavar="NAME",
-            help="...and in this body field, for a router that reads the body.",
+            help="The same value in this body field.",
             rich_help_panel=REQUESTS,
         ),
     ] = None,
     server: Annotated[
         Path | None,
-        typer.Option(help="Target TOML: the tool starts that server.", rich_help_panel=SERVER),
+        typer.Option(help="Target TOML (the tool starts it).", rich_help_panel=SERVER),
     ] = None,
     service: Annotated[
         Path | None,
-        typer.Option(help="Daily-service TOML: stopped for the run, restored after.", rich_help_panel=SERVER),
+        typer.Option(help="Daily service TOML, stopped for the run.", rich_help_panel=SERVER),
     ] = None,
     workdir: Annotated[
-        Path | None, typer.Option(help="Where started servers keep logs and caches.", rich_help_panel=SERVER)
+        Path | None, typer.Option(help="Started servers' logs and caches.", rich_help_panel=SERVER)
     ] = None,
     dry_run: Annotated[
-        bool, typer.Option(help="Print what the run would do; do none of it.", rich_help_panel=SERVER)
+        bool, typer.Option(help="Say what the run would do; do none.", rich_help_panel=SERVER)
     ] = False,
     out: Annotated[
-        Path, typer.Option(help="Results file (JSONL), written as requests finish.", rich_help_panel=OUTPUT)
+        Path, typer.Option(help="Results (JSONL), as requests finish.", rich_help_panel=OUTPUT)
     ] = Path("results.jsonl"),
     plan: Annotated[
         str, typer.Option(help="alternate | overlap | timed | closed-loop", rich_help_panel=SCHEDULE)
@@ -135,7 +133,7 @@ def run(
     ] = None,
     history: Annotated[
         str,
-        typer.Option(help="live: splice the server's replies; recorded: resend.", rich_help_panel=REQUESTS),
+        typer.Option(help="live: splice the replies; recorded: resend.", rich_help_panel=REQUESTS),
     ] = "live",
     think: Annotated[
         str, typer.Option(help="off | on | auto (no thinking switch).", rich_help_panel=REQUESTS)
@@ -146,16 +144,14 @@ def run(
     ] = None,
     sim_args: Annotated[
         str,
-        typer.Option(
-            "--sim-args", help="Simulator flags, e.g. '--kv-disk-space-mb 65536'.", rich_help_panel=SERVER
-        ),
+        typer.Option("--sim-args", help="Simulator flags, as '-c 65536'.", rich_help_panel=SERVER),
     ] = "",
     workers: Annotated[
         int, typer.Option(help="Processes the sessions are spread over.", rich_help_panel=CLIENT)
     ] = 1,
     shard: Annotated[
         str | None,
-        typer.Option(help="Only shard i/N of the sessions (auto/N: Kubernetes').", rich_help_panel=CLIENT),
+        typer.Option(help="Shard i/N of the sessions (auto/N: k8s).", rich_help_panel=CLIENT),
     ] = None,
     start_at: Annotated[
         str | None,
@@ -170,9 +166,7 @@ def run(
         str,
         typer.Option(help="auto (as the server) | reuse | fresh (one a request).", rich_help_panel=CLIENT),
     ] = "auto",
-    quiet: Annotated[
-        bool, typer.Option(help="No progress display and no report.", rich_help_panel=OUTPUT)
-    ] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress, no report.", rich_help_panel=OUTPUT)] = False,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing --out.", rich_help_panel=OUTPUT)
     ] = False,
