@@ -59,6 +59,9 @@ MODEL: tuple[str, ...] = (
     "replay.sim.model.llama.engine",
     "replay.sim.model.llama.sequential",
 )
+# The one rule for a count in JSON, which the trace reader and the engine's reply decoding call
+# per count they read (our servers call it too, from source).
+RULES: tuple[str, ...] = ("replay.serving.counts",)
 TRACE: tuple[str, ...] = (
     "replay.trace.model",
     "replay.trace.reader",
@@ -89,7 +92,7 @@ ENGINE: tuple[str, ...] = (
     "replay.engine.anthropic",
     "replay.engine.responses",
 )
-MODULES: tuple[str, ...] = MODEL + TRACE + SWEEP + ENGINE
+MODULES: tuple[str, ...] = MODEL + RULES + TRACE + SWEEP + ENGINE
 
 HASHES = "_compiled.json"  # beside this file, written by setup.py's build
 ROOT = Path(__file__).resolve().parent.parent

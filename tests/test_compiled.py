@@ -46,10 +46,13 @@ def test_the_list_is_the_cache_model_and_what_the_sweep_reads_it_with() -> None:
         if p.stem != "__init__"
     }
     assert set(_compiled.MODEL) == model
+    assert _compiled.RULES == ("replay.serving.counts",)
     assert all(name.startswith("replay.trace.") for name in _compiled.TRACE)
     assert all(name.startswith("replay.sizing.") for name in _compiled.SWEEP)
     assert all(name.startswith(("replay.engine.", "replay.metrics.")) for name in _compiled.ENGINE)
-    assert _compiled.MODULES == _compiled.MODEL + _compiled.TRACE + _compiled.SWEEP + _compiled.ENGINE
+    assert _compiled.MODULES == (
+        _compiled.MODEL + _compiled.RULES + _compiled.TRACE + _compiled.SWEEP + _compiled.ENGINE
+    )
     allowed = set(_compiled.MODULES) | {
         "replay.errors",
         "replay.trace",

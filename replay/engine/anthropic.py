@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import orjson
 
-from replay.engine.decode import Fields, check_counts, check_modelled
+from replay.engine.decode import ReplyFields, check_counts, check_modelled
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
@@ -149,7 +149,7 @@ def anthropic_body(call: ApiCall) -> dict[str, Any]:
 
 
 class AnthropicReader(ReplyParts):
-    """Messages events and bodies, every field read through `Fields` (a wrong type is
+    """Messages events and bodies, every field read through `ReplyFields` (a wrong type is
     `BadShape`: the request's `bad_payload`)."""
 
     terminal = "message_stop"
@@ -224,7 +224,7 @@ class AnthropicReader(ReplyParts):
             self.error = stream_error(obj.raw)
         return False  # ping, content_block_stop, signature deltas, future event types
 
-    def _block_start(self, index: int, block: Fields) -> bool:
+    def _block_start(self, index: int, block: ReplyFields) -> bool:
         btype = block.text("type")
         if btype == "tool_use":
             # The name arrives here, as it does in OpenAI's first tool-call delta: a token.
@@ -246,13 +246,13 @@ class AnthropicReader(ReplyParts):
                 return True
         return False
 
-    def _merge_usage(self, usage: Fields | None) -> None:
+    def _merge_usage(self, usage: ReplyFields | None) -> None:
         # message_start carries the prompt counts, message_delta the final output count.
         if usage:
             check_counts({"usage": usage.raw}, COUNT_PATHS, usage.path.rpartition(".")[0])
             self.usage.update((k, v) for k, v in usage.raw.items() if v is not None)
 
-    def body(self, obj: Fields) -> None:
+    def body(self, obj: ReplyFields) -> None:
         self.done = True
         for i, block in enumerate(obj.objects("content")):
             btype = block.text("type")

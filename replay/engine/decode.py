@@ -1,12 +1,12 @@
 """Checked reading of server replies: every field goes through a typed accessor.
 
 A server may send any JSON at all. Reading `obj.get("choices")[0].get("delta")` trusts it and turns
-`{"choices": [1]}` into an AttributeError that escapes the request; reading through `Fields` turns
+`{"choices": [1]}` into an AttributeError that escapes the request; reading through `ReplyFields` turns
 it into `BadShape`, which the exchange records as that request's `bad_payload` failure with the
 offending bytes kept as evidence. Absent keys and JSON null read as "not said" (None / empty):
 servers omit and null optional fields freely, and that is not a fault. Unknown keys are ignored.
 
-Public API: `Fields` (a JSON object and where it sits), `BadShape`, `BadPayload`, `load_object`
+Public API: `ReplyFields` (a JSON object and where it sits), `BadShape`, `BadPayload`, `load_object`
 (`load_json` and `as_object`, its two halves), `check_counts`. The recorder and the simulator can
 read wire JSON with the same accessors.
 """
@@ -18,8 +18,9 @@ from typing import Any
 
 import orjson
 
+from replay.serving.counts import COUNT_RULE, as_count
+
 _SNIPPET_MAX = 120
-COUNT_LIMIT = 1 << 53  # above this a JSON number is no longer an exact count in every reader
 
 
 class BadPayload(Exception):
@@ -50,13 +51,7 @@ def _snippet(value: Any) -> str:
     return text if len(text) <= _SNIPPET_MAX else text[: _SNIPPET_MAX - 3] + "..."
 
 
-def _is_count(value: Any) -> bool:
-    if type(value) is int:
-        return 0 <= value < COUNT_LIMIT
-    return type(value) is float and value.is_integer() and 0 <= value < COUNT_LIMIT
-
-
-class Fields:
+class ReplyFields:
     """A JSON object from a server with typed accessors; `path` names it in error messages."""
 
     __slots__ = ("raw", "path")
@@ -90,19 +85,20 @@ class Fields:
         raise BadShape(self._at(key), "an integer", value)
 
     def count(self, key: str) -> int | None:
-        """A token count: a non-negative integer below 2^53 (an integral float is accepted)."""
+        """A token count, by the one rule of `serving.counts` (3.0 reads as 3)."""
         value = self.raw.get(key)
         if value is None:
             return None
-        if not _is_count(value):
-            raise BadShape(self._at(key), "a count (an integer 0 <= n < 2^53)", value)
-        return int(value)
+        n = as_count(value)
+        if n is None:
+            raise BadShape(self._at(key), f"a count ({COUNT_RULE})", value)
+        return n
 
-    def obj(self, key: str) -> Fields | None:
+    def obj(self, key: str) -> ReplyFields | None:
         value = self.raw.get(key)
-        return None if value is None else Fields(value, self._at(key))
+        return None if value is None else ReplyFields(value, self._at(key))
 
-    def objects(self, key: str) -> Iterator[Fields]:
+    def objects(self, key: str) -> Iterator[ReplyFields]:
         """Each element of a list of objects; absent or null is an empty list."""
         value = self.raw.get(key)
         if value is None:
@@ -110,9 +106,9 @@ class Fields:
         if type(value) is not list:
             raise BadShape(self._at(key), "a list", value)
         at = self._at(key)
-        return (Fields(item, f"{at}[{i}]") for i, item in enumerate(value))
+        return (ReplyFields(item, f"{at}[{i}]") for i, item in enumerate(value))
 
-    def first_object(self, key: str) -> Fields | None:
+    def first_object(self, key: str) -> ReplyFields | None:
         """The first element of a list of objects (a non-stream reply's first choice)."""
         for item in self.objects(key):
             return item
@@ -133,16 +129,16 @@ def load_json(data: bytes, what: str = "event data") -> Any:
         raise exc from None
 
 
-def as_object(value: Any, data: bytes) -> Fields:
+def as_object(value: Any, data: bytes) -> ReplyFields:
     """`load_json`'s value as the object it must be, else `BadShape` carrying the bytes."""
     try:
-        return Fields(value, "$")
+        return ReplyFields(value, "$")
     except BadShape as exc:
         exc.evidence = data
         raise
 
 
-def load_object(data: bytes, what: str = "event data") -> Fields:
+def load_object(data: bytes, what: str = "event data") -> ReplyFields:
     """Bytes that must hold one JSON object; anything else is a `BadPayload` carrying the bytes."""
     return as_object(load_json(data, what), data)
 
@@ -164,11 +160,11 @@ def check_counts(obj: dict[str, Any], paths: Iterable[tuple[str, ...]], where: s
             cur = cur.get(key)
             at = f"{at}.{key}"
         else:
-            if cur is not None and not _is_count(cur):
-                raise BadShape(at, "a count (an integer 0 <= n < 2^53)", cur)
+            if cur is not None and as_count(cur) is None:
+                raise BadShape(at, f"a count ({COUNT_RULE})", cur)
 
 
-def check_modelled(x_sim: Fields) -> dict[str, Any]:
+def check_modelled(x_sim: ReplyFields) -> dict[str, Any]:
     """The simulator's `x_sim` object, kept as the record's `modelled`: its `*_s` figures must be
     non-negative numbers (reports add them up), `slot` an integer, `cache_source` a string."""
     for key, value in x_sim.raw.items():

@@ -23,7 +23,7 @@ import orjson
 
 from replay.engine import http1
 from replay.engine.connections import FRESH, Connections
-from replay.engine.decode import BadPayload, BadShape, Fields, load_object
+from replay.engine.decode import BadPayload, BadShape, ReplyFields, load_object
 from replay.engine.sse import SseEvent, SseParser
 from replay.engine.transport import rx_clock
 from replay.metrics.record import RequestRecord
@@ -104,7 +104,7 @@ class Reader(Protocol):
     error: str | None  # the server reported an error inside the stream
 
     def event(self, ev: SseEvent) -> bool: ...  # True when the event carried a token; may raise BadPayload
-    def body(self, obj: Fields) -> None: ...  # whole non-stream response; may raise BadPayload
+    def body(self, obj: ReplyFields) -> None: ...  # whole non-stream response; may raise BadPayload
     def fill(self, res: RequestRecord) -> None: ...  # message, finish, usage from what was read
 
 
@@ -475,7 +475,7 @@ def _evidence(data: bytes | None) -> bytes | None:
     return data[:EVIDENCE_MAX]
 
 
-def load_event(data: bytes) -> Fields:
+def load_event(data: bytes) -> ReplyFields:
     """An SSE event's data: one JSON object, else `BadPayload` (not JSON) or `BadShape`."""
     return load_object(data, "event data")
 

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import orjson
 
-from replay.engine.decode import Fields, as_object, check_counts, check_modelled, load_json
+from replay.engine.decode import ReplyFields, as_object, check_counts, check_modelled, load_json
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
@@ -85,7 +85,7 @@ def _plain_delta(raw: dict[str, Any]) -> tuple[str, str] | None:
     """(key, text) of a chunk that is one choice whose delta holds only its content or only its
     reasoning (`reasoning_content` or `reasoning`), with no finish, else None.
 
-    Most of a stream is such chunks; reading them without building `Fields` keeps the checked
+    Most of a stream is such chunks; reading them without building `ReplyFields` keeps the checked
     reader as fast as the unchecked one was. Every type is still checked: None sends the chunk
     down the general path, which names what is wrong.
     """
@@ -122,7 +122,7 @@ _LEARN_TRIES = 3  # chunks a stream may spend learning its content chunks' shape
 
 
 class OpenAIReader(ReplyParts):
-    """Chat-completions chunks and bodies, every field read through `Fields` (a wrong type is
+    """Chat-completions chunks and bodies, every field read through `ReplyFields` (a wrong type is
     `BadShape`: the request's `bad_payload`).
 
     Most of a stream is content (or reasoning) chunks whose bytes differ only in the text:
@@ -150,7 +150,7 @@ class OpenAIReader(ReplyParts):
         self._into = self.content  # where the learnt shape's text goes: content or reasoning
         self._learn = _LEARN_TRIES
 
-    def _tail(self, obj: Fields) -> None:
+    def _tail(self, obj: ReplyFields) -> None:
         # Usage, timings and x_sim may ride on any chunk; the last one that carries them wins.
         usage = obj.obj("usage")
         timings = obj.obj("timings")
@@ -251,7 +251,7 @@ class OpenAIReader(ReplyParts):
                 self.finish = reason
         return token
 
-    def _tool_deltas(self, delta: Fields) -> None:
+    def _tool_deltas(self, delta: ReplyFields) -> None:
         for pos, tc in enumerate(delta.objects("tool_calls")):
             index = tc.integer("index")
             if index is None:
@@ -273,7 +273,7 @@ class OpenAIReader(ReplyParts):
             if args:
                 entry["arguments"] += args
 
-    def body(self, obj: Fields) -> None:
+    def body(self, obj: ReplyFields) -> None:
         self.done = True
         self._tail(obj)
         choice = obj.first_object("choices")

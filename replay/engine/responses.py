@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from replay.engine.decode import Fields, check_counts, check_modelled
+from replay.engine.decode import ReplyFields, check_counts, check_modelled
 from replay.engine.exchange import (
     THINK_FIELDS,
     ApiCall,
@@ -136,13 +136,13 @@ def responses_body(call: ApiCall) -> dict[str, Any]:
     return body
 
 
-def _index(obj: Fields, default: int) -> int:
+def _index(obj: ReplyFields, default: int) -> int:
     index = obj.integer("output_index")
     return default if index is None else index
 
 
 class ResponsesReader(ReplyParts):
-    """Responses events and bodies, every field read through `Fields` (a wrong type is
+    """Responses events and bodies, every field read through `ReplyFields` (a wrong type is
     `BadShape`: the request's `bad_payload`)."""
 
     terminal = "response.completed"
@@ -215,7 +215,7 @@ class ResponsesReader(ReplyParts):
             self.error = stream_error(obj.raw)
         return False  # content_part.*, *.done, future event types
 
-    def _item_added(self, index: int, item: Fields) -> bool:
+    def _item_added(self, index: int, item: ReplyFields) -> bool:
         kind = item.text("type")
         if kind in ("function_call", "custom_tool_call"):
             # The name arrives here, as it does in OpenAI's first tool-call delta: a token.
@@ -226,7 +226,7 @@ class ResponsesReader(ReplyParts):
             return True
         return False
 
-    def _item_done(self, index: int, item: Fields) -> None:
+    def _item_done(self, index: int, item: ReplyFields) -> None:
         """A finished call item holds the whole arguments: trust it over the deltas."""
         entry = self.tools.get(index)
         if entry is None:
@@ -235,7 +235,7 @@ class ResponsesReader(ReplyParts):
         if args is not None:
             entry["arguments"] = args
 
-    def _response(self, resp: Fields) -> None:
+    def _response(self, resp: ReplyFields) -> None:
         response_id = resp.text("id")
         if response_id is not None:
             self.response_id = response_id
@@ -252,7 +252,7 @@ class ResponsesReader(ReplyParts):
         if x_sim is not None and x_sim.raw:
             self.x_sim = check_modelled(x_sim)
 
-    def body(self, obj: Fields) -> None:
+    def body(self, obj: ReplyFields) -> None:
         self.done = True
         self._response(obj)
         for i, item in enumerate(obj.objects("output")):

@@ -26,7 +26,7 @@ from replay.engine.connections import MODES as CONNECTION_MODES
 from replay.engine.connections import Connections
 from replay.engine.plans import Plan
 from replay.engine.routing import DEFAULT_ROUTING, make_router, session_key
-from replay.engine.session import HISTORY_MODES, LIVE, SessionState, SessionStates
+from replay.engine.session import HISTORY_MODES, LIVE, ReplaySession, ReplaySessions
 from replay.errors import UsageError
 from replay.metrics.held import ClientQueue, HeldLoad, LoopDelay
 from replay.metrics.record import RequestRecord
@@ -136,7 +136,7 @@ class Engine:
         self.config = config
         self.sink = sink
         self.by_id = trace.by_id()
-        self.sessions: dict[str, SessionState] = SessionStates(trace.sessions, config.history)
+        self.sessions: dict[str, ReplaySession] = ReplaySessions(trace.sessions, config.history)
         self.tracker = SwitchTracker(cold=set(trace.sessions))
         self.progress = Progress(total=len(trace.requests))
         self.progress.sessions = dict.fromkeys(trace.sessions, "waiting")
@@ -242,7 +242,7 @@ class Engine:
         if event is not None:
             event.set()
 
-    def _release(self, req: Request, state: SessionState) -> None:
+    def _release(self, req: Request, state: ReplaySession) -> None:
         """Count `req`'s history as sent: a live reply no later request splices in is dropped."""
         if not self._counting:
             return
@@ -294,7 +294,7 @@ class Engine:
             self._mark_done(req.id)
             window.release()
 
-    def _call(self, req: Request, state: SessionState) -> ApiCall:
+    def _call(self, req: Request, state: ReplaySession) -> ApiCall:
         params = req.params
         reply = req.reply or {}
         headers = {"X-Request-ID": f"{self.config.run_id}-{req.id}"}
@@ -342,7 +342,7 @@ class Engine:
             connections=self.connections,
         )
 
-    def _previous(self, req: Request, state: SessionState) -> tuple[str | None, int]:
+    def _previous(self, req: Request, state: ReplaySession) -> tuple[str | None, int]:
         """A request the agent chained with `previous_response_id` is chained again to the id the
         server gave that reply this run; without one (a failed reply, another API) it goes whole."""
         prev = req.params.get("previous_response")

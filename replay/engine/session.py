@@ -18,7 +18,11 @@ HISTORY_MODES = (LIVE, RECORDED)
 
 
 @dataclass(slots=True)
-class SessionState:
+class ReplaySession:
+    """Replay side: one trace session as the engine sends it (its history mode, the server's
+    replies so far in live mode, its tool-call ids). `record.sessions.RecordedSession` is the
+    recording side's, inferred from live traffic."""
+
     session: Session
     mode: str = LIVE
     state: str = "idle"
@@ -63,7 +67,7 @@ def _remap_tool_ids(msg: Message, ids: dict[str, str]) -> Message:
     return msg
 
 
-class SessionStates(dict[str, SessionState]):
+class ReplaySessions(dict[str, ReplaySession]):
     """Each session's state, made the first time one of its requests is sent: a run that stops at
     its duration reaches only part of a large trace, and building every state up front took ~0.1 s
     of CPU for a 50,000-request trace before the first request went (issue #20)."""
@@ -73,6 +77,6 @@ class SessionStates(dict[str, SessionState]):
         self._sessions = sessions
         self._mode = mode
 
-    def __missing__(self, sid: str) -> SessionState:
-        state = self[sid] = SessionState(self._sessions[sid], mode=self._mode)
+    def __missing__(self, sid: str) -> ReplaySession:
+        state = self[sid] = ReplaySession(self._sessions[sid], mode=self._mode)
         return state

@@ -20,7 +20,7 @@ import orjson
 
 from replay.record.anonymize import Anonymizer
 from replay.record.requests import parse_request
-from replay.record.sessions import Assignment, Label, SessionInference, SessionState, user_id_scope
+from replay.record.sessions import Assignment, Label, RecordedSession, SessionInference, user_id_scope
 from replay.record.wire import Parsed, TapResult, WireError
 from replay.trace.model import Message
 from replay.trace.reader import params_problem
@@ -84,7 +84,7 @@ class Recorder:
         self._responses: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
         self.inference.on_idle = self._idle
 
-    def _idle(self, session: SessionState) -> None:
+    def _idle(self, session: RecordedSession) -> None:
         """An idle session's text goes: the writer's copy of its last request (a resumed
         conversation is then written whole, and still inferred from the prefix hashes)."""
         if session.declared is not None:

@@ -92,7 +92,7 @@ class Head:
     """One request, as a possible prefix of later ones: its messages' chained hash, not the messages
     (a recorder that runs for days must not hold every conversation it saw)."""
 
-    session: SessionState
+    session: RecordedSession
     n: int  # messages
     chain: int
     arrived_ns: int
@@ -104,7 +104,10 @@ class Head:
 
 
 @dataclass(slots=True, eq=False)
-class SessionState:
+class RecordedSession:
+    """Recording side: a conversation inferred among the requests the proxy records (its heads,
+    rhythm and reply keys). `engine.session.ReplaySession` is the replay side's."""
+
     id: str
     role: str
     api: str
@@ -134,7 +137,7 @@ class SessionState:
 
 @dataclass(slots=True)
 class Assignment:
-    session: SessionState
+    session: RecordedSession
     head: Head
     tag: str  # turn | concurrent | compaction
     base: Head | None  # the request whose messages this one extends (for delta encoding)
@@ -189,19 +192,19 @@ class SessionInference:
         self.carry_over_chars = carry_over_chars
         self.idle_after_s = idle_after_s
         self.rewind_s = rewind_s
-        self.on_idle: Callable[[SessionState], None] | None = None  # told when a session is trimmed
-        self.sessions: dict[str, SessionState] = {}
+        self.on_idle: Callable[[RecordedSession], None] | None = None  # told when a session is trimmed
+        self.sessions: dict[str, RecordedSession] = {}
         self._index: dict[tuple[str, int], Head] = {}  # (scope, chain) -> latest head
         self._scope_count: dict[str, int] = {}
         # scope -> hash of a reply's first `carry_over_chars` characters -> session -> (length, hash)
-        self._replies: dict[str, dict[int, dict[SessionState, tuple[int, int]]]] = {}
+        self._replies: dict[str, dict[int, dict[RecordedSession, tuple[int, int]]]] = {}
         # (scope, system key) -> its inferred sessions, in order of their latest reply. This and
         # `_recent` are kept in order by `move_to_end`, not by deleting and inserting again: a
         # dict's deletions leave holes that make it resize to three times its live entries (a
         # 100,000-session table doubles after every session has come back once).
-        self._by_system: dict[tuple[str, int], OrderedDict[SessionState, None]] = {}
+        self._by_system: dict[tuple[str, int], OrderedDict[RecordedSession, None]] = {}
         self._longest_window: dict[tuple[str, int], float] = {}  # never shrinks
-        self._recent: OrderedDict[SessionState, int] = OrderedDict()  # -> last activity (ns), oldest first
+        self._recent: OrderedDict[RecordedSession, int] = OrderedDict()  # -> last activity (ns), oldest first
 
     # --- arrival -----------------------------------------------------------------------
 
@@ -268,7 +271,7 @@ class SessionInference:
         session.last = head
         return Assignment(session, head, tag, base, after, delay, new)
 
-    def _tag(self, session: SessionState, base: Head | None, n: int, new: bool) -> str:
+    def _tag(self, session: RecordedSession, base: Head | None, n: int, new: bool) -> str:
         """concurrent if the session has a request in flight; compaction if the history was cut
         (no prefix at all, or an older request's prefix with fewer messages than the latest)."""
         if session.in_flight:
@@ -288,7 +291,7 @@ class SessionInference:
 
     def _compacted(
         self, messages: list[Message], skey: int | None, scope: str, now_ns: int
-    ) -> SessionState | None:
+    ) -> RecordedSession | None:
         carried = self._carried(messages, scope)
         if carried:
             return max(carried, key=_latest_first)
@@ -296,7 +299,7 @@ class SessionInference:
             return None
         return self._rhythmic(len(messages), (scope, skey), now_ns)
 
-    def _carried(self, messages: list[Message], scope: str) -> list[SessionState]:
+    def _carried(self, messages: list[Message], scope: str) -> list[RecordedSession]:
         """Sessions whose last reply appears whole in one of the request's texts."""
         replies = self._replies.get(scope)
         if not replies:
@@ -315,7 +318,7 @@ class SessionInference:
                     )
         return found
 
-    def _rhythmic(self, n: int, group: tuple[str, int], now_ns: int) -> SessionState | None:
+    def _rhythmic(self, n: int, group: tuple[str, int], now_ns: int) -> RecordedSession | None:
         """The session of this system prompt, longer than `n` messages, that last replied within
         its rhythm (sessions are walked latest reply first, only as far as any rhythm reaches)."""
         sessions = self._by_system.get(group)
@@ -334,17 +337,17 @@ class SessionInference:
                 picked.append(s)
         return max(picked, key=_latest_first) if picked else None
 
-    def _in_rhythm(self, s: SessionState, now_ns: int) -> bool:
+    def _in_rhythm(self, s: RecordedSession, now_ns: int) -> bool:
         if s.in_flight or s.last_done is None or s.last_done.done_ns is None:
             return False
         return (now_ns - s.last_done.done_ns) / 1e9 <= s.window_s
 
-    def recent(self, n: int) -> list[SessionState]:
+    def recent(self, n: int) -> list[RecordedSession]:
         """The `n` sessions active last (an arrival or a reply), latest first; idle ones are not
         among them. Safe from another thread: the keys are copied in one step."""
         return list(self._recent)[-n:][::-1]
 
-    def _touch(self, session: SessionState, now_ns: int) -> None:
+    def _touch(self, session: RecordedSession, now_ns: int) -> None:
         recent = self._recent
         if session in recent:
             recent.move_to_end(session)
@@ -392,7 +395,7 @@ class SessionInference:
         skey: int | None,
         label: Label | None,
         role_hint: str | None,
-    ) -> SessionState:
+    ) -> RecordedSession:
         role = "interactive"
         if role_hint:
             role = clean_label(role_hint).lower()
@@ -403,7 +406,7 @@ class SessionInference:
         labels: dict[str, Any] = {}
         if label is not None:
             labels["label_source"] = label.source
-        session = SessionState(
+        session = RecordedSession(
             order=len(self.sessions),
             id=sid,
             role=role,
@@ -417,13 +420,13 @@ class SessionInference:
         self.sessions[sid] = session
         return session
 
-    def _add_head(self, session: SessionState, head: Head) -> None:
+    def _add_head(self, session: RecordedSession, head: Head) -> None:
         """Index the new request and trim the session's older heads."""
         session.heads.append(head)
         self._index[(session.scope, head.chain)] = head
         self._trim(session, head.arrived_ns)
 
-    def _trim(self, session: SessionState, now_ns: int) -> None:
+    def _trim(self, session: RecordedSession, now_ns: int) -> None:
         """Let go of heads beyond `max_heads`, and of heads older than `rewind_s` that no request
         in flight or latest reply needs: a conversation that comes back every few minutes must not
         hold one head per turn it ever took (a rewind further back is still tagged by the
@@ -494,7 +497,7 @@ class SessionInference:
         self._rewindow(session)
         self._touch(session, now_ns)
 
-    def _index_reply(self, session: SessionState, text: str) -> None:
+    def _index_reply(self, session: RecordedSession, text: str) -> None:
         """File the session under its new last reply (for carry-over) and its system prompt's
         latest replies (for rhythm); only a key of the reply is kept, never its text."""
         replies = self._replies.setdefault(session.scope, {})
@@ -517,7 +520,7 @@ class SessionInference:
             else:
                 latest[session] = None
 
-    def _rewindow(self, session: SessionState) -> None:
+    def _rewindow(self, session: RecordedSession) -> None:
         gaps = session.gaps
         usual = statistics.median(gaps) if gaps else 0.0
         session.window_s = max(self.rhythm_floor_s, self.rhythm_factor * usual)
@@ -527,7 +530,7 @@ class SessionInference:
                 self._longest_window[group] = session.window_s
 
 
-def _latest_first(s: SessionState) -> tuple[int, int]:
+def _latest_first(s: RecordedSession) -> tuple[int, int]:
     """The most recent last reply wins; on a tie, the oldest session (as a scan in order would)."""
     done = s.last_done
     return (done.done_ns or 0 if done is not None else 0, -s.order)

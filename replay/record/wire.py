@@ -23,13 +23,12 @@ from typing import Any, TypeVar
 import orjson
 
 from replay.engine.apis import APIS
-from replay.engine.decode import BadPayload
-from replay.engine.decode import Fields as ReplyFields  # a server's reply; `Fields` below reads requests
+from replay.engine.decode import BadPayload, ReplyFields
 from replay.engine.exchange import Reader, error_text
 from replay.engine.sse import SseParser
 from replay.engine.usage import Usage
 from replay.metrics.record import RequestRecord
-from replay.serving.fields import FieldError, Fields, NotJson, join, load_body, snippet
+from replay.serving.fields import FieldError, NotJson, RequestFields, join, load_body, snippet
 from replay.trace.model import Message
 
 _CACHE = "_cache_control"  # where a message's cache mark waits until it becomes an index
@@ -59,7 +58,7 @@ class WireError(ValueError):
 
 
 def _checked(fn: Callable[..., _T]) -> Callable[..., _T]:
-    """Fields read through `replay.serving.fields` raise FieldError; callers catch WireError."""
+    """RequestFields read through `replay.serving.fields` raise FieldError; callers catch WireError."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> _T:
@@ -108,7 +107,7 @@ def _text_parts(content: Any, counter: list[int], path: str = "content") -> str 
         if isinstance(part, str):
             texts.append(part)
         elif isinstance(part, dict) and part.get("type") in ("text", "input_text", "output_text"):
-            texts.append(Fields(part, join(path, i)).text("text") or "")
+            texts.append(RequestFields(part, join(path, i)).text("text") or "")
         else:
             counter[0] += 1
     if len(texts) == 1:
@@ -124,7 +123,7 @@ def openai_to_neutral(messages: Any, counter: list[int] | None = None) -> list[M
     counter = counter if counter is not None else [0]
     out: list[Message] = []
     for i, raw in enumerate(messages):
-        m = Fields(raw, join("messages", i))
+        m = RequestFields(raw, join("messages", i))
         role = m.text("role")
         if role == "developer":
             role = "system"
@@ -156,8 +155,8 @@ def openai_to_neutral(messages: Any, counter: list[int] | None = None) -> list[M
     return out
 
 
-def _openai_call(tc: Fields) -> dict[str, str]:
-    fn = tc.obj("function") or Fields({}, tc.at("function"))
+def _openai_call(tc: RequestFields) -> dict[str, str]:
+    fn = tc.obj("function") or RequestFields({}, tc.at("function"))
     args = fn.raw.get("arguments", "")
     return {
         "id": tc.text("id") or "",
@@ -179,7 +178,7 @@ def anthropic_to_neutral(system: Any, messages: Any, counter: list[int] | None =
     elif isinstance(system, list):
         for i, block in enumerate(system):
             if isinstance(block, dict) and block.get("type") == "text":
-                sys_block = Fields(block, join("system", i))
+                sys_block = RequestFields(block, join("system", i))
                 msg: Message = {"role": "system", "content": sys_block.text("text") or ""}
                 if isinstance(block.get("cache_control"), dict):
                     msg[_CACHE] = block["cache_control"]
@@ -189,7 +188,7 @@ def anthropic_to_neutral(system: Any, messages: Any, counter: list[int] | None =
     elif system is not None:
         raise FieldError("system", "text or a list of blocks", system)
     for i, raw in enumerate(messages):
-        m = Fields(raw, join("messages", i))
+        m = RequestFields(raw, join("messages", i))
         role = m.text("role")
         if role == "user":
             out.extend(anthropic_user_turn(m.value("content"), counter, path=m.at("content"), marks=True))
@@ -244,7 +243,7 @@ def anthropic_user_turn(
         if not isinstance(raw, dict):
             counter[0] += 1
             continue
-        block = Fields(raw, join(path, i))
+        block = RequestFields(raw, join(path, i))
         btype = block.value("type")
         mark = raw.get("cache_control") if marks else None
         if btype == "text":
@@ -280,7 +279,7 @@ def anthropic_assistant_turn(
         if not isinstance(raw, dict):
             counter[0] += 1
             continue
-        block = Fields(raw, join(path, i))
+        block = RequestFields(raw, join(path, i))
         btype = block.value("type")
         if btype == "text":
             texts.append(block.text("text") or "")
@@ -317,11 +316,13 @@ def anthropic_tools_to_openai(tools: Any) -> list[dict[str, Any]]:
     for i, t in enumerate(tools or ()):
         if not isinstance(t, dict):
             continue
-        tool = Fields(t, join("tools", i))
+        tool = RequestFields(t, join("tools", i))
         fn: dict[str, Any] = {"name": tool.text("name") or str(t.get("type", ""))}
         if t.get("description"):
             fn["description"] = t["description"]
-        fn["parameters"] = (tool.obj("input_schema") or Fields({"type": "object", "properties": {}})).raw
+        fn["parameters"] = (
+            tool.obj("input_schema") or RequestFields({"type": "object", "properties": {}})
+        ).raw
         entry: dict[str, Any] = {"type": "function", "function": fn}
         if isinstance(t.get("cache_control"), dict):
             entry["cache_control"] = t["cache_control"]
@@ -344,7 +345,7 @@ def parse_chat_request(api: str, body: bytes) -> Parsed:
         messages = openai_to_neutral(f.value("messages"), counter)
         tools = f.items("tools") or None
         for i, tool in enumerate(tools or ()):
-            Fields(tool, join("tools", i))
+            RequestFields(tool, join("tools", i))
         max_tokens = f.count("max_tokens")
         if max_tokens is None:
             max_tokens = f.count("max_completion_tokens")

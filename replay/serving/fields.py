@@ -1,11 +1,11 @@
 """Checked reading of request bodies: every field an agent sent goes through a typed accessor.
 
 A client may send any JSON at all. `m.get("tool_calls")[0].get("function")` trusts it and turns
-`"tool_calls": ["x"]` into an AttributeError (a 500, a lost recording); reading through `Fields`
+`"tool_calls": ["x"]` into an AttributeError (a 500, a lost recording); reading through `RequestFields`
 turns it into `FieldError`, whose message names the field (`messages[2].tool_calls[0].function
 must be an object, got "x"`). Absent keys and JSON null read as "not said" (None / empty), as
 servers treat them; unknown keys are ignored. The same method names as the engine's reply-side
-`Fields` (`text`, `count`, `obj`, `objects`, `value`), so one reads like the other.
+`ReplyFields` (`text`, `count`, `obj`, `objects`, `value`), so one reads like the other.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-COUNT_LIMIT = 1 << 53  # above this a JSON number is no longer an exact integer in every reader
+from replay.serving.counts import COUNT_MAX, as_count
+
 _SNIPPET_MAX = 80
 
 
@@ -55,20 +56,16 @@ def join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
-def load_body(data: bytes) -> Fields:
+def load_body(data: bytes) -> RequestFields:
     """A request body that must be one JSON object."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise NotJson(str(exc)) from None
-    return Fields(value, "")
+    return RequestFields(value, "")
 
 
-def is_count(value: Any, limit: int = COUNT_LIMIT) -> bool:
-    return type(value) is int and 0 <= value <= limit
-
-
-class Fields:
+class RequestFields:
     """A JSON object from a client with typed accessors; `path` names it in error messages."""
 
     __slots__ = ("path", "raw")
@@ -122,19 +119,21 @@ class Fields:
             return value
         raise FieldError(self.at(key), "a number", value)
 
-    def count(self, key: str, limit: int = COUNT_LIMIT, what: str = "") -> int | None:
-        """A non-negative integer up to `limit` (`what` says where the limit comes from)."""
+    def count(self, key: str, most: int = COUNT_MAX, what: str = "") -> int | None:
+        """A count up to `most`, by the one rule of `serving.counts` (3.0 reads as 3); `what` says
+        where a lower bound than COUNT_MAX comes from (the context size)."""
         value = self.raw.get(key)
         if value is None:
             return None
-        if not is_count(value, limit):
-            bound = f"{limit}" + (f" ({what})" if what else "")
+        n = as_count(value, most)
+        if n is None:
+            bound = ("2^53 - 1" if most == COUNT_MAX else f"{most}") + (f" ({what})" if what else "")
             raise FieldError(self.at(key), f"an integer from 0 to {bound}", value)
-        return value
+        return n
 
-    def obj(self, key: str, *, required: bool = False) -> Fields | None:
+    def obj(self, key: str, *, required: bool = False) -> RequestFields | None:
         value = self._required(key, "an object") if required else self.raw.get(key)
-        return None if value is None else Fields(value, self.at(key))
+        return None if value is None else RequestFields(value, self.at(key))
 
     def items(self, key: str, *, required: bool = False) -> list[Any]:
         """A list of anything; absent or null is an empty list."""
@@ -145,7 +144,7 @@ class Fields:
             raise FieldError(self.at(key), "an array", value)
         return value
 
-    def objects(self, key: str, *, required: bool = False) -> list[Fields]:
+    def objects(self, key: str, *, required: bool = False) -> list[RequestFields]:
         """Each element of a list of objects; absent or null is an empty list."""
         at = self.at(key)
-        return [Fields(item, join(at, i)) for i, item in enumerate(self.items(key, required=required))]
+        return [RequestFields(item, join(at, i)) for i, item in enumerate(self.items(key, required=required))]

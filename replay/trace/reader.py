@@ -20,13 +20,13 @@ from typing import Any, BinaryIO, NamedTuple
 import orjson
 
 from replay.errors import TraceError
+from replay.serving.counts import COUNT_MAX, COUNT_RULE, as_count
 from replay.trace.model import APIS, FORMAT, READS, Request, Session, Trace, TraceHeader
 from replay.trace.sniff import sniff
 
 KINDS = ("trace", "session", "blob", "request", "unrecorded", "rejected")
 _MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
 _ROLE = {role: role for role in _MESSAGE_ROLES}  # the one string each role is held as
-COUNT_LIMIT = 1 << 53  # counts and ids: exact in every JSON reader
 # Times in a trace: up to about 31 years, so an agent's store spanning years imports (issue 33);
 # still far inside a 64-bit nanosecond clock (10^18 of its 9.2 x 10^18) and whole microseconds.
 MAX_SECONDS = 1e9
@@ -407,15 +407,14 @@ def _json_type(value: Any) -> str:
 
 
 def _count(check: _Checker, obj: dict[str, Any], key: str, rid: int, section: str) -> int | None:
-    """A count: an integer from 0 up to 2^53 (an integral float like 5.0 is accepted), or absent."""
+    """A count by the one rule of `serving.counts` (an integral float like 5.0 is accepted), or absent."""
     value = obj.get(key)
-    if value is None or (type(value) is int and 0 <= value < COUNT_LIMIT):
-        return value
-    if type(value) is float and value.is_integer() and 0 <= value < COUNT_LIMIT:
-        return int(value)
-    raise check.fail(
-        f"{_where(rid, section)}: field '{key}' must be an integer from 0 to 2^53, got {_short(value)}"
-    )
+    if value is None:
+        return None
+    n = as_count(value)
+    if n is not None:
+        return n
+    raise check.fail(f"{_where(rid, section)}: field '{key}' must be {COUNT_RULE}, got {_short(value)}")
 
 
 def _seconds(check: _Checker, obj: dict[str, Any], key: str, rid: int, section: str) -> None:
@@ -477,8 +476,8 @@ def _validate_rejected(check: _Checker, obj: dict[str, Any]) -> None:
 
 def _validate_request(check: _Checker, obj: dict[str, Any]) -> None:
     rid = check.need(obj, "id", int)
-    if not 0 <= rid < COUNT_LIMIT:
-        raise check.fail(f"request id must be an integer from 0 to 2^53, got {rid}")
+    if rid < 0 or rid > COUNT_MAX:
+        raise check.fail(f"request id must be {COUNT_RULE}, got {rid}")
     if check.last_id is not None and rid <= check.last_id:
         raise check.fail(f"request id {rid} is not greater than the previous id {check.last_id}")
     session = check.need(obj, "session", str)

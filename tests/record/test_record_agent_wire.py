@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.engine.anthropic import anthropic_messages_wire
-from replay.engine.decode import BadShape, Fields
+from replay.engine.decode import BadShape, ReplyFields
 from replay.engine.exchange import ApiCall
 from replay.engine.responses import ResponsesReader, responses_body
 from replay.engine.sse import SseEvent
@@ -343,7 +343,7 @@ def test_any_responses_events_are_read_or_refused_as_bad_payload(events: list[di
         except BadShape as exc:
             assert str(exc).startswith("$") and "\n" not in str(exc)
     try:
-        reader.body(Fields({"output": [obj for obj in events]}))
+        reader.body(ReplyFields({"output": [obj for obj in events]}))
     except BadShape as exc:
         assert str(exc).startswith("$.")
     res = RequestRecord()

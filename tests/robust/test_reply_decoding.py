@@ -22,7 +22,7 @@ from replies import (
 )
 
 from replay.engine.anthropic import AnthropicReader
-from replay.engine.decode import BadPayload, BadShape, Fields, check_counts, load_object
+from replay.engine.decode import BadPayload, BadShape, ReplyFields, check_counts, load_object
 from replay.engine.openai import OpenAIReader
 from replay.engine.responses import ResponsesReader
 from replay.engine.sse import SseParser
@@ -150,16 +150,16 @@ def test_the_wrong_shapes_of_the_issue_are_bad_shape_naming_the_path(chunk: byte
 
 
 def test_absent_and_null_fields_read_as_not_said() -> None:
-    obj = Fields({"a": None})
+    obj = ReplyFields({"a": None})
     assert obj.text("a") is None and obj.count("b") is None and list(obj.objects("a")) == []
     assert obj.first_object("b") is None and obj.obj("a") is None
 
 
 def test_a_count_must_be_a_non_negative_integer_below_2_53() -> None:
-    assert Fields({"n": 3.0}).count("n") == 3
+    assert ReplyFields({"n": 3.0}).count("n") == 3
     for bad in (-1, 2**53, 1.5, "3", True):
         with pytest.raises(BadShape, match=r"\$\.n must be a count"):
-            Fields({"n": bad}).count("n")
+            ReplyFields({"n": bad}).count("n")
     with pytest.raises(BadShape, match=r"\$\.usage must be an object"):
         check_counts({"usage": [1]}, COUNT_PATHS, "$")
 
@@ -177,5 +177,5 @@ def test_deeply_nested_garbage_does_not_crash_the_snippet() -> None:
     for _ in range(200):
         value = [value]
     with pytest.raises(BadShape) as caught:
-        Fields({"choices": value}).first_object("choices")
+        ReplyFields({"choices": value}).first_object("choices")
     assert len(str(caught.value)) < 300

@@ -14,7 +14,8 @@ from typing import Any
 
 import orjson
 
-from replay.serving.fields import COUNT_LIMIT, FieldError, Fields
+from replay.serving.counts import COUNT_MAX
+from replay.serving.fields import FieldError, RequestFields
 from replay.sim.model.events import Result
 from replay.sim.model.job import thinking_requested
 from replay.sim.model.reply import Reply
@@ -47,14 +48,14 @@ class ChatRequest:
     thinking: bool = True
 
 
-# Every field is read through `Fields` (replay.serving.fields): a wrong type or shape anywhere is
+# Every field is read through `RequestFields` (replay.serving.fields): a wrong type or shape anywhere is
 # a `FieldError` naming the field, which the app answers 400. One parser per API; a new API is a
 # new `parse_*` returning a `ChatRequest`.
 
 OPENAI_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
-def content_of(f: Fields, key: str = "content") -> str:
+def content_of(f: RequestFields, key: str = "content") -> str:
     """Text of an OpenAI/Anthropic content value: a string, or text parts joined (others skipped)."""
     value = f.value(key)
     if value is None or isinstance(value, str):
@@ -68,21 +69,21 @@ def content_of(f: Fields, key: str = "content") -> str:
         if isinstance(part, str):
             texts.append(part)
             continue
-        block = Fields(part, f"{at}[{i}]")
+        block = RequestFields(part, f"{at}[{i}]")
         text = block.text("text")
         if text is not None:
             texts.append(text)
     return "\n".join(texts)
 
 
-def _arguments(f: Fields, key: str) -> str:
+def _arguments(f: RequestFields, key: str) -> str:
     value = f.value(key)
     if isinstance(value, str):
         return value
     return orjson.dumps(value if value is not None else {}).decode()
 
 
-def _max_tokens(f: Fields, ctx: int, *keys: str) -> int | None:
+def _max_tokens(f: RequestFields, ctx: int, *keys: str) -> int | None:
     """The reply cap: at most the context (2**63 or 2e9 would decode to the full context)."""
     for key in keys:
         value = f.count(key, ctx, "the context size")
@@ -91,7 +92,7 @@ def _max_tokens(f: Fields, ctx: int, *keys: str) -> int | None:
     return None
 
 
-def _openai_tools(f: Fields) -> list[dict[str, Any]] | None:
+def _openai_tools(f: RequestFields) -> list[dict[str, Any]] | None:
     """Function tools, `{"type": "function", "function": {...}}` or the flat `{"name", ...}` form."""
     tools = f.objects("tools")
     for t in tools:
@@ -102,8 +103,8 @@ def _openai_tools(f: Fields) -> list[dict[str, Any]] | None:
     return [t.raw for t in tools] or None
 
 
-def parse_openai(body: dict[str, Any], *, ctx: int = COUNT_LIMIT) -> ChatRequest:
-    f = Fields(body)
+def parse_openai(body: dict[str, Any], *, ctx: int = COUNT_MAX) -> ChatRequest:
+    f = RequestFields(body)
     raw = f.objects("messages", required=True)
     if not raw:
         raise BadRequest("'messages' must be a non-empty array")
@@ -142,8 +143,8 @@ def parse_openai(body: dict[str, Any], *, ctx: int = COUNT_LIMIT) -> ChatRequest
     )
 
 
-def parse_anthropic(body: dict[str, Any], *, ctx: int = COUNT_LIMIT) -> ChatRequest:
-    f = Fields(body)
+def parse_anthropic(body: dict[str, Any], *, ctx: int = COUNT_MAX) -> ChatRequest:
+    f = RequestFields(body)
     raw = f.objects("messages", required=True)
     if not raw:
         raise BadRequest("'messages' must be a non-empty array")
@@ -167,7 +168,7 @@ def parse_anthropic(body: dict[str, Any], *, ctx: int = COUNT_LIMIT) -> ChatRequ
                 "function": {
                     "name": t.text("name") or "",
                     "description": t.text("description") or "",
-                    "parameters": (t.obj("input_schema") or Fields({})).raw,
+                    "parameters": (t.obj("input_schema") or RequestFields({})).raw,
                 },
             }
             for t in f.objects("tools")
@@ -185,16 +186,18 @@ def parse_anthropic(body: dict[str, Any], *, ctx: int = COUNT_LIMIT) -> ChatRequ
     )
 
 
-def _blocks(m: Fields) -> list[Fields] | None:
+def _blocks(m: RequestFields) -> list[RequestFields] | None:
     """An Anthropic message's content blocks, or None when the content is plain text."""
     value = m.value("content")
     if value is None or isinstance(value, str):
         return None
     at = m.at("content")  # bare strings among blocks are skipped, as they always were
-    return [Fields(b, f"{at}[{i}]") for i, b in enumerate(m.items("content")) if not isinstance(b, str)]
+    return [
+        RequestFields(b, f"{at}[{i}]") for i, b in enumerate(m.items("content")) if not isinstance(b, str)
+    ]
 
 
-def _anthropic_assistant(m: Fields) -> Message:
+def _anthropic_assistant(m: RequestFields) -> Message:
     blocks = _blocks(m)
     if blocks is None:
         return {"role": "assistant", "content": content_of(m)}
@@ -218,7 +221,7 @@ def _anthropic_assistant(m: Fields) -> Message:
     return msg
 
 
-def _anthropic_user(m: Fields) -> list[Message]:
+def _anthropic_user(m: RequestFields) -> list[Message]:
     blocks = _blocks(m)
     if blocks is None:
         return [{"role": "user", "content": content_of(m)}]

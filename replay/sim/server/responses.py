@@ -20,7 +20,8 @@ from typing import Any
 
 import orjson
 
-from replay.serving.fields import COUNT_LIMIT, FieldError, Fields
+from replay.serving.counts import COUNT_MAX
+from replay.serving.fields import FieldError, RequestFields
 from replay.sim.model.events import Result
 from replay.sim.model.reply import Reply
 from replay.sim.server.api import BadRequest, ChatRequest, Message, _Deltas, _max_tokens, content_of, sse
@@ -48,7 +49,7 @@ class ResponseStore:
 ROLES = ("user", "system", "developer", "assistant")
 
 
-def _call_arguments(item: Fields) -> str:
+def _call_arguments(item: RequestFields) -> str:
     """A call's arguments (`input` for custom tools): JSON text, or a JSON value written out."""
     key = "arguments" if "arguments" in item else "input"
     value = item.value(key)
@@ -57,7 +58,7 @@ def _call_arguments(item: Fields) -> str:
     return orjson.dumps(value).decode()
 
 
-def _items(f: Fields) -> list[Message]:
+def _items(f: RequestFields) -> list[Message]:
     raw = f.value("input")
     if raw is None or isinstance(raw, str):
         return [{"role": "user", "content": raw}] if raw is not None else []
@@ -96,7 +97,7 @@ def _items(f: Fields) -> list[Message]:
     return out
 
 
-def chat_tools(f: Fields) -> list[dict[str, Any]] | None:
+def chat_tools(f: RequestFields) -> list[dict[str, Any]] | None:
     """Responses function tools in the chat shape the renderer and the reply planner read."""
     out = []
     for t in f.objects("tools"):
@@ -113,16 +114,16 @@ def chat_tools(f: Fields) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def _thinking(f: Fields) -> bool:
+def _thinking(f: RequestFields) -> bool:
     reasoning = f.obj("reasoning")
     if reasoning is None:
         return False
     return reasoning.text("effort") not in ("none", "minimal")
 
 
-def parse_responses(body: dict[str, Any], store: ResponseStore, *, ctx: int = COUNT_LIMIT) -> ChatRequest:
-    """Read through `Fields` like `parse_openai`: a wrong type or shape anywhere is a `FieldError`."""
-    f = Fields(body)
+def parse_responses(body: dict[str, Any], store: ResponseStore, *, ctx: int = COUNT_MAX) -> ChatRequest:
+    """Read through `RequestFields` like `parse_openai`: a wrong type or shape anywhere is a `FieldError`."""
+    f = RequestFields(body)
     messages: list[Message] = []
     previous = f.text("previous_response_id")
     if previous is not None:

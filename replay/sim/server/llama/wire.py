@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from replay.serving.fields import COUNT_LIMIT, FieldError, Fields
+from replay.serving.counts import COUNT_MAX
+from replay.serving.fields import FieldError, RequestFields
 from replay.sim.model.llama.events import LlamaResult
 from replay.sim.model.llama.prompt import LlamaReply
 
@@ -36,7 +37,7 @@ class LlamaRequest:
     model: str
 
 
-def _content(f: Fields) -> str:
+def _content(f: RequestFields) -> str:
     value = f.value("content")
     if value is None or isinstance(value, str):
         return value or ""
@@ -48,19 +49,19 @@ def _content(f: Fields) -> str:
         if isinstance(part, str):
             parts.append(part)
             continue
-        text = Fields(part, f"{at}[{i}]").text("text")
+        text = RequestFields(part, f"{at}[{i}]").text("text")
         if text is not None:
             parts.append(text)
     return "\n".join(parts)
 
 
-def _common(f: Fields, ctx: int) -> dict[str, Any]:
+def _common(f: RequestFields, ctx: int) -> dict[str, Any]:
     max_tokens = None
     for key in ("max_completion_tokens", "max_tokens", "n_predict"):
         value = f.value(key)
         if isinstance(value, int) and not isinstance(value, bool) and value < 0:
             continue  # -1: no cap, as llama-server reads it
-        count = f.count(key, min(ctx, COUNT_LIMIT), "the context size")
+        count = f.count(key, min(ctx, COUNT_MAX), "the context size")
         if count is not None:
             max_tokens = count
             break
@@ -85,7 +86,7 @@ def _common(f: Fields, ctx: int) -> dict[str, Any]:
 
 
 def parse_chat(body: dict[str, Any], ctx: int) -> LlamaRequest:
-    f = Fields(body)
+    f = RequestFields(body)
     messages: list[dict[str, Any]] = []
     for m in f.objects("messages", required=True):
         role = m.text("role", required=True) or "user"
@@ -101,7 +102,7 @@ def parse_chat(body: dict[str, Any], ctx: int) -> LlamaRequest:
 
 
 def parse_completion(body: dict[str, Any], ctx: int) -> LlamaRequest:
-    f = Fields(body)
+    f = RequestFields(body)
     prompt = f.value("prompt")
     if not isinstance(prompt, str) or not prompt:
         raise FieldError(f.at("prompt"), "a non-empty string", prompt)
