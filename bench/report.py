@@ -201,6 +201,10 @@ def _mark(met: bool | None) -> str:
 SOAK_CHECKS = {
     # name: (label, the figures the target bounds)
     "replay": ("soak: replay run, MB per 10,000 requests / rate drift", "<= 0.2 MB, within 5%"),
+    "replay-1turn": (
+        "soak: replay run on one-request sessions, MB per 10,000 requests / rate drift / start RSS over trace",
+        "<= 0.2 MB, within 5%, <= 2x",
+    ),
     "record": ("soak: replay record, memory growth / rate drift", "within 10%, within 10%"),
     "sim": ("soak: simulator, fixed active set, MB per 10,000 requests / growth", "<= 0.2 MB, within 10%"),
 }
@@ -221,7 +225,7 @@ def soak_checks(results: dict[str, Any]) -> list[Check]:
         missed = []
         for key, limit in limits.items():
             value = res.get(key)
-            unit = " MB" if key == "mb_per_10k" else "%"
+            unit = {"mb_per_10k": " MB", "start_over_trace": "x"}.get(key, "%")
             shown.append(f"{_f(value, unit, 2)}")
             if value is None or abs(value) > limit:
                 missed.append(f"{key} {_f(value, unit, 2)} (limit {limit}{unit})")
@@ -513,7 +517,7 @@ def _soak(results: dict[str, Any]) -> list[str]:
         "| process | minutes | requests | RSS after warm-up -> end | MB / 10,000 req | growth | fds | rate first -> last | drift |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for name in ("replay", "record", "sim"):
+    for name in ("replay", "replay-1turn", "record", "sim"):
         r = soak.get(name)
         if not isinstance(r, dict):
             continue

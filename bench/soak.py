@@ -2,6 +2,8 @@
 
 - replay: `replay run` (overlap, c=64, live history, 10-turn sessions) against the fast reference
   server; requests counted from the results file as it grows.
+- replay-1turn: the same against one-request sessions (the ShareGPT shape): what a replay keeps per
+  finished session, and its start RSS against the trace file's size (issue #33).
 - record: `replay record` in front of the reference server, 50 streaming clients carrying a pool of
   conversations (100,000 per hour of soak) that grow, compact (the summary carries the last reply)
   and resume.
@@ -44,7 +46,7 @@ from bench.server import refserver
 from drivers.process import ChildProcess
 from replay.trace.writer import TraceWriter
 
-SOAKS = ("replay", "record", "sim")
+SOAKS = ("replay", "replay-1turn", "record", "sim")
 CODE: Path | None = None  # where the soaked processes import `replay` from (another checkout)
 SAMPLE_S = 5.0
 _LISTENING = r"listening on (http://\S+)"
@@ -52,6 +54,9 @@ _LISTENING = r"listening on (http://\S+)"
 # The issue's targets (#23). MB per 10,000 requests after warm-up, and rate drift in percent.
 TARGETS: dict[str, dict[str, float]] = {
     "replay": {"mb_per_10k": 0.2, "drift_pct": 5.0},  # <= 2 MB per 100,000 requests
+    # One-request sessions (#33): flat after warm-up, and RSS at the first request at most twice
+    # the trace file's size.
+    "replay-1turn": {"mb_per_10k": 0.2, "drift_pct": 5.0, "start_over_trace": 2.0},
     "record": {"growth_pct": 10.0, "drift_pct": 10.0},  # flat rate and memory within 10%
     "sim": {"mb_per_10k": 0.2, "growth_pct": 10.0},  # a fixed active set: flat memory
 }
@@ -230,6 +235,20 @@ def analyse(name: str, samples: list[Sample], minutes: float, warm_requests: int
     return out
 
 
+def with_start_ratio(res: dict[str, Any], trace: Path) -> dict[str, Any]:
+    """`start_over_trace`: RSS when the first request was done over the trace file's size; the
+    targets are checked again with it."""
+    if res.get("status") != "ok":
+        return res
+    res["trace_mib"] = round(trace.stat().st_size / 2**20, 1)
+    res["start_over_trace"] = (
+        round(res["rss_started_mib"] / res["trace_mib"], 2) if res["trace_mib"] else None
+    )
+    limits = res.get("targets") or {}
+    res["met"] = all(res.get(k) is not None and abs(res[k]) <= v for k, v in limits.items())
+    return res
+
+
 def _rate(samples: list[Sample], t0: float, t1: float) -> float | None:
     inside = [s for s in samples if t0 - 1e-6 <= s.t <= t1 + 1e-6]
     if len(inside) < 2 or inside[-1].t <= inside[0].t:
@@ -282,7 +301,8 @@ def _slope(x: list[int], y: list[float]) -> float | None:
 
 def soak_trace(path: Path, requests: int, turns: int = 10, seeds: int = 256) -> Path:
     """Sessions of `turns` turns, each resending its live history (`$reply` markers): what keeps
-    replies, done stamps and per-request state alive in a replay that forgets nothing.
+    replies, done stamps and per-request state alive in a replay that forgets nothing. With
+    `turns=1`, one-request sessions (the ShareGPT shape): what it keeps per finished session.
 
     User turns draw from `seeds` synthetic texts: with a distinct text per request the soak would
     measure `synth_text`'s cache filling up to its 64 MiB bound (~470 bytes a request at first), not
@@ -390,13 +410,13 @@ def _replay_once(
         return sampler.stop()
 
 
-def calibrate(work: Path, url: str) -> Calibration:
+def calibrate(work: Path, url: str, turns: int = 10) -> Calibration:
     """Two short replays of the soak's trace (a small and a larger one) against `url`: the rate of
     the larger once it runs, and RSS against trace size (peak RSS, the trace loaded, of each)."""
     peaks: list[float] = []
     rate = 0.0
     for n in CALIBRATION_REQUESTS:
-        trace = soak_trace(work / f"calibrate-{n}.trace.jsonl", n)
+        trace = soak_trace(work / f"calibrate-{n}.trace.jsonl", n, turns=turns)
         samples = _replay_once(work, f"calibrate-{n}", trace, url, CALIBRATION_S, every_s=0.5)
         trace.unlink()
         peaks.append(max((s.rss_mib for s in samples), default=0.0))
@@ -430,12 +450,18 @@ def replay_size(minutes: float, cal: Calibration, available_mib: float) -> tuple
 
 
 def soak_replay(
-    work: Path, minutes: float, url: str, server_pid: int | None = None, rate: float | None = None
+    work: Path,
+    minutes: float,
+    url: str,
+    server_pid: int | None = None,
+    rate: float | None = None,
+    turns: int = 10,
 ) -> dict[str, Any]:
-    """`replay run` for `minutes` on a trace sized from a calibrated rate (or `rate`), after
-    checking that the loaded trace fits in the memory available."""
+    """`replay run` for `minutes` on a trace of `turns`-turn sessions sized from a calibrated rate
+    (or `rate`), after checking that the loaded trace fits in the memory available."""
+    name = "replay" if turns != 1 else "replay-1turn"
     if rate is None:
-        cal = calibrate(work, url)
+        cal = calibrate(work, url, turns)
         log(
             f"replay: calibrated {cal.rate:,.0f} req/s, RSS {cal.base_mib:.0f} MiB + "
             f"{cal.mib_per_request * 2**20:,.0f} bytes a loaded request"
@@ -453,15 +479,15 @@ def soak_replay(
         log(f"replay: {refused}")
         return {"status": "failed", "reason": refused, "calibration": calibration, "trace_requests": requests}
     t0 = time.monotonic()
-    trace = soak_trace(work / "soak-replay.trace.jsonl", requests)
+    trace = soak_trace(work / f"soak-{name}.trace.jsonl", requests, turns=turns)
     log(
         f"replay: trace of {requests:,} requests written in {time.monotonic() - t0:.1f} s "
         f"(expected RSS {cal.rss_mib(requests) / 1024:.1f} GiB, {available / 1024:.1f} GiB available)"
     )
-    out = work / "soak-replay.results.jsonl"
+    out = work / f"soak-{name}.results.jsonl"
     with ChildProcess(
         _replay_argv(trace, url, minutes * 60, out),
-        log_path=work / "soak-replay.log",
+        log_path=work / f"soak-{name}.log",
         name="replay-run",
         stop_timeout=30.0,
         cwd=CODE,
@@ -469,7 +495,9 @@ def soak_replay(
         sampler = Sampler(child.pid, _lines_counter(out), server_pid=server_pid).start()
         child.wait(minutes * 60 + 900)  # + loading the trace (~3 min for 6M requests), writing, reading back
         samples = sampler.stop()
-    res = analyse("replay", samples, minutes)
+    res = analyse(name, samples, minutes)
+    if name == "replay-1turn":
+        res = with_start_ratio(res, trace)
     summary = _summary(out)
     res["waiting_max"] = summary.get("waiting_max")  # see `rss_steps`
     res["outcome"] = summary.get("outcome")
@@ -705,7 +733,7 @@ class _BoundReached:
 def run(minutes: float, only: list[str], work: Path, conversations: int | None = None) -> dict[str, Any]:
     """Every soak asked for, one after the other; one that fails keeps the others' figures."""
     results: dict[str, Any] = {}
-    needs_upstream = {"replay", "record"} & set(only)
+    needs_upstream = {"replay", "replay-1turn", "record"} & set(only)
     # The soak never reads the server's per-request stamps (`/truth`): it keeps none.
     upstream = refserver(Pacing(first_token_ms=1.0, tokens=16), realtime=False, truth_cap=0)
     with upstream if needs_upstream else contextlib.nullcontext() as srv:
@@ -714,6 +742,8 @@ def run(minutes: float, only: list[str], work: Path, conversations: int | None =
             try:
                 if name == "replay":
                     res = soak_replay(work, minutes, srv.url, srv.pid)
+                elif name == "replay-1turn":
+                    res = soak_replay(work, minutes, srv.url, srv.pid, turns=1)
                 elif name == "record":
                     res = soak_record(work, minutes, srv.url, conversations)
                 else:

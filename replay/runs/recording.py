@@ -14,7 +14,8 @@ import hashlib
 import platform
 import signal
 import time
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,7 @@ class RunOutcome:
     lag_p50_s: float | None
     lag_p99_s: float | None
     exit_code: int
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: Sequence[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the load fell short of what was asked
 
 
@@ -82,6 +83,94 @@ _GC_YOUNG = 10_000  # allocations between young-generation passes during a run (
 
 # What the readers of a run's kept records use (the usage check and the server-log correlation).
 KEPT_FIELDS = ("kind", "seq", "status", "prompt_tokens", "cached_tokens", "output_tokens", "backend")
+_NUMBERS = ("seq", "prompt_tokens", "cached_tokens", "output_tokens")
+_NONE = -(2**31)  # a number column's None
+_OWN = 255  # a status code: the line is kept whole, in `_whole`
+
+
+class KeptRecords(Sequence[dict[str, Any]]):
+    """`KEPT_FIELDS` of each request line, in columns: 4-byte numbers, a 1-byte status and backend,
+    about 19 bytes a request where a dict a line kept ~220 (a replay against the simulator
+    keeps these for the log correlation, and at a million one-request sessions the dicts alone
+    grew it by 220 MB). Read back as dicts, one per line, in order. A line that does not fit (a
+    number past 32 bits, another kind, a missing field) is kept whole."""
+
+    def __init__(self) -> None:
+        self._numbers = {name: array("i") for name in _NUMBERS}
+        self._status = array("B")
+        self._names: list[str] = []  # status code -> its text
+        self._codes: dict[str, int] = {}
+        self._backend = array("B")  # 0: no backend field; else 1 + its index in `_backends`
+        self._backends: list[str | None] = []
+        self._backend_codes: dict[str | None, int] = {}
+        self._whole: dict[int, dict[str, Any]] = {}
+
+    def append(self, line: dict[str, Any], whole: bool = False) -> None:
+        """Keep `line`'s `KEPT_FIELDS`; `whole`: all of it (a cancelled line: its `id` is read)."""
+        kept = line if whole else {k: line[k] for k in KEPT_FIELDS if k in line}
+        status = kept.get("status")
+        code = self._codes.get(status) if type(status) is str else None
+        if code is None and type(status) is str and len(self._names) < _OWN:
+            code = self._codes[status] = len(self._names)
+            self._names.append(status)
+        values = [kept.get(name, _NONE) for name in _NUMBERS]
+        backend = self._backend_code(kept)
+        fits = (
+            code is not None
+            and backend is not None
+            and kept.get("kind") == "request"
+            and not whole
+            and len(kept) == len(KEPT_FIELDS) - (backend == 0)
+            and all((v is None) or (type(v) is int and _NONE < v < 2**31) for v in values)
+        )
+        if not fits:
+            self._whole[len(self._status)] = kept
+            code, values, backend = _OWN, [0] * len(_NUMBERS), 0
+        for name, value in zip(_NUMBERS, values, strict=True):
+            self._numbers[name].append(_NONE if value is None else value)
+        self._status.append(code)  # type: ignore[arg-type]
+        self._backend.append(backend)  # type: ignore[arg-type]
+
+    def _backend_code(self, kept: dict[str, Any]) -> int | None:
+        """0 without a `backend` field, else its code; None if it cannot have one (not a name, or
+        a 255th name)."""
+        if "backend" not in kept:
+            return 0
+        name = kept["backend"]
+        code = self._backend_codes.get(name)
+        if code is None and (name is None or type(name) is str) and len(self._backends) < _OWN - 1:
+            self._backends.append(name)
+            code = self._backend_codes[name] = len(self._backends)
+        return code
+
+    def __len__(self) -> int:
+        return len(self._status)
+
+    def _row(self, i: int) -> dict[str, Any]:
+        code = self._status[i]
+        if code == _OWN:
+            return dict(self._whole[i])
+        row: dict[str, Any] = {"kind": "request"}
+        for name, col in self._numbers.items():
+            value = col[i]
+            row[name] = None if value == _NONE else value
+        row["status"] = self._names[code]
+        backend = self._backend[i]
+        if backend:
+            row["backend"] = self._backends[backend - 1]
+        return row
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._row(k) for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._row(i)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self._row(i) for i in range(len(self)))
 
 
 def run_header(
@@ -147,7 +236,8 @@ class Recording:
         self.keep_fields = keep_fields
         self.lags = new_histogram("latency_us")  # schedule lag, microseconds
         self.lag_trend = LagTrend(len(trace.requests))  # does the lag grow over the run?
-        self.kept: list[dict[str, Any]] = []
+        # The fields the readers use, in columns (`KeptRecords`); whole lines in a list.
+        self.kept: list[dict[str, Any]] | KeptRecords = KeptRecords() if keep_fields == KEPT_FIELDS else []
         self.counts = {"requests": 0, "errors": 0, "cancelled": 0}
         self.engine = Engine(trace, plan, config, self.sink)
         self.started: float | None = None  # monotonic, set when the first engine starts
@@ -160,7 +250,10 @@ class Recording:
             self.counts["cancelled"] += 1
             line = self.writer.request(rec, summarise=False)
             if self.keep_records:  # the server saw it: its counters and log still hold it
-                self.kept.append(line)
+                if isinstance(self.kept, KeptRecords):
+                    self.kept.append(line, whole=True)
+                else:
+                    self.kept.append(line)
         else:
             self.counts["requests"] += 1
             if rec.status != "ok":
@@ -171,7 +264,10 @@ class Recording:
                 self.lag_trend.add(line["lag_s"])
             if self.keep_records:
                 fields = self.keep_fields
-                self.kept.append(line if fields is None else {k: line[k] for k in fields if k in line})
+                if fields is None or isinstance(self.kept, KeptRecords):
+                    self.kept.append(line)
+                else:
+                    self.kept.append({k: line[k] for k in fields if k in line})
         if self.observe is not None:
             self.observe(line)
 

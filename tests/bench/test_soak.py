@@ -22,6 +22,7 @@ from bench.soak import (
     error_kind,
     parse_args,
     replay_size,
+    with_start_ratio,
 )
 from replay.sim.model.tokenizer import count_tokens
 
@@ -79,6 +80,18 @@ def test_the_verdict_has_a_row_per_soak_and_says_which_figure_missed():
     assert rows["soak: replay record"].met is None
     text = markdown(results)
     assert "## Soak" in text and "| replay | 4 |" in text
+
+
+def test_one_request_sessions_are_held_to_twice_the_trace_size_at_start(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(b"x" * (40 * 2**20))  # a 40 MiB trace file; the replay starts at 100 MiB
+    ok = with_start_ratio(analyse("replay-1turn", samples(4, 500, 0.0), 4), trace)
+    assert ok["trace_mib"] == 40.0 and ok["start_over_trace"] == 2.5 and not ok["met"]
+    row = {c.name.split(",")[0]: c for c in soak_checks({"soak": {"replay-1turn": ok}})}
+    gap = row["soak: replay run on one-request sessions"].gap
+    assert "start_over_trace 2.50x (limit 2.0x)" in gap and "mb_per_10k" not in gap
+    trace.write_bytes(b"x" * (60 * 2**20))
+    assert with_start_ratio(analyse("replay-1turn", samples(4, 500, 0.0), 4), trace)["met"]
 
 
 def test_minutes_and_only_are_parsed():

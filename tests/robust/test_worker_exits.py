@@ -6,6 +6,7 @@ leaves workers that notice and stop within a second."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -149,8 +150,10 @@ def test_workers_of_a_killed_parent_stop_within_a_second_with_their_summary(
     out = tmp_path / "r.jsonl"
     run = start_run(trace, out, workers)
     kids: list[psutil.Process] = []
+    scratch: Path | None = None
     try:
         kids = wait_until_measuring(run, out, workers)
+        scratch = scratch_of(kids)
         shards = [k for k in kids if "spawn_main" in " ".join(k.cmdline())]
         os.kill(run.pid, signal.SIGKILL)
         killed = time.monotonic()
@@ -166,6 +169,8 @@ def test_workers_of_a_killed_parent_stop_within_a_second_with_their_summary(
             run.kill()
         run.wait(10)
         stop_all(kids)  # the simulator: a parent killed outright leaves it to `replay restore`
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)  # and its scratch folder
     assert stopped < 1.0, f"workers still running {stopped:.2f} s after the parent was killed"
     assert exited < 5.0, f"worker processes still there {exited:.2f} s after the parent was killed"
     for part in parts:
