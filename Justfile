@@ -37,7 +37,7 @@ agents *names:
     python tests/agents/install.py $names
     REPLAY_REQUIRE_AGENTS="$names" python -m pytest -q -s -m agents tests/agents -k "${names// / or }"
 
-# Soak the replay, the recorder and the simulator: RSS, fds and rate every 5 s, against #23's targets.
+# Soak the replay, the recorder and the simulator: RSS, fds and rate every 5 s, against the soak targets (bench/soak.py).
 # `just soak --minutes 1`, `just soak --only record`.
 soak *ARGS:
     python -m bench.soak {{ARGS}}

@@ -23,7 +23,7 @@ from replay.runs.workers import run_workers
 from replay.trace.reader import read_trace
 
 ERROR_P99_BUDGET_MS = 5.0  # the rate target: the fastest rate whose TTFT error p99 stays within it
-ACCURACY_FIRST_TOKEN_MS = 500.0  # #20's accuracy target: 500 streams in flight, 500 ms to first token
+ACCURACY_FIRST_TOKEN_MS = 500.0  # the accuracy target: 500 streams in flight, 500 ms to first token
 
 
 @dataclass(slots=True)
@@ -122,7 +122,7 @@ def accuracy(srv: RunningServer, work: Path, quick: bool) -> list[Point]:
 
     Many streams are held open by a long first-token delay rather than a high rate, so the point
     measures open streams, not throughput (500 streams at 20 ms would need 25,000 req/s). 500
-    streams at #20's 500 ms to first token run at ~1,000 req/s, a quarter of one process's ceiling.
+    streams at the target's 500 ms to first token run at ~1,000 req/s, a quarter of one process's ceiling.
     """
     # Points of about 10 s (quick) or 20 s: one stream at ~21 ms, 100 at ~100 req/s, 500 at ~1,000.
     plan = [("acc-1", 1, 20.0, 500 if quick else 1000), ("acc-100", 100, 1000.0, 1000 if quick else 2000)]

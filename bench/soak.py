@@ -3,7 +3,7 @@
 - replay: `replay run` (overlap, c=64, live history, 10-turn sessions) against the fast reference
   server; requests counted from the results file as it grows.
 - replay-1turn: the same against one-request sessions (the ShareGPT shape): what a replay keeps per
-  finished session, and its start RSS against the trace file's size (issue #33).
+  finished session, and its start RSS against the trace file's size.
 - record: `replay record` in front of the reference server, 50 streaming clients carrying a pool of
   conversations (100,000 per hour of soak) that grow, compact (the summary carries the last reply)
   and resume.
@@ -51,10 +51,10 @@ CODE: Path | None = None  # where the soaked processes import `replay` from (ano
 SAMPLE_S = 5.0
 _LISTENING = r"listening on (http://\S+)"
 
-# The issue's targets (#23). MB per 10,000 requests after warm-up, and rate drift in percent.
+# The soak targets. MB per 10,000 requests after warm-up, and rate drift in percent.
 TARGETS: dict[str, dict[str, float]] = {
     "replay": {"mb_per_10k": 0.2, "drift_pct": 5.0},  # <= 2 MB per 100,000 requests
-    # One-request sessions (#33): flat after warm-up, and RSS at the first request at most twice
+    # One-request sessions: flat after warm-up, and RSS at the first request at most twice
     # the trace file's size.
     "replay-1turn": {"mb_per_10k": 0.2, "drift_pct": 5.0, "start_over_trace": 2.0},
     "record": {"growth_pct": 10.0, "drift_pct": 10.0},  # flat rate and memory within 10%
@@ -539,7 +539,7 @@ def conversation_messages(c: Conversation) -> list[dict[str, str]]:
     count all run long: a soak's load is the same at its end as after warm-up. Written plainly, 999
     -> 1000 restarts (~96,000 requests of the sim's 16 conversations) made every later text a token
     longer; until the simulator's text cache had turned over, old and new sizes lived side by side
-    in more of Python's allocator arenas, and RSS stayed 3 MiB higher (issue #23's sim soak).
+    in more of Python's allocator arenas, and RSS stayed 3 MiB higher (the simulator's soak).
     """
     tag = f"{c.index}.{c.generation:0{GENERATION_DIGITS}d}"
     first = (

@@ -75,7 +75,7 @@ SWEEP: tuple[str, ...] = (
     "replay.sizing.parallel",
 )
 # The engine's per-request hot path: SSE splitting, checked JSON decoding, the exchange, the three
-# reply readers, usage rules and the record they fill (issue #20: client CPU per request), the
+# reply readers, usage rules and the record they fill (the target: client CPU per request), the
 # chunked body's framing (`engine.chunks`), and the record's way out: its results line and the
 # summary's histograms, written once per request. The HTTP/1.1 connections (`engine.http1`,
 # `engine.transport`) stay source: their classes build on asyncio's and httpcore's.

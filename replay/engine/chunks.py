@@ -1,7 +1,7 @@
 """The chunked transfer coding of a response body, undone across network reads.
 
 A streamed reply arrives as one chunk per event (a 64-token reply is ~66 chunks, often in one
-read), so this loop runs per event; it is compiled with the engine's hot path (issue #20), which
+read), so this loop runs per event; it is compiled with the engine's hot path (client CPU per request), which
 is why it lives apart from `http1`'s connection classes (those build on asyncio's and stay source).
 """
 

@@ -234,7 +234,7 @@ class _Deadline:
     """The request's timeout, by `asyncio.timeout`'s rules (a timer cancels the task; that
     cancellation, and only that one, becomes `TimeoutError`) at a third of its cost: asyncio's
     is Python code that looks the running loop up three times (each a getpid() on 3.11), and
-    anyio's `fail_after` adds a cancel scope (issue #20: client CPU per request)."""
+    anyio's `fail_after` adds a cancel scope (client CPU per request)."""
 
     __slots__ = ("task", "cancelling", "fired", "handle")
 

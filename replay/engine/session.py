@@ -70,7 +70,7 @@ def _remap_tool_ids(msg: Message, ids: dict[str, str]) -> Message:
 class ReplaySessions(dict[str, ReplaySession]):
     """Each session's state, made the first time one of its requests is sent: a run that stops at
     its duration reaches only part of a large trace, and building every state up front took ~0.1 s
-    of CPU for a 50,000-request trace before the first request went (issue #20)."""
+    of CPU for a 50,000-request trace before the first request went."""
 
     def __init__(self, sessions: dict[str, Session], mode: str) -> None:
         super().__init__()

@@ -21,7 +21,7 @@ class SseEvent:
     """One dispatched event; `event` is "message" when the server named none.
 
     A plain (compiled) class, not a NamedTuple: a NamedTuple is built through a Python-level
-    `__new__`, once per event of every stream (issue #20)."""
+    `__new__`, once per event of every stream (client CPU per request)."""
 
     __slots__ = ("event", "data")
 

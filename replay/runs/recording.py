@@ -389,7 +389,7 @@ def run_engines(
     gc.freeze()
     # A streamed request makes thousands of short-lived objects; at the default 700 allocations
     # the young generation is scanned several times per request along with the thousands of
-    # waiting requests' tasks (6-8 us of client CPU per request, issue #20). 10,000 keeps each
+    # waiting requests' tasks (6-8 us of client CPU per request). 10,000 keeps each
     # pass short (about a millisecond) and cycles are still freed within a few requests.
     thresholds = gc.get_threshold()
     gc.set_threshold(_GC_YOUNG, *thresholds[1:])

@@ -27,7 +27,7 @@ from replay.trace.sniff import sniff
 KINDS = ("trace", "session", "blob", "request", "unrecorded", "rejected")
 _MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool")
 _ROLE = {role: role for role in _MESSAGE_ROLES}  # the one string each role is held as
-# Times in a trace: up to about 31 years, so an agent's store spanning years imports (issue 33);
+# Times in a trace: up to about 31 years, so an agent's store spanning years imports;
 # still far inside a 64-bit nanosecond clock (10^18 of its 9.2 x 10^18) and whole microseconds.
 MAX_SECONDS = 1e9
 SYNTH_MAX_TOKENS = 10_000_000  # synthetic text is built in memory when sent: beyond any context

@@ -70,7 +70,7 @@ def cache_fill() -> dict[str, int | bool]:
     fills, that array doubles each time it is used up, so when full it has room for fewer than
     twice the texts kept: the first copy made while full comes within one turnover, and it sets
     the table at its lasting size (65,536 texts: 2^18 slots instead of 2^17, +2.9 MiB with the
-    OrderedDict's node index; issue #23's step ~12,000 requests after the cache was full). Every
+    OrderedDict's node index; the soak's step ~12,000 requests after the cache was full). Every
     later copy has as many live texts, so the same size. Settled: evicted as many texts as it holds.
     """
     texts = len(_cache)

@@ -6,7 +6,7 @@ fresh table every ~100,000 insertions (about 7 MB of tables at that size, old an
 together for the copy). glibc serves such large blocks with mmap, but the first time one is freed
 it raises its mmap threshold to that block's size (the "dynamic threshold"), so every later copy
 comes from the heap, between small live objects; the pages the old copies leave there stay
-resident. RSS then rises in steps of a table's size while the Python heap stays flat (issue #23's
+resident. RSS then rises in steps of a table's size while the Python heap stays flat (the
 30-minute soak: +14 MB after the cache was full). With the threshold fixed, blocks of 1 MiB and more
 are always mapped on their own and unmapped when freed. Elsewhere (no glibc) a no-op.
 """
