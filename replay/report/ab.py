@@ -24,15 +24,17 @@ from rich.console import Console
 from rich.table import Table
 
 from replay.metrics.hist import ALL, Summary
-from replay.metrics.results import RunResults
+from replay.metrics.results import RunResults, time_scale
 from replay.report import ab_stats, units
 from replay.report.table import ORDER, class_row
 
 # /2: B/A intervals (`stats`, `verdict`, `method`), arm `identity` and `differences`, `run_times`;
 # no `winner` in the per-pair `ab` rows; `--repeat` counts A B B A blocks; a run's cache is
 # `fresh` when no disk cache carried over (a new process with no disk cache is fresh).
-FORMAT = "agent-replay-ab/2"
-FORMATS = ("agent-replay-ab/1", FORMAT)  # both are read by `replay report`
+# /3: each seconds row of `stats` names its `clock` (wall, modelled, server log) and each run its
+# `time_scale` (the simulator's, else null); an older file's clocks are worked out when it is read.
+FORMAT = "agent-replay-ab/3"
+FORMATS = ("agent-replay-ab/1", "agent-replay-ab/2", FORMAT)  # all are read by `replay report`
 ARMS = ("A", "B")
 DRIFT_NOTE = (
     "Absolute times drift from run to run as the page cache warms (model file, checkpoints), so "
@@ -220,6 +222,7 @@ def run_figures(run: ArmRun) -> dict[str, Any]:
         **run_level(res),
         "restores": len(restores) if res.server else None,
         "prefill_source": source,
+        "time_scale": time_scale(res.run),
         "rounds": [
             {
                 "round": k,
@@ -398,6 +401,42 @@ def paired_stats(
     )
 
 
+# Where a run's prefill seconds came from (`prefill_times`) -> the clock they are on.
+_PREFILL_CLOCK = {"modelled": "modelled", "server-log": "server log", "ttft": "wall"}
+
+
+def add_clocks(doc: dict[str, Any]) -> dict[str, Any]:
+    """Name the clock of every seconds row of the B/A tables from what the runs say: prefill on its
+    source's clock (the simulator's modelled seconds, the server's log, or TTFT as measured), every
+    other time measured by the client (wall). A row that already names its clock keeps it."""
+    keys = {m.name: m.key for m in (*ab_stats.METRICS, *ab_stats.RUN_METRICS)}
+    sources = {r.get("prefill_source") for r in doc.get("runs") or ()} - {None}
+    prefill = "/".join(sorted({_PREFILL_CLOCK.get(s, "wall") for s in sources})) or "wall"
+    for row in [*(doc.get("stats") or ()), *(doc.get("stats_with_drift") or ())]:
+        if row.get("unit") == "seconds" and not row.get("clock"):
+            row["clock"] = prefill if keys.get(row["metric"]) == "prefill_s" else "wall"
+    return doc
+
+
+def clock_note(doc: dict[str, Any]) -> str:
+    """What each clock the B/A tables name means, with the simulator's time scale when it ran one."""
+    clocks = {r.get("clock") for r in [*(doc.get("stats") or ()), *(doc.get("stats_with_drift") or ())]}
+    scales = sorted({r["time_scale"] for r in doc.get("runs") or () if r.get("time_scale")})
+    notes = []
+    if "wall" in clocks:
+        faster = (
+            f" (the simulator ran {', '.join(f'{s:g}x' for s in scales)} faster than the server it models)"
+            if scales
+            else ""
+        )
+        notes.append(f"s (wall): wall-clock seconds measured here by the client{faster}")
+    if any(c and "modelled" in c for c in clocks):
+        notes.append("s (modelled): the simulator's modelled seconds, what the real server would take")
+    if any(c and "server log" in c for c in clocks):
+        notes.append("s (server log): the server's own prompt time from its log")
+    return "; ".join(notes) + "." if notes else ""
+
+
 def analyze(
     runs: list[ArmRun],
     temp0_ids: set[int] | None = None,
@@ -449,28 +488,30 @@ def analyze(
             "classes": class_figures(summary, records),
             "within": arm_within(figures, arm),
         }
-    return {
-        "format": FORMAT,
-        **(header or {}),
-        "order": [r.arm for r in runs],
-        "note": DRIFT_NOTE,
-        "runs": figures,
-        "arms": arms,
-        "verdict": ab_stats.verdict(
-            [r for r in stats if not r.get("drift")],
-            outputs,
-            paired.drift,
-            list((header or {}).get("differences") or []),
-        ),
-        "method": ab_stats.method_note(confidence),
-        "confidence": confidence,
-        "warnings": warnings,
-        "stats": stats,
-        "drift": paired.drift,
-        "stats_with_drift": paired.with_drift,
-        "ab": ab_ratios(figures),
-        "outputs": outputs,
-    }
+    return add_clocks(
+        {
+            "format": FORMAT,
+            **(header or {}),
+            "order": [r.arm for r in runs],
+            "note": DRIFT_NOTE,
+            "runs": figures,
+            "arms": arms,
+            "verdict": ab_stats.verdict(
+                [r for r in stats if not r.get("drift")],
+                outputs,
+                paired.drift,
+                list((header or {}).get("differences") or []),
+            ),
+            "method": ab_stats.method_note(confidence),
+            "confidence": confidence,
+            "warnings": warnings,
+            "stats": stats,
+            "drift": paired.drift,
+            "stats_with_drift": paired.with_drift,
+            "ab": ab_ratios(figures),
+            "outputs": outputs,
+        }
+    )
 
 
 # --- console -----------------------------------------------------------------------------------
@@ -515,6 +556,8 @@ def render(doc: dict[str, Any], console: Console, verbose: bool = False) -> None
         console.print(_stats_table(doc, doc["stats"]))
         if verbose and doc.get("stats_with_drift"):
             console.print(_stats_table(doc, doc["stats_with_drift"], drift=True))
+        if clock_note(doc):
+            say(clock_note(doc), highlight=False, markup=False)
         if verbose:
             say(f"method: {doc.get('method', '')}", highlight=False)
     if verbose:
@@ -627,12 +670,17 @@ def stats_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
         if row.get("drift"):
             result += "; includes drift"
         unit = row.get("unit", "")
+        clock = f" ({row['clock']})" if row.get("clock") else ""
+        a, b = (
+            (units.figure(v, unit) + (clock if v is not None else "")) if unit else _f(v)
+            for v in (row["a"], row["b"])
+        )
         out.append(
             [
                 row["class"],
                 row["metric"],
-                units.figure(row["a"], unit) if unit else _f(row["a"]),
-                units.figure(row["b"], unit) if unit else _f(row["b"]),
+                a,
+                b,
                 "-" if row["ratio"] is None else f"{row['ratio']:.{d}f}",
                 ab_stats.interval_text(row),
                 f"{row['pairs']}" + (" (few)" if row["few_pairs"] else ""),
@@ -679,14 +727,14 @@ def _class_table(doc: dict[str, Any]) -> Table:
         "arm",
         "n",
         "err",
-        "TTFT p50 s",
-        "TTFT p99 s",
-        "e2e p50 s",
+        "TTFT p50 s (wall)",
+        "TTFT p99 s (wall)",
+        "e2e p50 s (wall)",
         "decode tok/s",
         "re-processed tokens",
         "cached tokens",
-        "mod. prefill s",
-        "mod. total s",
+        "prefill s (modelled)",
+        "total s (modelled)",
     )
     for col in cols:
         t.add_column(col, justify="left" if col in ("class", "arm") else "right")

@@ -20,7 +20,8 @@ from rich.console import Console
 from replay.errors import UsageError
 from replay.outputs import write_text
 from replay.report import plots
-from replay.report.ab import FORMATS, STATS_COLUMNS, render, short_value, stats_cells
+from replay.report.ab import FORMATS, STATS_COLUMNS, add_clocks, clock_note, render, short_value, stats_cells
+from replay.report.ab_stats import change_text
 from replay.report.html import CSS, _table, load_run
 
 SUMMARY_FILE = "ab.json"
@@ -47,7 +48,7 @@ def load_ab(path: Path) -> tuple[dict[str, Any], Path]:
         raise UsageError(f"{file}: not a readable A/B summary ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") not in FORMATS:
         raise UsageError(f"{file}: format is not one of {', '.join(FORMATS)}")
-    return doc, file.parent
+    return add_clocks(doc), file.parent
 
 
 def _f(value: Any, digits: int = 3) -> str:
@@ -120,6 +121,11 @@ def _diff_rows(doc: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _change_line(doc: dict[str, Any]) -> str:
+    """B's change as one would type it (`--cache-ram 8192 -> 0`), above the table of differences."""
+    return f"B changes: {change_text(list(doc.get('differences') or []))}"
+
+
 # Paths and long values wrap inside the page instead of widening it.
 _AB_CSS = (
     ".wrap table { table-layout: fixed; width: 100%; } .wrap td { word-break: break-all; text-align: left; } "
@@ -164,6 +170,7 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
     diffs = _diff_rows(doc)
     parts.append(
         "<h3>Every difference between the arms</h3>"
+        + f'<p class="note" id="change">{esc(_change_line(doc))}</p>'
         + f'<div class="wrap diffs">{_table(diffs, ["field", "A", "B"])}</div>'
         if diffs
         else '<p class="note">The arms do not differ (an A/A noise check).</p>'
@@ -172,6 +179,7 @@ def render_ab_page(doc: dict[str, Any], base: Path) -> str:
         "</section>",
         '<section id="ratios"><h2>B / A with intervals</h2>',
         _table(stats_rows(doc.get("stats") or []), STATS_HEADER),
+        f'<p class="note" id="clocks">{esc(clock_note(doc))}</p>',
         f'<p class="note">{esc(doc.get("method", ""))}. Lower is better except decode tok/s and throughput; '
         "decode tok/s is the server's own figure where it reports one (llama-server's "
         "timings.predicted_per_second), else the stream's; run-level rows have one value per run.</p>",
@@ -247,7 +255,7 @@ def ab_markdown(doc: dict[str, Any]) -> str:
     out += ["", "## The arms", "", _md_table(_identity(doc), ["arm", "name", "build"]), ""]
     diffs = _diff_rows(doc)
     out += (
-        ["Every difference:", "", _md_table(diffs, ["field", "A", "B"])]
+        ["Every difference:", "", _change_line(doc), "", _md_table(diffs, ["field", "A", "B"])]
         if diffs
         else ["The arms do not differ (an A/A noise check)."]
     )
@@ -257,6 +265,7 @@ def ab_markdown(doc: dict[str, Any]) -> str:
         "",
         _md_table(stats_rows(doc.get("stats") or []), STATS_HEADER),
         "",
+        *([clock_note(doc), ""] if clock_note(doc) else []),
         *(
             [
                 "Including the requests after a reply that differed (live history: these mix the build "

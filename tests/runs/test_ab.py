@@ -174,6 +174,12 @@ def test_cold_saves_on_beat_off_in_order_abba_on_fresh_caches(
     # The simulator's replies depend only on the prompt: both arms must say the same.
     assert all(r.get("output_sha1") for run in doc["runs"] for r in read_results(run["results"]).requests)
     assert doc["outputs"]["status"] == "match"
+    # Each seconds figure names its clock: prefill the simulator's modelled, TTFT measured here; the
+    # page says B's change as one would type it above the differences.
+    page = (out / "report" / "index.html").read_text()
+    assert " s (modelled)</td>" in page and " s (wall)</td>" in page and "ran 500x faster" in page
+    assert "B changes: --kv-cache-cold-max-tokens 0" in page
+    assert " s (modelled)" in text and " s (wall)" in text
 
 
 def test_arm_order_is_blocks_of_abba_even_for_one() -> None:
@@ -467,7 +473,7 @@ def test_replay_report_reads_a_version_1_ab_json_without_a_verdict(tmp_path: Pat
 
     same = {1: "aa", 2: "bb"}
     doc = analyze([_run(1, "A", same), _run(2, "B", same)], None, {"targets": {}})
-    assert doc["format"] == "agent-replay-ab/2"
+    assert doc["format"] == "agent-replay-ab/3"
     old = {k: v for k, v in doc.items() if k not in ("verdict", "method", "stats", "warnings", "confidence")}
     old["format"] = "agent-replay-ab/1"
     (tmp_path / "ab.json").write_bytes(orjson.dumps(old))
