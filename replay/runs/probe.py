@@ -174,11 +174,11 @@ def run_cache_probe(
     generate(spec, trace_path)
     labels = {p.rid: p.label for p in plan_requests(spec)}
     trace = read_trace(trace_path)
-    target = _with_slot_dir(target, out / "slots")
+    target = with_slot_dir(target, out / "slots")
     return _run(target, trace, labels, out, spec.name, slot, timeout_s, say or (lambda _m: None))
 
 
-def _with_slot_dir(target: Target, slots: Path) -> Target:
+def with_slot_dir(target: Target, slots: Path) -> Target:
     """llama-server saves slot files only under `--slot-save-path`; give it one unless the file did."""
     if not has_slot_files(target) or has_flag(target.flags, "--slot-save-path") or target.kv_disk_dir:
         return target
@@ -204,6 +204,7 @@ def _replay_with_restarts(
     say: Say,
     plan: Any = None,
     header: dict[str, Any] | None = None,
+    history: str = "live",
 ) -> _Probed:
     """The trace through the one replay pipeline, with a restart hook before each probe."""
     restarts: list[Restart] = []
@@ -234,7 +235,7 @@ def _replay_with_restarts(
         job = ReplayJob(
             served=served,
             trace=trace,
-            options=RunOptions(plan or Alternate(), timeout=timeout_s),
+            options=RunOptions(plan or Alternate(), history=history, timeout=timeout_s),
             out=results,
             workdir=workdir,
             header=header or {},
@@ -290,12 +291,23 @@ def replay_restarting(
     plan: Any = None,
     header: dict[str, Any] | None = None,
     say: Say | None = None,
+    history: str = "live",
 ) -> Replayed:
     """A scenario arm whose trace has `probe` requests, on a server that keeps slot files: every
     server process's log is joined into `log` (llama.cpp's clock restarts at each; the parser
     carries on), and the run's `server` records are read from it."""
     probed = _replay_with_restarts(
-        target, trace, labels, results, workdir, None, timeout_s, say or (lambda _m: None), plan, header
+        target,
+        trace,
+        labels,
+        results,
+        workdir,
+        None,
+        timeout_s,
+        say or (lambda _m: None),
+        plan,
+        header,
+        history,
     )
     with open(log, "wb") as joined:
         for part in probed.logs:

@@ -19,10 +19,11 @@ from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.metrics.results import RunResults, read_results
 from replay.runs.pipeline import ReplayJob, RunOptions, finish, replay
+from replay.runs.probe import has_slot_files, replay_restarting, with_slot_dir
 from replay.runs.serverlog import effective_settings, log_kind, server_records
 from replay.runs.targets import _llama_target, open_target, resolve_target
 from replay.trace.reader import read_trace
-from replay.trace.select import skip_probes
+from replay.trace.select import PROBE_TAG, skip_probes
 from replay.twin.compare import compare, ds4_model_flags, model_flags
 
 Say = Callable[[str], None]
@@ -48,8 +49,29 @@ def _props(url: str) -> dict[str, Any]:
 
 
 def run_side(target: Target, trace: Path, out: Path, work: Path, timeout: float, say: Say) -> Side:
-    """Replay `trace` (history as recorded, one request at a time) on `target` into `out`."""
-    loaded, _ = skip_probes(read_trace(trace, freeze=True))
+    """Replay `trace` (history as recorded, one request at a time) on `target` into `out`. A trace
+    with `probe` requests on a server that keeps slot files (llama-server, the simulator playing it)
+    is replayed as the probe does: before each, the slot saved, the server restarted, the slot
+    restored (E5); every server process's log joined into one."""
+    full = read_trace(trace, freeze=True)
+    if any(r.tag == PROBE_TAG for r in full.requests) and has_slot_files(target):
+        work.mkdir(parents=True, exist_ok=True)
+        target = with_slot_dir(target, work / "slots")
+        log = out.with_suffix(".server.log")
+        replay_restarting(
+            target,
+            full,
+            {},
+            out,
+            log,
+            work,
+            timeout,
+            plan=make_plan("alternate"),
+            say=say,
+            history="recorded",
+        )
+        return side_from(read_results(out), log, {})
+    loaded, _ = skip_probes(full)
     options = RunOptions(make_plan("alternate"), history="recorded", timeout=timeout)
     work.mkdir(parents=True, exist_ok=True)
     with open_target(target, work, say=say) as served:

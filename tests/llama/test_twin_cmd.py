@@ -8,13 +8,17 @@ agreement 1.000, 7 of 7 requests equal on every figure (re-processed, cached, ho
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
 
 import orjson
 import pytest
+from rich.console import Console
 
+from replay.commands import twin as twin_cmd
+from replay.commands.twin import TwinArgs
 from replay.twin.compare import compare, model_flags, render
 from tests.llama.llamakit import require_xllamacpp
 from tests.llama.twin_suite import one_slot, write_trace
@@ -149,3 +153,26 @@ def test_the_model_takes_the_servers_effective_settings_then_props_then_its_flag
     ]
     by_props = model_flags({}, {"total_slots": 4, "default_generation_settings": {"n_ctx": 1024}}, [], None)
     assert by_props[:4] == ["-np", "4", "-c", "4096"]
+
+
+@pytest.mark.parametrize(("floor", "code"), [(None, 0), (0.4, 0), (0.5, 0), (0.51, 1), (1.0, 1)])
+def test_min_agreement_exits_1_below_it_with_one_line_saying_why(
+    floor: float | None, code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command's exit: 1 when the agreement is below --min-agreement, 0 at or above it (the
+    twin's runs stood in for by a document of agreement 0.5: one of two requests equal)."""
+    doc = compare([_req(1, 0, 600, 0), _req(2, 1, 10, 590)], [], [_req(1, 0, 600, 0), _req(2, 1, 600, 0)], [])
+    assert doc["agreement"] == 0.5
+    monkeypatch.setattr(twin_cmd, "twin_offline", lambda *_a: dict(doc))
+    results, log = tmp_path / "r.results.jsonl", tmp_path / "server.log"
+    results.write_text("")
+    log.write_text("")
+    out = io.StringIO()
+    args = TwinArgs(source=results, log=log, out=tmp_path / "out", min_agreement=floor)
+    assert twin_cmd.twin(args, Console(file=out, width=200)) == code
+    reasons = [line for line in out.getvalue().splitlines() if "--min-agreement" in line]
+    if code:
+        assert reasons == [f"agreement 0.500 is below --min-agreement {floor}"]
+    else:
+        assert reasons == []
+    assert orjson.loads((tmp_path / "r.twin.json").read_bytes())["agreement"] == 0.5

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from drivers.target import load_target
@@ -38,6 +39,26 @@ def _compacted(doc: dict[str, Any]) -> bool:
     return seen
 
 
+def _restored_after_restart(doc: dict[str, Any]) -> bool:
+    """The server restarted before a request, its slot restored from the file (with the context
+    checkpoints this build appends to it), and that request resumed from a restored checkpoint."""
+    lines = [orjson.loads(x) for x in Path(doc["real"]["results"]).read_bytes().splitlines() if x.strip()]
+    restarts = [x for x in lines if x.get("kind") == "probe_restart" and x["restore"].get("n_restored")]
+    from_file = [
+        x
+        for x in lines
+        if x.get("kind") == "server" and x.get("event") == "restore" and x.get("source") == "slot_file"
+    ]
+    rows = {r["id"]: r["real"] for r in doc["rows"]}
+    return (
+        len(restarts) == 1
+        and len(from_file) == 1
+        and from_file[0]["checkpoints"] > 0
+        and rows[restarts[0]["before_request"]]["checkpoints_used"] > 0
+        and rows[restarts[0]["before_request"]]["cached"] > 0
+    )
+
+
 # What each trace is there for, seen on the real server (so a trace that stops exercising its rule
 # fails here rather than agreeing about nothing).
 SHOWS: dict[str, Callable[[dict[str, Any]], bool]] = {
@@ -48,6 +69,7 @@ SHOWS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "4 slots": lambda d: set(_real(d, "slot")) == {0, 1, 2, 3},
     "compacted prompt keeps its system prompt": _compacted,
     "checkpoint restores": lambda d: sum(_real(d, "checkpoints_used")) > 0,
+    "restart, slot restored with its checkpoints": _restored_after_restart,
 }
 
 

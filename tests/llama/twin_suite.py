@@ -135,6 +135,20 @@ def gemma2_edits(w: TraceWriter) -> None:
     w.request("a", 5.0, list(a))
 
 
+def gemma2_restart(w: TraceWriter) -> None:
+    """The sliding-window model across a restart (E5): a conversation grows two turns, then its
+    slot is saved, the server restarted, the slot restored and the conversation continues (the
+    `probe` request). This build (b11549) appends the slot's context checkpoints to the file and
+    reads them back, so the request resumes from one; b11063 and older kept only the KV cache there
+    and re-processed the whole prompt (field report 002), a build CI does not run."""
+    a: Msgs = [user(400, 60)]
+    w.request("a", 0.0, list(a))
+    a += [said(20, 61), user(300, 62)]
+    w.request("a", 1.0, list(a))
+    a += [said(20, 63), user(200, 64)]
+    w.request("a", 2.0, list(a), {"max_tokens": 8}, "probe")
+
+
 @dataclass(frozen=True)
 class Case:
     build: Callable[[TraceWriter], None]
@@ -160,6 +174,9 @@ CASES: dict[str, Case] = {
     "gemma2, edit in the middle (E3)": Case(
         gemma2_edits, "gemma2", ("-np", "1", "-c", "8192"), "checkpoint restores"
     ),
+    "gemma2, slot saved, restart, restored (E5)": Case(
+        gemma2_restart, "gemma2", ("-np", "1", "-c", "8192"), "restart, slot restored with its checkpoints"
+    ),
     "a compaction": Case(
         compaction, "llama", ("-np", "1", "-c", "8192"), "compacted prompt keeps its system prompt"
     ),
@@ -175,8 +192,10 @@ def write_trace(path: Path, build: Callable[[TraceWriter], None]) -> Path:
             w.session(s)
         orig = w.request
 
-        def request(session: str, t: float, messages: Msgs, params: dict[str, Any] | None = None) -> int:
-            return orig(session, t, messages, params or {"max_tokens": 8})
+        def request(
+            session: str, t: float, messages: Msgs, params: dict[str, Any] | None = None, tag: str = "turn"
+        ) -> int:
+            return orig(session, t, messages, params or {"max_tokens": 8}, tag=tag)
 
         w.request = request  # type: ignore[method-assign]
         build(w)
