@@ -447,6 +447,27 @@ def _running(pid: int) -> bool:
 # --- the pods, started as the kubelet starts them -----------------------------------------------
 
 
+def _four_sessions(path: Path) -> Path:
+    """The sample trace and a copy of its two sessions under other names and request ids."""
+    path.parent.mkdir(parents=True)
+    lines = [orjson.loads(x) for x in SAMPLE.read_bytes().splitlines()]
+    copies = []
+    for line in lines:
+        if line["kind"] == "session":
+            copies.append({**line, "id": line["id"] + "-2"})
+        elif line["kind"] == "request":
+            text = re.sub(
+                r'"\$reply":(\d+)', lambda m: f'"$reply":{int(m.group(1)) + 100}', orjson.dumps(line).decode()
+            )
+            copy = orjson.loads(text)
+            copy.update(id=line["id"] + 100, session=line["session"] + "-2")
+            if "parent" in line:
+                copy["parent"] = line["parent"] + 100
+            copies.append(copy)
+    path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in [*lines, *copies]))
+    return path
+
+
 def _as_kubelet(argv: list[str], env: dict[str, str], paths: dict[str, Path]) -> list[str]:
     """A container's command line as the kubelet runs it: `$(VAR)` from the container's env, and
     the volumes' mount paths where this test keeps them."""
@@ -464,18 +485,27 @@ def _as_kubelet(argv: list[str], env: dict[str, str], paths: dict[str, Path]) ->
 def test_the_pods_run_as_the_kubelet_starts_them_and_the_collector_sees_every_shard_end(
     scripted_server, tmp_path: Path
 ) -> None:
-    """Two shards of two workers each, one request refused by the server: both pods exit 0 (the
-    refusal is in the results), each writes its own file, the collector sees both end, and the
-    printed `replay report` merges the two files and no worker part."""
+    """Two shards of two workers each (four sessions: a worker owns whole sessions), one request
+    refused by the server: both pods exit 0 (the refusal is in the results), each writes its own
+    file, the collector sees both end, and the printed `replay report` merges the two files and
+    no worker part."""
     from scripted_server import Script
 
     scripted_server.by_trace_id[3] = Script(fault="http_error", http_status=503)
+    trace = _four_sessions(tmp_path / "trace" / "four.jsonl")
     start = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=4)).replace(microsecond=0)
-    run = _run(shards=2, workers=2, target=scripted_server.url, start_at=start.isoformat(), name="morning")
+    run = _run(
+        trace=trace,
+        shards=2,
+        workers=2,
+        target=scripted_server.url,
+        start_at=start.isoformat(),
+        name="morning",
+    )
     objects = manifests(run)
     results = tmp_path / "results"
     results.mkdir()
-    paths = {k8s.TRACE_DIR: SAMPLE.parent, k8s.RESULTS_DIR: results}
+    paths = {k8s.TRACE_DIR: trace.parent, k8s.RESULTS_DIR: results}
     (container,) = _job(objects)["spec"]["template"]["spec"]["containers"]
     pods, logs = [], []
     for index in range(2):
@@ -514,6 +544,6 @@ def test_the_pods_run_as_the_kubelet_starts_them_and_the_collector_sees_every_sh
         timeout=60,
     )
     merged = orjson.loads(report.stdout)
-    sent = [r for r in map(orjson.loads, SAMPLE.read_bytes().splitlines()) if r["kind"] == "request"]
+    sent = [r for r in map(orjson.loads, trace.read_bytes().splitlines()) if r["kind"] == "request"]
     assert merged["classes"]["all"]["count"] == len(sent)  # every request once, none twice
     assert merged["classes"]["all"]["errors"] == 1
