@@ -197,8 +197,8 @@ def _one(kind: str, src: str, out: str) -> None:
     """In the child: import, then report our own peak RSS."""
     import resource
 
-    from replay.record.importers import run_import
-    from replay.record.importing import ImportOptions
+    from replay.importers.base import ImportOptions
+    from replay.importers.registry import run_import
 
     t0 = time.perf_counter()
     line = run_import(kind, Path(src), Path(out), ImportOptions(progress=False))

@@ -71,9 +71,9 @@ class ImportArgs:
 def import_trace(args: ImportArgs, console: Console) -> int:
     """`--list`: the formats and where agents keep their files; else import with the filters."""
     from replay.errors import UsageError
+    from replay.importers.base import ImportOptions, parse_when
+    from replay.importers.registry import list_formats, run_import
     from replay.outputs import check_file
-    from replay.record.importers import list_formats, run_import
-    from replay.record.importing import ImportOptions, parse_when
 
     if args.list_formats:
         console.print(list_formats(), highlight=False)
@@ -103,8 +103,8 @@ class ExportArgs:
 
 
 def export_trace(args: ExportArgs, console: Console) -> int:
+    from replay.importers.registry import run_export
     from replay.outputs import check_file
-    from replay.record.importers import run_export
 
     check_file(args.out, option="OUT", force=args.force, inputs=[args.src])
     console.print(run_export(args.fmt, args.src, args.out), highlight=False)

@@ -28,8 +28,8 @@ from agentkit import AGENTS, MODEL, Agent, Run, installed, refusing_proxy
 
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
+from replay.importers.registry import IMPORTERS
 from replay.metrics.results import read_results
-from replay.record.importers import IMPORTERS
 from replay.record.serve import RecordingServer
 from replay.runs.pipeline import run_trace
 from replay.runs.targets import open_target, resolve_target

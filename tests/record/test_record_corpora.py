@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replay.errors import ReplayError, TraceError, UsageError
-from replay.record.importers import run_import
-from replay.record.importing import ImportOptions
-from replay.record.otel import import_otel
-from replay.record.swe import import_swe
+from replay.importers.base import ImportOptions
+from replay.importers.otel import import_otel
+from replay.importers.registry import run_import
+from replay.importers.swe import import_swe
+from replay.importers.weka import block_parts, import_weka
 from replay.record.tokens import tokens
-from replay.record.weka import block_parts, import_weka
 from replay.trace import materialize, read_trace, recorded_reply, validate
 
 DATA = Path(__file__).parent.parent / "data" / "record"
@@ -600,7 +600,7 @@ def test_swe_mini_property_one_request_per_reply(
 
 
 def test_claude_code_subagents_are_spawned_and_waited_for(tmp_path: Path) -> None:
-    from replay.record.claude_code import import_claude_code
+    from replay.importers.claude_code import import_claude_code
 
     import_claude_code(DATA / "claude_code", tmp_path / "t.jsonl")
     reqs = read_trace(tmp_path / "t.jsonl").requests
@@ -621,7 +621,7 @@ def test_claude_code_subagents_are_spawned_and_waited_for(tmp_path: Path) -> Non
 def test_link_subagents_property(
     main: list[tuple[float, float]], subs: list[list[tuple[float, float]]]
 ) -> None:
-    from replay.record.importing import SessionInfo, Step, link_subagents
+    from replay.importers.base import SessionInfo, Step, link_subagents
 
     m_info = SessionInfo(key="m")
     steps = [Step(session=m_info, t=t, messages=[], done=t + d) for t, d in main]

@@ -33,13 +33,13 @@ from hypothesis import strategies as st
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
 from replay.errors import TraceError, UsageError
-from replay.record.claude_code import import_claude_code
-from replay.record.codex import import_codex
-from replay.record.hermes import import_hermes
-from replay.record.importers import list_formats, run_import
-from replay.record.importing import ImportOptions, SessionInfo, Step, iso_seconds, write_trace
-from replay.record.mooncake import import_mooncake
-from replay.record.opencode import import_opencode
+from replay.importers.base import ImportOptions, SessionInfo, Step, iso_seconds, write_trace
+from replay.importers.claude_code import import_claude_code
+from replay.importers.codex import import_codex
+from replay.importers.hermes import import_hermes
+from replay.importers.mooncake import import_mooncake
+from replay.importers.opencode import import_opencode
+from replay.importers.registry import list_formats, run_import
 from replay.runs.pipeline import run_trace
 from replay.sim.model.render import render
 from replay.trace import materialize, read_trace, recorded_reply, validate
@@ -842,7 +842,7 @@ def test_hermes_slow_morning_replays_with_the_scenarios_switch_classes(
 _PEAK = """
 import resource, sys
 from pathlib import Path
-from replay.record.importers import run_import
+from replay.importers.registry import run_import
 run_import(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]))
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """

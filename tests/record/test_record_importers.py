@@ -11,11 +11,11 @@ from recordkit import jsonl
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
 from replay.errors import TraceError, UsageError
-from replay.record.claude_code import REMINDER_TOKENS, import_claude_code
-from replay.record.importers import run_export, run_import
-from replay.record.importing import ImportOptions, estimate_tokens
-from replay.record.mooncake import BLOCK, export_mooncake, import_mooncake
-from replay.record.sharegpt import import_sharegpt
+from replay.importers.base import ImportOptions, estimate_tokens
+from replay.importers.claude_code import REMINDER_TOKENS, import_claude_code
+from replay.importers.mooncake import BLOCK, export_mooncake, import_mooncake
+from replay.importers.registry import run_export, run_import
+from replay.importers.sharegpt import import_sharegpt
 from replay.record.tokens import tokens
 from replay.runs.pipeline import run_trace
 from replay.trace import materialize, read_trace, recorded_reply, validate

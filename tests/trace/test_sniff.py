@@ -22,7 +22,7 @@ from agentstores import (  # noqa: E402
 )
 
 from replay.errors import TraceError  # noqa: E402
-from replay.record.importers import run_import  # noqa: E402
+from replay.importers.registry import run_import  # noqa: E402
 from replay.trace.reader import read_trace, validate  # noqa: E402
 from replay.trace.sniff import sniff  # noqa: E402
 

@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 
 from replay.errors import TraceError, UsageError
-from replay.record.importing import (
+from replay.importers.base import (
     ImportOptions,
     SessionInfo,
     Step,

@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from replay.errors import TraceError
-from replay.record.importing import (
+from replay.importers.base import (
     ImportOptions,
     SessionInfo,
     Step,

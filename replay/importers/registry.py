@@ -7,17 +7,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replay.errors import TraceError, UsageError
+from replay.importers.base import ImportOptions
+from replay.importers.claude_code import import_claude_code
+from replay.importers.codex import import_codex
+from replay.importers.hermes import import_hermes
+from replay.importers.mooncake import export_mooncake, import_mooncake
+from replay.importers.opencode import import_opencode
+from replay.importers.otel import import_otel
+from replay.importers.sharegpt import import_sharegpt
+from replay.importers.swe import import_swe
+from replay.importers.weka import import_weka
 from replay.outputs import replacing
-from replay.record.claude_code import import_claude_code
-from replay.record.codex import import_codex
-from replay.record.hermes import import_hermes
-from replay.record.importing import ImportOptions
-from replay.record.mooncake import export_mooncake, import_mooncake
-from replay.record.opencode import import_opencode
-from replay.record.otel import import_otel
-from replay.record.sharegpt import import_sharegpt
-from replay.record.swe import import_swe
-from replay.record.weka import import_weka
 from replay.trace.reader import validate
 
 Converter = Callable[..., dict[str, int]]

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from replay.errors import TraceError, UsageError
-from replay.record.importing import ImportOptions, jsonl, progress_bar
+from replay.importers.base import ImportOptions, jsonl, progress_bar
 from replay.record.tokens import PART_SEPARATOR_TOKENS, tokens
 from replay.trace.materialize import materialize, recorded_reply
 from replay.trace.reader import read_trace

@@ -44,7 +44,7 @@ import ijson
 import orjson
 
 from replay.errors import TraceError, UsageError
-from replay.record.importing import ImportOptions, SessionInfo, Step, progress_bar, tree_size, write_trace
+from replay.importers.base import ImportOptions, SessionInfo, Step, progress_bar, tree_size, write_trace
 from replay.trace.model import Message
 
 _LLM_OPS = {"chat", "text_completion", "generate_content"}

@@ -44,7 +44,7 @@ from typing import Any
 import orjson
 
 from replay.errors import TraceError, UsageError
-from replay.record.importing import ImportOptions, jsonl, progress_bar, tree_size
+from replay.importers.base import ImportOptions, jsonl, progress_bar, tree_size
 from replay.record.tokens import PART_SEPARATOR_TOKENS
 from replay.trace.writer import TraceWriter
 
