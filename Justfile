@@ -34,7 +34,7 @@ agents *names:
     set -euo pipefail
     names="{{names}}"
     names="${names:-claude-code codex opencode hermes}"
-    python tests/agents/install.py $names
+    python -m tests.agents.install $names
     REPLAY_REQUIRE_AGENTS="$names" python -m pytest -q -s -m agents tests/agents -k "${names// / or }"
 
 # Soak the replay, the recorder and the simulator: RSS, fds and rate every 5 s, against the soak targets (bench/soak.py).

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-# Makes `scripted_server` and `sim_workloads` importable from any test dir.
-sys.path.insert(0, str(Path(__file__).parent))
-
-from scripted_server import ScriptedServer  # noqa: E402
+from tests.support.scripted_server import ScriptedServer
 
 
 @pytest.fixture(scope="session")

@@ -1,17 +1,14 @@
 """`just agents` step one: install the agents (pinned) into the cache folder, say how long it took.
 
-python tests/agents/install.py [claude-code codex opencode hermes]
+python -m tests.agents.install [claude-code codex opencode hermes]
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from agentkit import AGENTS, cache_dir, install  # noqa: E402
+from tests.support.agentkit import AGENTS, cache_dir, install
 
 
 def main(argv: list[str]) -> int:

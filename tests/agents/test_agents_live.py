@@ -24,7 +24,6 @@ from typing import Any
 
 import orjson
 import pytest
-from agentkit import AGENTS, MODEL, Agent, Run, installed, refusing_proxy
 
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
@@ -36,6 +35,7 @@ from replay.runs.targets import open_target, resolve_target
 from replay.sim.model.render import render
 from replay.trace import materialize, read_trace, recorded_reply, validate
 from replay.trace.model import Trace
+from tests.support.agentkit import AGENTS, MODEL, Agent, Run, installed, refusing_proxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.agents]
 # Agents whose importer rebuilds each request at the size the agent sent (issue 36).

@@ -13,11 +13,11 @@ from typing import Any
 import anyio
 import orjson
 import pytest
-from scripted_server import Fault, Script, ScriptedServer
 
 from replay.engine import transport
 from replay.engine.apis import APIS, ApiCall, make_client
 from replay.metrics.record import RequestRecord
+from tests.support.scripted_server import Fault, Script, ScriptedServer
 
 pytestmark = pytest.mark.anyio
 

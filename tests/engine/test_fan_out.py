@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scripted_server import Script
 
 from replay.engine.plans import make_plan, reply_deps
 from replay.engine.run import EngineConfig
 from replay.runs.recording import run_trace
 from replay.trace import TraceWriter, read_trace
+from tests.support.scripted_server import Script
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 3}
 REPLY = {"message": {"role": "assistant", "content": "ok"}, "finish": "stop", "output_tokens": 3}

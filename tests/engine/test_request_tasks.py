@@ -8,12 +8,12 @@ import asyncio
 
 import anyio
 import pytest
-from scripted_server import Script
 
 from replay.engine.plans import make_plan
 from replay.engine.run import Engine, EngineConfig, RequestTasks
 from replay.metrics.record import RequestRecord
 from replay.trace import TraceWriter, read_trace
+from tests.support.scripted_server import Script
 
 
 def _trace(path, sessions=8):

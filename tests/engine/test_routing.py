@@ -7,7 +7,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from scripted_server import Script, ScriptedServer
 
 from replay.engine.plans import make_plan
 from replay.engine.routing import (
@@ -24,6 +23,7 @@ from replay.errors import UsageError
 from replay.metrics.results import read_results
 from replay.runs.recording import run_trace
 from replay.trace import read_trace
+from tests.support.scripted_server import Script, ScriptedServer
 
 SAMPLE = Path("traces/sample.jsonl")
 URLS = ("http://a:1", "http://b:2", "http://c:3")

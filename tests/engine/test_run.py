@@ -12,7 +12,6 @@ from pathlib import Path
 import anyio
 import orjson
 import pytest
-from scripted_server import Script
 
 from replay.engine.plans import make_plan
 from replay.engine.run import Engine, EngineConfig
@@ -20,6 +19,7 @@ from replay.metrics.record import RequestRecord
 from replay.metrics.results import read_results
 from replay.runs.recording import Recording, run_recordings, run_trace
 from replay.trace import TraceWriter, read_trace
+from tests.support.scripted_server import Script
 
 SAMPLE = Path("traces/sample.jsonl")
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 400}}

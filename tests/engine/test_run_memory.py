@@ -10,13 +10,13 @@ import types
 
 import anyio
 import orjson
-from scripted_server import Script
 
 from replay.engine.plans import make_plan
 from replay.engine.run import Engine, EngineConfig, reply_readers
 from replay.metrics.record import RequestRecord
 from replay.runs.recording import Recording, run_recordings
 from replay.trace import TraceWriter, read_trace
+from tests.support.scripted_server import Script
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 3}
 

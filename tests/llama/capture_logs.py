@@ -1,6 +1,6 @@
 """Capture real llama-server logs (xllamacpp via our launcher) for the log parser's tests.
 
-    python tests/llama/capture_logs.py [--out tests/data/llama]
+    python -m tests.llama.capture_logs [--out tests/data/llama]
 
 Each scenario starts the launcher on a freshly generated model in a temporary directory, with the
 model and slot directory given as *relative* paths (cwd = that directory), so no temporary path
@@ -23,11 +23,11 @@ from typing import Any
 
 import httpx
 import orjson
-from llamakit import Server, launched, second_build
 
 from drivers.build import version_line
 from replay.testing.gguf_model import make_model
 from replay.trace.synth import synth_text
+from tests.support.llamakit import Server, launched, second_build
 
 Step = Callable[[Server], dict[str, Any]]
 

@@ -1,6 +1,6 @@
 """The captured real-server logs in tests/data/llama still hold what their README promises.
 
-A re-capture (python tests/llama/capture_logs.py) that lost a scenario's key lines, or leaked a
+A re-capture (python -m tests.llama.capture_logs) that lost a scenario's key lines, or leaked a
 temporary path, fails here instead of silently weakening the log parser's tests.
 """
 
@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from capture_logs import SCENARIOS
+
+from tests.llama.capture_logs import SCENARIOS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "llama"
 

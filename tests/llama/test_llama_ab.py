@@ -12,12 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from llamakit import require_xllamacpp
 
 from replay.engine.plans import make_plan
 from replay.metrics.results import read_results
 from replay.runs.ab import RunOptions, run_ab
 from replay.scenario import find_scenario, generate
+from tests.support.llamakit import require_xllamacpp
 
 pytestmark = pytest.mark.llama
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from llamakit import SECOND_COMMIT, require_xllamacpp, second_build
 
 from replay.engine.plans import make_plan
 from replay.metrics.results import read_results
@@ -22,6 +21,7 @@ from replay.report.ab_html import write_ab_report
 from replay.report.view import load_run
 from replay.runs.ab import RunOptions, run_ab
 from replay.scenario import find_scenario, generate
+from tests.support.llamakit import SECOND_COMMIT, require_xllamacpp, second_build
 
 pytestmark = pytest.mark.llama
 

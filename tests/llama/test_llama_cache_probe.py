@@ -24,12 +24,12 @@ import io
 from pathlib import Path
 
 import pytest
-from llamakit import require_xllamacpp
 from rich.console import Console
 
 from drivers.target import Target
 from replay.metrics.results import read_results
 from replay.runs.probe import ProbeReport, probe_table, run_cache_probe
+from tests.support.llamakit import require_xllamacpp
 
 pytestmark = pytest.mark.llama
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from llamakit import require_xllamacpp
 
 from replay.metrics.results import read_results
 from replay.trace import TraceWriter
+from tests.support.llamakit import require_xllamacpp
 
 pytestmark = pytest.mark.llama
 

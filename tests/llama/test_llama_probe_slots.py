@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llamakit import require_xllamacpp
 
 from drivers.target import Target
 from replay.engine.usage import Usage
@@ -18,6 +17,7 @@ from replay.errors import TargetError
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import read_results
 from replay.runs.probe import find_slot, run_cache_probe
+from tests.support.llamakit import require_xllamacpp
 
 DOCUMENT = 2000
 

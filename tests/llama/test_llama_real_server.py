@@ -16,11 +16,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from llamakit import READY, Server, launched, printable, require_xllamacpp
 
 from drivers.servers.xllamacpp_launch import STOP_DEADLINE_S
 from replay.testing.gguf_model import SLOW, make_model
 from replay.trace.synth import synth_text
+from tests.support.llamakit import READY, Server, launched, printable, require_xllamacpp
 
 pytestmark = pytest.mark.llama
 

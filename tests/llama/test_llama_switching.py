@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llamakit import require_xllamacpp
 
 from drivers.launch import start_target
 from drivers.logs import llamacpp as L
@@ -38,6 +37,7 @@ from replay.runs.pipeline import ReplayJob, RunOptions
 from replay.runs.serverlog import effective_settings
 from replay.scenario import find_scenario, generate
 from replay.trace.reader import read_trace
+from tests.support.llamakit import require_xllamacpp
 
 pytestmark = pytest.mark.llama
 

@@ -20,8 +20,8 @@ from rich.console import Console
 from replay.commands import twin as twin_cmd
 from replay.commands.twin import TwinArgs
 from replay.twin.compare import compare, model_flags, render
-from tests.llama.llamakit import require_xllamacpp
-from tests.llama.twin_suite import one_slot, write_trace
+from tests.support.llamakit import require_xllamacpp
+from tests.support.twin_suite import one_slot, write_trace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llama]
 

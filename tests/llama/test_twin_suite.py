@@ -1,4 +1,4 @@
-"""The twin suite in CI (issue #34 item 5): every trace of tests/llama/twin_suite.py through
+"""The twin suite in CI (issue #34 item 5): every trace of tests/support/twin_suite.py through
 `replay twin` on the real llama-server (xllamacpp, the generated tiny llama and gemma2) and on the
 model configured from the server's startup log and /props. Per trace the agreement (requests whose
 re-processed tokens are equal) must reach 0.99; the README lists each trace's figure.
@@ -16,8 +16,8 @@ import pytest
 from drivers.target import load_target
 from replay.runs.twin import twin_live
 from replay.twin.compare import render
-from tests.llama.llamakit import require_xllamacpp
-from tests.llama.twin_suite import CASES, server_toml, write_trace
+from tests.support.llamakit import require_xllamacpp
+from tests.support.twin_suite import CASES, server_toml, write_trace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llama]
 

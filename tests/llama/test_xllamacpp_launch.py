@@ -6,9 +6,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from llamakit import LAUNCHER, require_xllamacpp
 
 from drivers.servers.xllamacpp_launch import LaunchError, make_params, parse_flags
+from tests.support.llamakit import LAUNCHER, require_xllamacpp
 
 
 @pytest.fixture

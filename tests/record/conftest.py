@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # makes `recordkit` importable
-
-from recordkit import FixedWall  # noqa: E402
-
-from replay.record.serve import RecordingServer  # noqa: E402
-from replay.record.sessions import SessionInference  # noqa: E402
+from replay.record.serve import RecordingServer
+from replay.record.sessions import SessionInference
+from tests.support.recordkit import FixedWall
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ import re
 import anyio
 import orjson
 import pytest
-from recordkit import Agent, jsonl, tool, user
-from scripted_server import Script
 
 from replay.engine.apis import make_client
 from replay.errors import TraceError, UsageError
@@ -17,6 +15,8 @@ from replay.record.serve import RecordingServer
 from replay.record.tokens import count_tokens
 from replay.trace import TraceWriter, materialize, read_trace, recorded_reply, validate
 from replay.trace.synth import WORDS
+from tests.support.recordkit import Agent, jsonl, tool, user
+from tests.support.scripted_server import Script
 
 LONG_SHARED = " ".join(f"zorblaxian{i} quuxification{i}, frobnicated;" for i in range(120))  # ~600 tokens
 TOOLS = [

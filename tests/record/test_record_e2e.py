@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import anyio
 import orjson
-from recordkit import TOOLS, Agent, by_last_message, tool, user
-from scripted_server import Script
 
 from replay.engine.apis import make_client
 from replay.engine.plans import make_plan
@@ -19,6 +17,8 @@ from replay.engine.run import EngineConfig
 from replay.record.requests import parse_request
 from replay.runs.pipeline import run_trace
 from replay.trace import materialize, read_trace, recorded_reply, validate
+from tests.support.recordkit import TOOLS, Agent, by_last_message, tool, user
+from tests.support.scripted_server import Script
 
 CALL_A = {"id": "call-a1", "name": "read_file", "arguments": '{"path": "a.txt"}'}
 CALL_B = {"id": "toolu-b1", "name": "read_file", "arguments": '{"path": "b.txt"}'}

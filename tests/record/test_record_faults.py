@@ -9,12 +9,12 @@ import anyio
 import httpx
 import orjson
 import pytest
-from recordkit import jsonl, settle
-from scripted_server import Script
 
 from replay.engine.apis import make_client
 from replay.record.serve import RecordingServer
 from replay.trace import validate
+from tests.support.recordkit import jsonl, settle
+from tests.support.scripted_server import Script
 
 
 def chat(marker: str, stream: bool = True) -> bytes:

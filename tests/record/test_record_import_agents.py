@@ -12,21 +12,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from agentstores import (
-    HERMES_SYSTEM,
-    MORNING,
-    OC_T0,
-    REVIEW,
-    HermesSession,
-    codex_rollout,
-    opencode_events,
-    opencode_session,
-    slow_morning_hermes,
-    words,
-    write_hermes,
-    write_opencode_db,
-    write_opencode_storage,
-)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,6 +28,21 @@ from replay.importers.registry import list_formats, run_import
 from replay.runs.pipeline import run_trace
 from replay.sim.model.render import render
 from replay.trace import materialize, read_trace, recorded_reply, validate
+from tests.support.agentstores import (
+    HERMES_SYSTEM,
+    MORNING,
+    OC_T0,
+    REVIEW,
+    HermesSession,
+    codex_rollout,
+    opencode_events,
+    opencode_session,
+    slow_morning_hermes,
+    words,
+    write_hermes,
+    write_opencode_db,
+    write_opencode_storage,
+)
 
 
 def msgs(trace, req):

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from recordkit import jsonl
 
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
@@ -20,6 +19,7 @@ from replay.record.tokens import tokens
 from replay.runs.pipeline import run_trace
 from replay.trace import materialize, read_trace, recorded_reply, validate
 from replay.trace.materialize import text_of
+from tests.support.recordkit import jsonl
 
 DATA = Path(__file__).parent.parent / "data" / "record"
 

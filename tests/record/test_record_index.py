@@ -11,9 +11,9 @@ from array import array
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recordkit import FixedWall
 
 from replay.record.sessions import Head, SessionInference
+from tests.support.recordkit import FixedWall
 
 S = 1_000_000_000
 HOUR = 3600.0

@@ -13,15 +13,15 @@ import time
 import anyio
 import httpx
 import pytest
-from recordkit import Agent, jsonl, settle, user
 from rich.console import Console
-from scripted_server import Script
 
 from replay.engine.apis import make_client
 from replay.errors import UsageError
 from replay.record.live import RecordView
 from replay.record.serve import parse_listen, record
 from replay.trace import validate
+from tests.support.recordkit import Agent, jsonl, settle, user
+from tests.support.scripted_server import Script
 
 
 def test_live_table_shows_sessions_depth_and_last_request(scripted_server, recording):

@@ -9,8 +9,6 @@ import anyio
 import httpx
 import orjson
 import pytest
-from recordkit import FixedWall, jsonl, settle, user
-from scripted_server import Script
 
 from replay.engine.apis import make_client
 from replay.errors import TraceError
@@ -18,6 +16,8 @@ from replay.record.anonymize import anonymize_trace
 from replay.record.serve import RecordingServer, rejected_text
 from replay.record.sessions import SessionInference
 from replay.trace import validate
+from tests.support.recordkit import FixedWall, jsonl, settle, user
+from tests.support.scripted_server import Script
 
 
 def _body(text: str) -> bytes:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import orjson
-from recordkit import FixedWall
 
 from replay.engine.usage import Usage
 from replay.record.recorder import Outcome, Recorder
 from replay.record.sessions import Label, SessionInference, user_id_scope
 from replay.record.wire import TapResult
 from replay.trace import TraceWriter, read_trace, validate
+from tests.support.recordkit import FixedWall
 
 S = 1_000_000_000
 SYS = {"role": "system", "content": "You are helpful."}

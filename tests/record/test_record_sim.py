@@ -15,7 +15,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from recordkit import TOOLS, Agent, FixedWall, tool, user
 
 from replay.engine.apis import make_client
 from replay.engine.plans import make_plan
@@ -27,6 +26,7 @@ from replay.record.sessions import SessionInference
 from replay.runs.pipeline import run_trace
 from replay.runs.targets import open_target, resolve_target
 from replay.trace import TraceWriter, materialize, read_trace, recorded_reply, validate
+from tests.support.recordkit import TOOLS, Agent, FixedWall, tool, user
 
 pytestmark = pytest.mark.e2e
 TOOL_CALL = {"X-Replay-Finish": "tool_calls", "X-Replay-Tool": "read_file"}

@@ -10,12 +10,12 @@ import anyio
 import httpx
 import orjson
 import pytest
-from recordkit import child, jsonl
-from scripted_server import Script
 
 from replay.engine.apis import APIS, ApiCall, make_client
 from replay.trace import read_trace, validate
 from replay.trace.synth import synth_text
+from tests.support.recordkit import child, jsonl
+from tests.support.scripted_server import Script
 
 N = 100
 TOKENS = 20

@@ -10,12 +10,12 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from replies import body_bytes, stream_frames
-from scripted_server import Script, ScriptedServer
 from typer.testing import CliRunner
 
 from replay.cli import app
-from traces import write_trace
+from tests.support.replies import body_bytes, stream_frames
+from tests.support.scripted_server import Script, ScriptedServer
+from tests.support.trace_strategies import write_trace
 
 pytestmark = pytest.mark.e2e
 

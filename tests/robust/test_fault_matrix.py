@@ -15,11 +15,11 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from scripted_server import Script, ScriptedServer
 from typer.testing import CliRunner
 
 from replay.cli import app
-from traces import write_trace
+from tests.support.scripted_server import Script, ScriptedServer
+from tests.support.trace_strategies import write_trace
 
 pytestmark = pytest.mark.e2e
 

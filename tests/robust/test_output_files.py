@@ -21,12 +21,12 @@ from unittest import mock
 import httpx
 import orjson
 import pytest
-from record.agentstores import MORNING, codex_rollout
 
 from drivers.process import ChildProcess
 from replay.cli import main
 from replay.trace.reader import validate
-from traces import write_trace
+from tests.support.agentstores import MORNING, codex_rollout
+from tests.support.trace_strategies import write_trace
 
 PY = sys.executable
 SAMPLE = Path(__file__).parent.parent.parent / "traces" / "sample.jsonl"

@@ -16,11 +16,11 @@ from typing import Any
 import orjson
 import psutil
 import pytest
-from scripted_server import Script, ScriptedServer
 
 from drivers.process import ChildProcess
 from replay.errors import DriverError
-from traces import write_trace
+from tests.support.scripted_server import Script, ScriptedServer
+from tests.support.trace_strategies import write_trace
 
 PY = sys.executable
 DAILY = str(Path(__file__).parent.parent / "drivers" / "fake_daily.py")

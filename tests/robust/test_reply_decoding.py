@@ -9,7 +9,15 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from replies import (
+
+from replay.engine.anthropic import AnthropicReader
+from replay.engine.decode import BadPayload, BadShape, ReplyFields, check_counts, load_object
+from replay.engine.openai import OpenAIReader
+from replay.engine.responses import ResponsesReader
+from replay.engine.sse import SseParser
+from replay.engine.usage import COUNT_PATHS
+from replay.metrics.record import RequestRecord as ApiResult
+from tests.support.replies import (
     ANTHROPIC_BODY,
     ANTHROPIC_EVENTS,
     OPENAI_BODY,
@@ -20,14 +28,6 @@ from replies import (
     sse,
     stream_frames,
 )
-
-from replay.engine.anthropic import AnthropicReader
-from replay.engine.decode import BadPayload, BadShape, ReplyFields, check_counts, load_object
-from replay.engine.openai import OpenAIReader
-from replay.engine.responses import ResponsesReader
-from replay.engine.sse import SseParser
-from replay.engine.usage import COUNT_PATHS
-from replay.metrics.record import RequestRecord as ApiResult
 
 READERS = {"openai": OpenAIReader, "anthropic": AnthropicReader, "openai-responses": ResponsesReader}
 

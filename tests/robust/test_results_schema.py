@@ -12,7 +12,6 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from replies import positions
 from rich.console import Console
 
 from replay.commands.report import ReportArgs
@@ -21,7 +20,8 @@ from replay.engine.usage import Usage
 from replay.errors import TraceError
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import ResultsWriter, read_results
-from traces import NASTY, SMALL_JSON
+from tests.support.replies import positions
+from tests.support.trace_strategies import NASTY, SMALL_JSON
 
 
 def results_lines(tmp: Path) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from replay.engine.plans import Alternate
 from replay.engine.run import Engine, EngineConfig
 from replay.errors import TraceError
 from replay.trace.reader import MAX_SECONDS, read_trace, validate
-from traces import mutated_trace, trace_lines, write_trace
+from tests.support.trace_strategies import mutated_trace, trace_lines, write_trace
 
 HEADER = {"kind": "trace", "format": "agent-replay-trace/1"}
 SESSION = {"kind": "session", "id": "s", "api": "openai", "model": "m"}

@@ -18,7 +18,7 @@ import orjson
 import psutil
 import pytest
 
-from traces import write_trace
+from tests.support.trace_strategies import write_trace
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from scripted_server import Script
 
 from replay.engine import connections
 from replay.engine.plans import make_plan
@@ -16,6 +15,7 @@ from replay.metrics.results import read_results
 from replay.runs.pipeline import RunOptions
 from replay.runs.recording import run_trace
 from replay.trace import TraceWriter, read_trace
+from tests.support.scripted_server import Script
 
 
 @pytest.fixture(autouse=True)

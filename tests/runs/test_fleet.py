@@ -12,10 +12,10 @@ from pathlib import Path
 import orjson
 import psutil
 import pytest
-from scripted_server import Script, ScriptedServer
 
 from replay.metrics.results import read_results
 from replay.trace import TraceWriter
+from tests.support.scripted_server import Script, ScriptedServer
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 40}}
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from scripted_server import Script
 
 from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig
@@ -20,6 +19,7 @@ from replay.metrics.results import read_results
 from replay.runs.recording import Recording, run_recordings
 from replay.runs.workers import split_concurrency
 from replay.trace import TraceWriter, read_trace
+from tests.support.scripted_server import Script
 
 spans = st.lists(
     st.tuples(st.integers(0, 1000), st.integers(0, 200)).map(lambda p: (p[0], p[0] + p[1])),

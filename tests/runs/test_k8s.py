@@ -489,7 +489,7 @@ def test_the_pods_run_as_the_kubelet_starts_them_and_the_collector_sees_every_sh
     refused by the server: both pods exit 0 (the refusal is in the results), each writes its own
     file, the collector sees both end, and the printed `replay report` merges the two files and
     no worker part."""
-    from scripted_server import Script
+    from tests.support.scripted_server import Script
 
     scripted_server.by_trace_id[3] = Script(fault="http_error", http_status=503)
     trace = _four_sessions(tmp_path / "trace" / "four.jsonl")

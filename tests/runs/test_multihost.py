@@ -16,10 +16,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from netns import Host, cannot_create_namespaces, hosts
 
 from replay.metrics.results import read_results
 from replay.trace import TraceWriter
+from tests.support.netns import Host, cannot_create_namespaces, hosts
 
 SHARDS = 3
 WHY_NOT = cannot_create_namespaces()

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from scripted_server import Script
 
 from replay.metrics.results import read_results
 from replay.runs.probe import run_cache_probe
@@ -18,6 +17,7 @@ from replay.runs.scenario import run_arms
 from replay.runs.targets import resolve_target
 from replay.scenario.catalog import find_scenario
 from replay.trace import TraceWriter
+from tests.support.scripted_server import Script
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 40}}
 

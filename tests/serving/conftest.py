@@ -3,15 +3,11 @@ of this directory (each test leaves them serving: that is one of the things chec
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # makes `serverkit` importable
-
-from serverkit import TEST_LIMITS, Child, start_proxy, start_sim  # noqa: E402
+from tests.support.serverkit import TEST_LIMITS, Child, start_proxy, start_sim
 
 
 @pytest.fixture(scope="session")

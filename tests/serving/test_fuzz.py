@@ -15,9 +15,9 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from serverkit import Child
 
 from replay.trace import validate
+from tests.support.serverkit import Child
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,8 @@ import time
 import httpx
 import orjson
 import pytest
-from serverkit import Child, raw_exchange, status_of
+
+from tests.support.serverkit import Child, raw_exchange, status_of
 
 pytestmark = pytest.mark.e2e
 

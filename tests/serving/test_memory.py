@@ -15,7 +15,8 @@ import time
 import httpx
 import orjson
 import pytest
-from serverkit import Child, start_proxy, start_sim
+
+from tests.support.serverkit import Child, start_proxy, start_sim
 
 pytestmark = pytest.mark.e2e
 

@@ -8,11 +8,11 @@ import time
 import httpx
 import orjson
 import pytest
-from serverkit import Child
 
 from replay.record.requests import parse_request
 from replay.record.wire import WireError
 from replay.serving.fields import FieldError, RequestFields, load_body
+from tests.support.serverkit import Child
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.llama.twin_suite import five_taking_turns, write_trace
+from tests.support.twin_suite import five_taking_turns, write_trace
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,6 @@ from typing import Any
 import psutil
 import pytest
 from rich.console import Console
-from sim_workloads import Convo, run_turn, system_message
 
 from replay.errors import ReplayError, UsageError
 from replay.sim.model import events as ev
@@ -35,6 +34,7 @@ from replay.sizing import parallel as size_parallel
 from replay.sizing.parallel import PARALLEL_FROM_BYTES, auto_workers
 from replay.trace import TraceWriter
 from replay.trace.synth import synth_text
+from tests.support.sim_workloads import Convo, run_turn, system_message
 
 QWEN = config_for("qwen38-q2")
 

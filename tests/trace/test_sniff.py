@@ -3,16 +3,17 @@ and that command works on it."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "record"))  # the agents' store builders
-
-from agentstores import (  # noqa: E402
+from replay.errors import TraceError
+from replay.importers.registry import run_import
+from replay.trace.reader import read_trace, validate
+from replay.trace.sniff import sniff
+from tests.support.agentstores import (
     codex_rollout,
     opencode_events,
     opencode_session,
@@ -20,11 +21,6 @@ from agentstores import (  # noqa: E402
     write_opencode_db,
     write_opencode_storage,
 )
-
-from replay.errors import TraceError  # noqa: E402
-from replay.importers.registry import run_import  # noqa: E402
-from replay.trace.reader import read_trace, validate  # noqa: E402
-from replay.trace.sniff import sniff  # noqa: E402
 
 DATA = Path(__file__).parents[1] / "data" / "record"
 CLAUDE = DATA / "claude_code" / "0a1b2c3d-1111-4222-8333-444455556666.jsonl"

@@ -12,7 +12,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from llama_logtext import (
+
+from drivers.logs import llamacpp as L
+from drivers.logs.base import ParseStats
+from replay.report.logs import summarize_llamacpp
+from tests.support.llama_logtext import (
     APPEND_FAILED,
     APPEND_INCOMPLETE,
     APPENDIX_INVALID,
@@ -64,10 +68,6 @@ from llama_logtext import (
     startup,
     timing,
 )
-
-from drivers.logs import llamacpp as L
-from drivers.logs.base import ParseStats
-from replay.report.logs import summarize_llamacpp
 
 
 def events(lines: list[str]) -> L.LlamaLog:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from ds4_logtext import Ds4LogWriter
-
 from drivers.logs import ds4
 from drivers.logs.ds4_requests import assemble
 from replay.runs.correlate import correlate, match_requests
+from tests.support.ds4_logtext import Ds4LogWriter
 
 
 def _req(seq: int, prompt: int | None, cached: int | None, status: str = "ok") -> dict[str, object]:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from ds4_logtext import Ds4LogWriter
-from llama_logtext import srv, startup
-
 from drivers.logs import ds4, llamacpp
 from drivers.logs.effective import ds4_settings, llamacpp_settings, warn_missing
+from tests.support.ds4_logtext import Ds4LogWriter
+from tests.support.llama_logtext import srv, startup
 
 
 def test_ds4_settings_single_and_batched() -> None:

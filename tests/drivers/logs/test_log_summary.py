@@ -9,12 +9,12 @@ import statistics
 from pathlib import Path
 
 import pytest
-from ds4_logtext import Ds4LogWriter
 from rich.console import Console
 
 from drivers.logs import ds4
 from replay.errors import UsageError
 from replay.report.logs import Ds4Window, LogSummary, detect_kind, render, summarize, summarize_ds4
+from tests.support.ds4_logtext import Ds4LogWriter
 
 DECODE = {  # request -> (depth B, decode tok/s)
     "r1": (12000, 40.0),

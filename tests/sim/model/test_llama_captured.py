@@ -15,7 +15,7 @@ from replay.sim.model.llama import events as ev
 from replay.sim.model.llama.config import LlamaConfig, llama_config
 from replay.sim.model.llama.context import SlotFile
 from replay.sim.model.llama.engine import LlamaModel
-from tests.sim.model.llama_kit import chat_job, words
+from tests.support.llama_jobs import chat_job, words
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "llama"
 SESSIONS = [

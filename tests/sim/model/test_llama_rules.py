@@ -10,7 +10,7 @@ from replay.sim.model.llama.engine import LlamaModel
 from replay.sim.model.llama.prompt import ChatTokenizer, LlamaJob
 from replay.sim.model.llama.sequential import LlamaWalker
 from replay.trace.synth import synth_text
-from tests.sim.model.llama_kit import chat_job
+from tests.support.llama_jobs import chat_job
 
 WORDS = ChatTokenizer(None, None)  # the simulator's word tokenizer: one token per word
 

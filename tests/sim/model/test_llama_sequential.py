@@ -18,7 +18,7 @@ from replay.sim.model.llama.engine import LlamaModel
 from replay.sim.model.llama.prompt import ChatTokenizer, LlamaJob
 from replay.sim.model.llama.sequential import LlamaWalker
 from replay.trace.synth import synth_text
-from tests.sim.model.llama_kit import chat_job, tiny_tokenizer
+from tests.support.llama_jobs import chat_job, tiny_tokenizer
 
 
 @st.composite

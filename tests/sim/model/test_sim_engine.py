@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_workloads import TOOLS, Convo, of, run_turn, system_message
 
 from replay.sim.model import events as ev
 from replay.sim.model import policy
@@ -17,6 +16,7 @@ from replay.sim.model.job import ContextTooLong, build_job, thinking_requested
 from replay.sim.model.render import render
 from replay.sim.model.seq import TokenSeq
 from replay.trace.synth import synth_text
+from tests.support.sim_workloads import TOOLS, Convo, of, run_turn, system_message
 
 QWEN = config_for("qwen38-q2")
 SYSTEM = system_message(2_000)

@@ -6,8 +6,6 @@ model knows about these scenarios. A change to a ds4 rule in `replay/sim/model/p
 
 from __future__ import annotations
 
-from sim_workloads import Convo, of, run_turn, system_message
-
 from replay.sim.model import events as ev
 from replay.sim.model.config import GiB, config_for
 from replay.sim.model.disk import Checkpoint
@@ -17,6 +15,7 @@ from replay.sim.model.policy import fallback_cut
 from replay.sim.model.seq import TokenSeq
 from replay.sizing import budget_rule, chain, jobs_from_requests, sweep
 from replay.trace.synth import synth_text
+from tests.support.sim_workloads import Convo, of, run_turn, system_message
 
 QWEN = config_for("qwen38-q2")
 

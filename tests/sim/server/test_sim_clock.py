@@ -5,11 +5,10 @@ from __future__ import annotations
 import io
 import time
 
-from sim_workloads import Convo, system_message
-
 from replay.sim.model.config import config_for
 from replay.sim.server.options import parse
 from replay.sim.server.runtime import LogSink, SimRuntime
+from tests.support.sim_workloads import Convo, system_message
 
 
 def test_clock_flag_gives_the_epoch_and_offset_of_the_first_request() -> None:

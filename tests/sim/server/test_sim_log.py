@@ -8,12 +8,11 @@ from __future__ import annotations
 import functools
 import re
 
-from sim_workloads import Convo, system_message
-
 from replay.sim.model import events as ev
 from replay.sim.model.config import config_for
 from replay.sim.model.engine import CacheModel
 from replay.sim.server import log as simlog
+from tests.support.sim_workloads import Convo, system_message
 
 FLAGS = r"(?: (?P<flags>[A-Z_]+(?: [A-Z_]+)*))?"
 PREFIX = re.compile(r"^\d{4} \d{2}:\d{2}:\d{2} ds4-server: (?P<msg>.*)$")

@@ -3,7 +3,7 @@ reach in a short run, in the server's own shape (llama_logtext's printf formats,
 `M.SS.mmm.uuu L` prefix xllamacpp and the second A/B build print), with sizes that add up the way
 `server_prompt_cache` adds them (tools/server/server-task.cpp).
 
-    python tests/data/llama/written/write.py
+    python -m tests.data.llama.written.write
 
 `idle_slots_obsolete.log`: two slots, `--cache-ram 2 -ctxcp 4`, idle slots saved on every new task:
 a saved prompt that contains a cached one removes it (`removing obsolete cached prompt`), a slot
@@ -17,13 +17,9 @@ prompt shifted into place, the context shifted when full, a LoRA change clearing
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[2] / "drivers" / "logs"))
-
-from llama_logtext import (  # noqa: E402
+from tests.support.llama_logtext import (
     CACHE_ENTRY,
     CACHE_OBSOLETE,
     CACHE_PRESENT,
@@ -45,6 +41,8 @@ from llama_logtext import (  # noqa: E402
     slot,
     srv,
 )
+
+HERE = Path(__file__).resolve().parent
 
 EVAL = "       eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)"
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 from hypothesis import strategies as st
-from replies import positions
+
+from tests.support.replies import positions
 
 # Values that are wrong in many places, and any JSON besides.
 NASTY = st.sampled_from(

@@ -1,0 +1,1 @@
+"""Helpers the tests import as `tests.support.NAME` (servers, fixtures, strategies, log writers)."""
