@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from drivers.logs import ds4
 from replay.report.logs import render, summarize_ds4
-from replay.runs.correlate import correlate
+from replay.serverside.ds4 import correlate
 
 P = "0521 10:00:00 ds4-server: "
 

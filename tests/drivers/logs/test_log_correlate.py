@@ -6,7 +6,7 @@ from ds4_logtext import Ds4LogWriter
 
 from drivers.logs import ds4
 from drivers.logs.ds4_requests import assemble
-from replay.runs.correlate import correlate, match_requests
+from replay.serverside.ds4 import correlate, match_requests
 
 
 def _req(seq: int, prompt: int | None, cached: int | None, status: str = "ok") -> dict[str, object]:
