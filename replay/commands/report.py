@@ -16,7 +16,7 @@ from replay.report.fanout import fan_out_lines
 from replay.report.table import class_table, runs_table, summary_rows
 from replay.report.view import run_label
 from replay.runs.barrier import spread_s
-from replay.runs.serverlog import records_beside
+from replay.serverside.logs import records_beside
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -16,7 +16,6 @@ from replay.errors import ReplayError
 from replay.outputs import check_file, check_folder, output_folder, replacing
 from replay.report.html import DIGEST_ROWS, Written, digest, write_report
 from replay.runs.scenario import ArmResult, run_arms
-from replay.runs.serverlog import records_beside
 from replay.scenario.build import generate as write_trace
 from replay.scenario.build import plan_requests
 from replay.scenario.catalog import find_scenario, list_scenarios
@@ -24,6 +23,7 @@ from replay.scenario.check import ArmView, Verdict, evaluate
 from replay.scenario.expect import REQUEST_METRICS
 from replay.scenario.show import describe, list_table
 from replay.scenario.spec import Scenario, parse_params
+from replay.serverside.logs import records_beside
 from replay.sim.model.config import DEFAULT_PRESET, PRESETS
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from replay.outputs import write_text
 from replay.report import fleet, plots, units
+from replay.report.fanout import GROUP_HEADER, RESUME_HEADER, SUBAGENT_HEADER, fan_out_view
 from replay.report.glossary import GLOSSARY, TERMS
 from replay.report.table import summary_rows
 from replay.report.verdict import verdict
@@ -387,6 +388,7 @@ def render_page(runs: Sequence[RunView], title: str | None = None) -> str:
         parts.append("</figure>")
     parts.append("</section>")
     parts += _replicas(runs, x_max)
+    parts += _fan_out(runs)
     parts += [
         '<section id="classes"><h2>By switch class</h2>',
         '<figure class="plot" data-plot="classes">',
@@ -465,6 +467,36 @@ def _replicas(runs: Sequence[RunView], x_max: float | None) -> list[str]:
             )
             parts.append(plots.timeline(mine, x_max))
             parts.append("</figure>")
+    parts.append("</section>")
+    return parts
+
+
+def _fan_out(runs: Sequence[RunView]) -> list[str]:
+    """Runs whose trace has subagents (format /2): each subagent session, and each request of the
+    parent that resumed after its subagents returned (its switch class, TTFT and re-read tokens,
+    set beside the parent's other requests). Nothing when no run's trace names a subagent."""
+    views = [(run, fan_out_view(run)) for run in runs]
+    shown = [(run, view) for run, view in views if view is not None]
+    if not shown:
+        return []
+    parts = [
+        '<section id="subagents"><h2>Subagents</h2>',
+        '<p class="note">A subagent is a session its parent spawned (the trace\'s <code>after.spawn</code>); '
+        "the parent's request that waited for their last replies (<code>after.waits</code>) resumes the "
+        "parent's conversation after they ran, and what it re-reads there is the fan-out's cost. TTFT on "
+        "the run's clock.</p>",
+    ]
+    for run, view in shown:
+        parts.append(f"<h3>{html.escape(run.label)}</h3>")
+        parts.append(f'<p class="fan-out">{html.escape(view.summary)}</p>')
+        parts.append(_table(view.groups, GROUP_HEADER))
+        parts.append(_table(view.subagents, SUBAGENT_HEADER))
+        if view.more_subagents:
+            parts.append(f'<p class="note">... and {view.more_subagents:,} more subagent sessions.</p>')
+        if view.resumes:
+            parts.append(_table(view.resumes, RESUME_HEADER))
+        if view.more_resumes:
+            parts.append(f'<p class="note">... and {view.more_resumes:,} more resumes.</p>')
     parts.append("</section>")
     return parts
 

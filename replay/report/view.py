@@ -320,7 +320,7 @@ def figures_from(run: RunView) -> str:
     return f"measured on the server ({kind or 'unknown kind'})"
 
 
-# Reads `server` records for results that carry none (`runs.serverlog.records_beside`: the log
+# Reads `server` records for results that carry none (`serverside.logs.records_beside`: the log
 # left beside old results); handed in by the caller, since parsing logs is the runs' business.
 ServerLog = Callable[[RunResults], list[dict[str, Any]]]
 

@@ -1,1 +1,1 @@
-"""One replay pipeline and what hangs on it: targets, workers, server logs and counters, probe, A/B, scenario arms."""
+"""One replay pipeline and what hangs on it: targets, workers, probe, A/B, scenario arms, k8s (server logs and counters: `replay.serverside`)."""

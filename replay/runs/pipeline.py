@@ -42,7 +42,8 @@ from replay.runs.recording import (
     run_recordings,
     run_trace,
 )
-from replay.runs.serverlog import (
+from replay.runs.workers import run_workers
+from replay.serverside.logs import (
     DS4_FORMAT_KINDS,
     effective_settings,
     log_kind,
@@ -50,8 +51,7 @@ from replay.runs.serverlog import (
     server_records,
     setting_warnings,
 )
-from replay.runs.servermetrics import metrics_url, server_memory, watch_counters
-from replay.runs.workers import run_workers
+from replay.serverside.metrics import metrics_url, server_memory, watch_counters
 from replay.trace.model import Request, Trace
 
 if TYPE_CHECKING:

@@ -39,9 +39,9 @@ from replay.errors import DriverError, TargetError, UsageError
 from replay.metrics.record import RequestRecord
 from replay.runs.pipeline import Hooks, Replayed, ReplayJob, RunOptions, finish, replay
 from replay.runs.pipeline import segments as cut
-from replay.runs.serverlog import effective_settings, log_kind
 from replay.scenario.build import generate, plan_requests
 from replay.scenario.catalog import find_scenario
+from replay.serverside.logs import effective_settings, log_kind
 from replay.trace.model import Request, Trace
 from replay.trace.reader import read_trace
 from replay.trace.select import PROBE_TAG
@@ -122,7 +122,7 @@ class ProbeReport:
     logs: list[Path]  # one per server process, in order
     settings: list[dict[str, Any]]  # effective settings each server printed at startup
     log_events: list[dict[str, int]]  # llama-server log events by kind, per server process
-    metrics: list[dict[str, Any]]  # `servermetrics.check_after` per server process
+    metrics: list[dict[str, Any]]  # `serverside.metrics.check_after` per server process
 
     def prompt_n(self) -> dict[str, int | None]:
         """Re-processed prompt tokens by step label (the probe's answer)."""

@@ -20,8 +20,8 @@ from replay.errors import UsageError
 from replay.metrics.results import RunResults, read_results
 from replay.runs.pipeline import ReplayJob, RunOptions, finish, replay
 from replay.runs.probe import has_slot_files, replay_restarting, with_slot_dir
-from replay.runs.serverlog import effective_settings, log_kind, server_records
 from replay.runs.targets import _llama_target, open_target, resolve_target
+from replay.serverside.logs import effective_settings, log_kind, server_records
 from replay.trace.reader import read_trace
 from replay.trace.select import PROBE_TAG, skip_probes
 from replay.twin.compare import compare, ds4_model_flags, model_flags

@@ -294,7 +294,7 @@ def test_validate_and_report_cli(scripted_server, tmp_path):
 
 
 def test_requested_cache_settings_are_checked_against_the_startup_log():
-    from replay.runs.serverlog import requested_settings, setting_warnings
+    from replay.serverside.logs import requested_settings, setting_warnings
 
     argv = ["ds4-server", "--kv-disk-space-mb", "65536", "--kv-cache-cold-max-tokens=0", "-c", "32768"]
     assert requested_settings("ds4", argv) == {

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from drivers.logs import llamacpp
-from replay.runs.llama_correlate import correlate
-from replay.runs.serverlog import server_records
+from replay.serverside.llamacpp import correlate
+from replay.serverside.logs import server_records
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "llama"
 NAMES = sorted(p.name.removesuffix(".steps.json") for p in DATA.glob("*.steps.json"))

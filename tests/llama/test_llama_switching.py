@@ -16,7 +16,7 @@ slot is never used: `-np 2` behaves like `-np 1`. Raising the threshold (`-sps 0
 session keep a slot of its own.
 
 The run glue is the one `replay run --server` uses: drivers start the server by PID, the engine
-replays, and `/metrics` counters are compared with the records' usage (`replay.runs.servermetrics`).
+replays, and `/metrics` counters are compared with the records' usage (`replay.serverside.metrics`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from replay.engine.plans import make_plan
 from replay.metrics.results import read_results
 from replay.runs import pipeline
 from replay.runs.pipeline import ReplayJob, RunOptions
-from replay.runs.serverlog import effective_settings
 from replay.scenario import find_scenario, generate
+from replay.serverside.logs import effective_settings
 from replay.trace.reader import read_trace
 from tests.support.llamakit import require_xllamacpp
 

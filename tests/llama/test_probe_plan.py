@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-import replay.runs.servermetrics as mc
+import replay.serverside.metrics as mc
 from drivers.launch import Served
 from drivers.scrape import parse_exposition
 from drivers.target import Target

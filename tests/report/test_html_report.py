@@ -16,7 +16,7 @@ from replay.metrics.results import ResultsWriter, append_records, time_scale
 from replay.report.html import digest, render_page, summary_markdown, write_report
 from replay.report.plots import band_width
 from replay.report.view import load_run
-from replay.runs.serverlog import records_beside
+from replay.serverside.logs import records_beside
 
 LAYOUT_PROBE = """<script>
 const figs = [...document.querySelectorAll("figure.plot")];

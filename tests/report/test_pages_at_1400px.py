@@ -17,8 +17,8 @@ from replay.report.ab import ArmRun, analyze
 from replay.report.ab_html import write_ab_report
 from replay.report.html import write_report
 from replay.runs.scenario import run_arms
-from replay.runs.serverlog import records_beside
 from replay.scenario import find_scenario
+from replay.serverside.logs import records_beside
 from tests.report.test_html_report import CHROMIUM
 
 WIDTH = 1400

@@ -509,7 +509,7 @@ def test_a_run_whose_log_has_unknown_cache_lines_says_so() -> None:
     """Issue #40: 17 lines of a newer build were dropped silently; now each run's log_parse record
     counts them, `replay run`/`replay ab` print it, and ab.json carries it as a warning."""
     from replay.report.ab import analyze
-    from replay.runs.serverlog import log_warnings
+    from replay.serverside.logs import log_warnings
 
     parse = {"kind": "server", "event": "log_parse", "lines": 500, "recognised": 200, "unrecognised": 17}
     runs = [_run(1, "A", {1: "a"}), _run(2, "B", {1: "a"})]

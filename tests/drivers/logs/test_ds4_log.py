@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from drivers.logs import ds4
 from replay.report.logs import render, summarize_ds4
-from replay.runs.correlate import correlate
+from replay.serverside.ds4 import correlate
 from tests.support.ds4_logtext import RESET, YELLOW, Ds4LogWriter
 
 P = "0521 10:00:00 ds4-server: "

@@ -11,7 +11,7 @@ import pytest
 from drivers.logs import llamacpp as L
 from replay.metrics.results import ResultsWriter, append_records
 from replay.report.view import load_run
-from replay.runs.serverlog import server_records
+from replay.serverside.logs import server_records
 
 WRITTEN = Path(__file__).resolve().parents[2] / "data" / "llama" / "written"
 # (prompt tokens, cached tokens) of each request, in the order sent.

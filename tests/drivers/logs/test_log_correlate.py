@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from drivers.logs import ds4
 from drivers.logs.ds4_requests import assemble
-from replay.runs.correlate import correlate, match_requests
+from replay.serverside.ds4 import correlate, match_requests
 from tests.support.ds4_logtext import Ds4LogWriter
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from drivers.logs import llamacpp as ll
 from drivers.logs.effective import llamacpp_settings
-from replay.runs.llama_correlate import assemble
+from replay.serverside.llamacpp import assemble
 from replay.sim.server.flags import flag_problem
 from replay.testing.gguf_model import make_model
 from replay.trace.synth import synth_text

@@ -3,7 +3,7 @@
 Each line is `M.SS.mmm.uuu L ` (modelled time since start, level letter) and the message as the
 server's printf writes it (`SLT_*`: `slot %12.*s: id %2d | task %d | ...`, `SRV_*`: `srv  %12.*s: ...`,
 the function name cut to 12 characters), so the project's llama log parser and correlator
-(drivers/logs/llamacpp.py, replay/runs/llama_correlate.py) read the simulator's log as they read the
+(drivers/logs/llamacpp.py, replay/serverside/llamacpp.py) read the simulator's log as they read the
 real one. Which lines appear follows the verbosity (`-lv`): trace lines (`SLT_TRC`, `SRV_TRC`) from 4,
 info and warnings from 3; builds before b10068 printed the cache lines at info or warning level.
 """

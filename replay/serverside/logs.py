@@ -4,7 +4,7 @@ The run header carries the settings the server printed at startup, not the flags
 requested cache setting is not evidence that it is in effect). After the run, ds4-format logs
 (ds4-server and the simulator) are correlated with the run's requests into `server` records:
 restores, stores, evictions and live misses, numbers only; llama-server logs the same way by task
-(``llama_correlate``).
+(``llamacpp``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from drivers.logs import ds4, llamacpp
 from drivers.logs.base import ParseStats
 from drivers.logs.effective import ds4_settings, llamacpp_settings, warn_missing
 from replay.metrics.results import RunResults
-from replay.runs.correlate import correlate
-from replay.runs.llama_correlate import correlate as llama_correlate
+from replay.serverside.ds4 import correlate
+from replay.serverside.llamacpp import correlate as llama_correlate
 
 DS4_FORMAT_KINDS = ("ds4", "sim")
 

@@ -29,7 +29,7 @@ from drivers.scrape import (
     scrape_sync,
 )
 from replay.errors import TargetError
-from replay.runs.serverlog import log_kind
+from replay.serverside.logs import log_kind
 
 if TYPE_CHECKING:
     from drivers.launch import Served

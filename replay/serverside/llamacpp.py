@@ -6,7 +6,7 @@ host-RAM prompt cache (`--cache-ram`, printed with `-lv 4`) speaks just before t
 loaded back), context checkpoints are created, restored or erased inside the task, `prompt eval
 time = X ms / N tokens` gives its prefill, and `release` closes it. So events are grouped by task
 id; slot-less host-cache lines go to the next task that opens. Tasks are matched to run requests
-the way ds4 requests are (``correlate.match_requests``): in order, by the prompt length and the
+the way ds4 requests are (``ds4.match_requests``): in order, by the prompt length and the
 cached prefix the client got back (llama's `prompt_n` = tokens re-processed).
 
 Record names follow ds4's: `request`, `restore` (source `host_cache`, `checkpoint`, `slot_file`,
@@ -14,7 +14,7 @@ Record names follow ds4's: `request`, `restore` (source `host_cache`, `checkpoin
 `host_cache_size|tokens|room|obsolete`, `checkpoint`, `checkpoint_invalidated`,
 `checkpoint_too_close`, `context_shift`, `slot_cleared`, `slot_purged`), and `live_miss` with reason
 `full_reprocess` for "forcing full prompt re-processing" or `lora_change`. The host cache is
-followed entry by entry (``llama_host_cache``): a save the server skipped is a `store_skipped`, a
+followed entry by entry (``llamacpp_host_cache``): a save the server skipped is a `store_skipped`, a
 save carries the size of the entry it made (`entry_mib`: its state, `mib`, and the slot's
 checkpoints), a host-cache restore the `mib` it took out of the cache (`taken`), and every `cache state`
 line is a `host_cache_state` with the server's figure and the ledger's. Numbers only.
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from drivers.logs import llamacpp as ll
-from replay.runs.correlate import match_requests
-from replay.runs.llama_host_cache import Effect, replay_host_cache
+from replay.serverside.ds4 import match_requests
+from replay.serverside.llamacpp_host_cache import Effect, replay_host_cache
 
 
 @dataclass(slots=True)
