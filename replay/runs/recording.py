@@ -205,8 +205,9 @@ class Recording:
     """One trace being replayed into one results file: the engine, its sink and the file.
 
     `annotate` adds to each record before its line is written (a probe's step label), `observe`
-    sees every line written (cancelled ones too); `engine` may be replaced between segments of a
-    run that restarts its server (the sink and the file stay).
+    sees every line written (cancelled ones too). The engine it runs is one over the whole trace,
+    unless it was given one (`take`): a run that restarts its server gives one per server process
+    (the sink and the file stay).
 
     Its memory does not grow with the run: lines go to the file as they come, the schedule lags
     into a histogram; `keep_records` keeps the fields in `KEPT_FIELDS` of each line (for the
@@ -239,9 +240,23 @@ class Recording:
         # The fields the readers use, in columns (`KeptRecords`); whole lines in a list.
         self.kept: list[dict[str, Any]] | KeptRecords = KeptRecords() if keep_fields == KEPT_FIELDS else []
         self.counts = {"requests": 0, "errors": 0, "cancelled": 0}
-        self.engine = Engine(trace, plan, config, self.sink)
+        self._trace, self._plan, self._config = trace, plan, config
+        self._engine: Engine | None = None  # made when first asked for, unless one was given
         self.started: float | None = None  # monotonic, set when the first engine starts
         self.cpu_started: float | None = None  # this process's CPU time then
+
+    @property
+    def engine(self) -> Engine:
+        """The engine that runs next: the one given to `take`, else one over the whole trace."""
+        if self._engine is None:
+            self._engine = Engine(self._trace, self._plan, self._config, self.sink)
+        return self._engine
+
+    def take(self, engine: Engine) -> None:
+        """Run `engine` next; its records must come to this recording's `sink`."""
+        if engine.sink != self.sink:
+            raise ValueError("the engine's records must go to this recording's sink")
+        self._engine = engine
 
     def sink(self, rec: RequestRecord) -> None:
         if self.annotate is not None:
