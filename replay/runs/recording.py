@@ -13,10 +13,11 @@ import gc
 import hashlib
 import platform
 import signal
+import threading
 import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from rich.console import Console
 from replay import __version__
 from replay.engine.plans import Plan
 from replay.engine.run import Engine, EngineConfig, loop_options
+from replay.errors import Interrupted
 from replay.metrics.held import TIMED_PLANS, LagTrend, LoadFacts
 from replay.metrics.hist import new_histogram
 from replay.metrics.record import RequestRecord
@@ -344,6 +346,29 @@ class Recording:
             client_queue_p50_ms=self.engine.client_queue.percentile_ms(50),
             client_queue_p99_ms=self.engine.client_queue.percentile_ms(99),
         )
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise `Interrupted` while the block runs (main thread only), so a run
+    signalled outside its replay loop (loading the trace, starting its servers, reading their
+    logs afterwards) unwinds its `with` blocks: the servers it started are stopped by PID and its
+    scratch folder removed, where the default action would end the process and leave them. SIGINT
+    raises KeyboardInterrupt already. The replay loop, and the relay of a run over workers, put
+    their own handlers in for their time and give these back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Interrupted(signum, signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def run_trace(
