@@ -308,7 +308,12 @@ class ChildProcess:
 
     def __enter__(self) -> ChildProcess:
         if not self.started:
-            self.start()
+            try:
+                self.start()
+            except BaseException:  # a signal between its start and the block: stop it all the same
+                if self.started:
+                    self.stop()
+                raise
         return self
 
     def __exit__(self, *exc: object) -> None:

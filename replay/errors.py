@@ -47,3 +47,14 @@ class Stopped(ReplayError):
     """SIGTERM arrived during work that has no results to keep (a sizing sweep): stop cleanly."""
 
     exit_code = 143
+
+
+class Interrupted(ReplayError):
+    """SIGTERM or SIGHUP outside a replay's own loop (loading the trace, starting a server,
+    reading its log afterwards): raised so that every `with` block unwinds, stopping the servers
+    the run started (by PID) and removing its scratch folder. Exits 128 + the signal's number."""
+
+    def __init__(self, signum: int, name: str) -> None:
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"stopped by {name}")

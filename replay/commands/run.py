@@ -19,6 +19,7 @@ from replay.metrics.results import read_summary_line
 from replay.outputs import check_file
 from replay.runs.barrier import parse_instant
 from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, ReplayJob, RunOptions, finish, replay
+from replay.runs.recording import stop_on_signals
 from replay.runs.targets import dry_run as dry_run_target
 from replay.runs.targets import open_targets, resolve_targets
 from replay.runs.workers import cap_workers
@@ -74,6 +75,13 @@ FINISHED = ("done", "max-duration")
 
 
 def run(args: RunArgs, console: Console) -> int:
+    """Replay a trace; returns the exit code (0 ok, 1 requests failed, 130/143/129 interrupted).
+    A signal before or after the replay loop stops the servers the run started (`stop_on_signals`)."""
+    with stop_on_signals():
+        return _run(args, console)
+
+
+def _run(args: RunArgs, console: Console) -> int:
     """Replay a trace; returns the exit code (0 ok, 1 requests failed, 130/143/129 interrupted).
 
     With `fail_on_errors` off, a run that finished exits 0 even when requests failed: they are

@@ -130,14 +130,36 @@ def _now_ns() -> int:
 
 
 class Engine:
-    def __init__(self, trace: Trace, plan: Plan, config: EngineConfig, sink: Sink) -> None:
+    """Sends `trace`'s requests as `plan` says and hands each finished record to `sink`.
+
+    A run that restarts its server runs one engine per server process over the parts of one
+    trace; each later engine carries the earlier ones' state over: `by_id` (every request of the
+    trace, so replies of earlier parts are found), `tracker` (one switch classification across
+    processes), `sessions` (their histories and live replies), and `release_replies=False` (the
+    next part reads the replies this one would drop).
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        plan: Plan,
+        config: EngineConfig,
+        sink: Sink,
+        *,
+        by_id: dict[int, Request] | None = None,
+        tracker: SwitchTracker | None = None,
+        sessions: dict[str, ReplaySession] | None = None,
+        release_replies: bool = True,
+    ) -> None:
         self.trace = trace
         self.plan = plan
         self.config = config
         self.sink = sink
-        self.by_id = trace.by_id()
-        self.sessions: dict[str, ReplaySession] = ReplaySessions(trace.sessions, config.history)
-        self.tracker = SwitchTracker(cold=set(trace.sessions))
+        self.by_id = trace.by_id() if by_id is None else by_id
+        self.sessions: dict[str, ReplaySession] = (
+            ReplaySessions(trace.sessions, config.history) if sessions is None else sessions
+        )
+        self.tracker = SwitchTracker(cold=set(trace.sessions)) if tracker is None else tracker
         self.progress = Progress(total=len(trace.requests))
         self.progress.sessions = dict.fromkeys(trace.sessions, "waiting")
         self._done_at: dict[int, int] = {}  # done stamps some later request still waits for
@@ -145,7 +167,7 @@ class Engine:
         self._waiters: dict[int, int] = {}  # request id -> requests yet to wait for it
         self._readers: dict[int, int] = {}  # request id -> requests yet to splice its reply in
         self._left: dict[str, int] = {}  # session -> its requests not yet materialised
-        self.release_replies = True  # False when a later engine reuses these sessions' replies
+        self.release_replies = release_replies  # False: a later engine reuses these sessions' replies
         self._counting = False
         self._seq = 0
         self._t0 = 0

@@ -411,7 +411,7 @@ def _segmented(job: ReplayJob, target: dict[str, Any], hooks: Hooks, say: Say) -
 
     config = job.options.engine_config(served.url)
     recording = Recording(
-        dataclasses.replace(trace, requests=[]),
+        dataclasses.replace(trace, requests=[]),  # each segment's engine brings its requests
         plan,
         config,
         job.out,
@@ -442,13 +442,12 @@ def _segmented(job: ReplayJob, target: dict[str, Any], hooks: Hooks, say: Say) -
                 plan,
                 job.options.engine_config(served.url),
                 recording.sink,
+                by_id=by_id,  # replies of earlier segments are looked up by id
+                tracker=tracker,
+                sessions=sessions,
+                release_replies=False,  # the next segment's `_detach` reads them
             )
-            engine.by_id = by_id  # replies of earlier segments are looked up by id
-            engine.tracker = tracker
-            engine.release_replies = False  # and the next segment's `_detach` reads them
-            if sessions is not None:
-                engine.sessions = sessions
-            recording.engine = engine
+            recording.take(engine)
             with server_memory(served, job.workdir) as lines, watch_counters(served) as counters:
                 outcome = run_engines([recording], job.options.max_duration)
             checked = counters(records[first:])

@@ -13,10 +13,11 @@ import gc
 import hashlib
 import platform
 import signal
+import threading
 import time
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from rich.console import Console
 from replay import __version__
 from replay.engine.plans import Plan
 from replay.engine.run import Engine, EngineConfig, loop_options
+from replay.errors import Interrupted
 from replay.metrics.held import TIMED_PLANS, LagTrend, LoadFacts
 from replay.metrics.hist import new_histogram
 from replay.metrics.record import RequestRecord
@@ -205,8 +207,9 @@ class Recording:
     """One trace being replayed into one results file: the engine, its sink and the file.
 
     `annotate` adds to each record before its line is written (a probe's step label), `observe`
-    sees every line written (cancelled ones too); `engine` may be replaced between segments of a
-    run that restarts its server (the sink and the file stay).
+    sees every line written (cancelled ones too). The engine it runs is one over the whole trace,
+    unless it was given one (`take`): a run that restarts its server gives one per server process
+    (the sink and the file stay).
 
     Its memory does not grow with the run: lines go to the file as they come, the schedule lags
     into a histogram; `keep_records` keeps the fields in `KEPT_FIELDS` of each line (for the
@@ -239,9 +242,23 @@ class Recording:
         # The fields the readers use, in columns (`KeptRecords`); whole lines in a list.
         self.kept: list[dict[str, Any]] | KeptRecords = KeptRecords() if keep_fields == KEPT_FIELDS else []
         self.counts = {"requests": 0, "errors": 0, "cancelled": 0}
-        self.engine = Engine(trace, plan, config, self.sink)
+        self._trace, self._plan, self._config = trace, plan, config
+        self._engine: Engine | None = None  # made when first asked for, unless one was given
         self.started: float | None = None  # monotonic, set when the first engine starts
         self.cpu_started: float | None = None  # this process's CPU time then
+
+    @property
+    def engine(self) -> Engine:
+        """The engine that runs next: the one given to `take`, else one over the whole trace."""
+        if self._engine is None:
+            self._engine = Engine(self._trace, self._plan, self._config, self.sink)
+        return self._engine
+
+    def take(self, engine: Engine) -> None:
+        """Run `engine` next; its records must come to this recording's `sink`."""
+        if engine.sink != self.sink:
+            raise ValueError("the engine's records must go to this recording's sink")
+        self._engine = engine
 
     def sink(self, rec: RequestRecord) -> None:
         if self.annotate is not None:
@@ -329,6 +346,29 @@ class Recording:
             client_queue_p50_ms=self.engine.client_queue.percentile_ms(50),
             client_queue_p99_ms=self.engine.client_queue.percentile_ms(99),
         )
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise `Interrupted` while the block runs (main thread only), so a run
+    signalled outside its replay loop (loading the trace, starting its servers, reading their
+    logs afterwards) unwinds its `with` blocks: the servers it started are stopped by PID and its
+    scratch folder removed, where the default action would end the process and leave them. SIGINT
+    raises KeyboardInterrupt already. The replay loop, and the relay of a run over workers, put
+    their own handlers in for their time and give these back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Interrupted(signum, signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def run_trace(

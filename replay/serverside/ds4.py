@@ -12,7 +12,8 @@ Each record holds numbers and closed-vocabulary names only, never text from the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from drivers.logs import ds4
@@ -27,43 +28,55 @@ def _num(d: Mapping[str, Any], key: str) -> int | None:
     return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
+_NONE = -(2**63)  # a number column's None
+
+
 def match_requests(
-    requests: Sequence[Mapping[str, Any]], log_requests: Sequence[Ds4Request]
+    requests: Iterable[Mapping[str, Any]], log_requests: Sequence[Ds4Request]
 ) -> dict[int, int]:
-    """Map log request index -> run request `seq`, in send order and by span."""
-    pending = sorted(requests, key=lambda r: r["seq"])
-    used: set[int] = set()
+    """Map log request index -> run request `seq`, in send order and by span.
+
+    Linear in the requests, in memory and time: the run's three numbers in columns (not a
+    dict a request), and the window of the `LOOKAHEAD` oldest unmatched requests found through
+    a next-unmatched index with path halving (150,000 requests scanned from the first each
+    time took over 15 minutes)."""
+    seqs, prompts, cacheds = array("q"), array("q"), array("q")
+    for r in requests:
+        seqs.append(r["seq"])
+        prompt, cached = _num(r, "prompt_tokens"), _num(r, "cached_tokens")
+        prompts.append(_NONE if prompt is None else prompt)
+        cacheds.append(_NONE if cached is None else cached)
+    order = sorted(range(len(seqs)), key=seqs.__getitem__)  # send order (stable)
+    seqs = array("q", (seqs[i] for i in order))
+    prompts = array("q", (prompts[i] for i in order))
+    cacheds = array("q", (cacheds[i] for i in order))
+    del order
+    n = len(seqs)
+    after = array("q", range(n + 1))  # i -> an index <= the first unmatched one at or after i
+
+    def unmatched(i: int) -> int:
+        while after[i] != i:
+            after[i] = after[after[i]]  # path halving
+            i = after[i]
+        return i
+
     out: dict[int, int] = {}
     for lr in log_requests:
-        window: list[Mapping[str, Any]] = []
-        for r in pending:
-            if r["seq"] in used:
-                continue
-            window.append(r)
-            if len(window) >= LOOKAHEAD:
-                break
-        pick = next(
-            (
-                r
-                for r in window
-                if _num(r, "prompt_tokens") == lr.prompt and _num(r, "cached_tokens") == lr.cached
-            ),
-            None,
-        )
+        window: list[int] = []
+        i = unmatched(0)
+        while i < n and len(window) < LOOKAHEAD:
+            window.append(i)
+            i = unmatched(i + 1)
+        prompt = _NONE if lr.prompt is None else lr.prompt
+        cached = _NONE if lr.cached is None else lr.cached
+        pick = next((i for i in window if prompts[i] == prompt and cacheds[i] == cached), None)
         if pick is None:
-            pick = next(
-                (
-                    r
-                    for r in window
-                    if _num(r, "prompt_tokens") == lr.prompt and _num(r, "cached_tokens") is None
-                ),
-                None,
-            )
-        if pick is None and window and _num(window[0], "prompt_tokens") is None:
+            pick = next((i for i in window if prompts[i] == prompt and cacheds[i] == _NONE), None)
+        if pick is None and window and prompts[window[0]] == _NONE:
             pick = window[0]  # the oldest unmatched request got no usage back: order is all we have
         if pick is not None:
-            used.add(pick["seq"])
-            out[lr.index] = pick["seq"]
+            after[pick] = pick + 1
+            out[lr.index] = seqs[pick]
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from replay.engine.plans import make_plan
 from replay.engine.run import Engine, EngineConfig
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import read_results
-from replay.runs.recording import Recording, run_recordings, run_trace
+from replay.runs.recording import Recording, close_all, run_engines, run_recordings, run_trace
 from replay.trace import TraceWriter, read_trace
 from tests.support.scripted_server import Script
 
@@ -414,3 +415,56 @@ def test_responses_chains_are_remade_with_the_servers_own_response_ids(scripted_
         assert body["input"] == [
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
         ]
+
+
+def test_a_recording_runs_the_engines_it_is_given_each_carrying_the_last_ones_state(
+    scripted_server, tmp_path, monkeypatch
+):
+    # A run that restarts its server: one engine per part of the trace, the later ones made with
+    # the earlier ones' sessions, switch tracker and request index; the recording builds none.
+    import replay.runs.recording as recording_module
+    from replay.runs.pipeline import _detach  # what a run that restarts its server sends next
+
+    scripted_server.default = Script(usage=USAGE)
+    trace = read_trace(SAMPLE)
+    plan, config = make_plan("alternate"), EngineConfig(base_url=scripted_server.url, timeout_s=5.0)
+    built: list[Engine] = []
+
+    class Counted(Engine):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(recording_module, "Engine", Counted)
+    recording = Recording(trace, plan, config, tmp_path / "r.jsonl", {"kind": "scripted"}, True)
+    head, tail = trace.requests[:4], trace.requests[4:]
+    first = Engine(
+        dataclasses.replace(trace, requests=head),
+        plan,
+        config,
+        recording.sink,
+        by_id=trace.by_id(),  # every request of the trace: the later part's replies are found
+        release_replies=False,  # the second part reads the replies the first would drop
+    )
+    recording.take(first)
+    assert run_engines([recording], 30) == "done"
+    second = Engine(
+        dataclasses.replace(trace, requests=_detach(tail, first.sessions, first.by_id)),
+        plan,
+        config,
+        recording.sink,
+        by_id=first.by_id,
+        tracker=first.tracker,
+        sessions=first.sessions,
+        release_replies=False,
+    )
+    assert (second.by_id, second.tracker, second.sessions) == (first.by_id, first.tracker, first.sessions)
+    assert second.sessions is first.sessions and not second.release_replies
+    recording.take(second)
+    assert run_engines([recording], 30) == "done"
+    (outcome,) = close_all([recording], "done")
+    assert outcome.requests == 9 and built == []  # no engine made and thrown away
+    switches = [r["switch"] for r in read_results(tmp_path / "r.jsonl").requests]
+    assert ["cold"] not in switches[4:]  # the second engine knew the sessions the first had sent
+    with pytest.raises(ValueError, match="sink"):
+        recording.take(Engine(trace, plan, config, lambda rec: None))

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import random
+from types import SimpleNamespace
+
+import pytest
+
 from drivers.logs import ds4
 from drivers.logs.ds4_requests import assemble
-from replay.serverside.ds4 import correlate, match_requests
+from replay.serverside.ds4 import LOOKAHEAD, correlate, match_requests
 from tests.support.ds4_logtext import Ds4LogWriter
 
 
@@ -122,3 +127,58 @@ def test_match_requests_lookahead_is_bounded() -> None:
     many = [_req(i, 100 + i, 0) for i in range(1, 40)] + [_req(40, 12000, 0)]
     assert match_requests(many, asm.requests) == {}
     assert match_requests(many[-10:], asm.requests) == {1: 40}
+
+
+def _match_by_scanning(requests, log_requests):
+    """The matching rule as first written (every unmatched request scanned from the first, each
+    log request): the reference the linear one must agree with."""
+    num = lambda r, k: r.get(k) if isinstance(r.get(k), int) else None  # noqa: E731
+    pending = sorted(requests, key=lambda r: r["seq"])
+    used: set[int] = set()
+    out: dict[int, int] = {}
+    for lr in log_requests:
+        window = [r for r in pending if r["seq"] not in used][:LOOKAHEAD]
+        pick = next((r for r in window if num(r, "prompt_tokens") == lr.prompt and num(r, "cached_tokens") == lr.cached), None)  # fmt: skip
+        if pick is None:
+            pick = next((r for r in window if num(r, "prompt_tokens") == lr.prompt and num(r, "cached_tokens") is None), None)  # fmt: skip
+        if pick is None and window and num(window[0], "prompt_tokens") is None:
+            pick = window[0]
+        if pick is not None:
+            used.add(pick["seq"])
+            out[lr.index] = pick["seq"]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_match_requests_agrees_with_scanning_every_unmatched_request(seed: int) -> None:
+    # Requests finished out of send order, some started by the server in another order, some
+    # without usage (errors), some the log never saw, and log requests from another client.
+    rng = random.Random(seed)
+    n = 600
+    spans = [(rng.choice([1000, 2000, 3000]), rng.choice([0, 500])) for _ in range(n)]
+    requests = []
+    for seq, (prompt, cached) in enumerate(spans, 1):
+        kind = rng.random()
+        if kind < 0.05:
+            requests.append(_req(seq, None, None, "http_error"))
+        elif kind < 0.1:
+            requests.append(_req(seq, prompt, None))
+        else:
+            requests.append(_req(seq, prompt, cached))
+    order = list(range(n))
+    for i in range(0, n - 4, 3):  # started a few places out of send order
+        j = i + rng.randrange(4)
+        order[i], order[j] = order[j], order[i]
+    log_requests = []
+    for i in order:
+        if rng.random() < 0.05:
+            continue  # never reached the server's log
+        prompt, cached = spans[i]
+        log_requests.append(SimpleNamespace(index=len(log_requests), prompt=prompt, cached=cached))
+        if rng.random() < 0.03:  # another client's request
+            log_requests.append(SimpleNamespace(index=len(log_requests), prompt=77, cached=0))
+    rng.shuffle(requests)  # kept in the order they finished
+    want = _match_by_scanning(requests, log_requests)
+    assert match_requests(requests, log_requests) == want
+    assert match_requests(iter(requests), log_requests) == want  # read once, as a stream
+    assert len(want) > n // 2
