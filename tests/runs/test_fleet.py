@@ -203,6 +203,10 @@ def test_sglang_router_starts_in_front_of_its_simulators_and_all_stop_by_pid(tmp
     for i in range(2):
         log = next(work.glob(f"sims-{i}.*.log")).read_text()
         assert log.count("launch_slot_") == 2, log[-2000:]
+    # The router's debug log named the worker of every request: the lines say so, "router".
+    assert [line["backend_source"] for line in res.requests] == ["router"] * 4
+    served = {w["url"]: sum(1 for line in res.requests if line["backend"] == w["url"]) for w in workers}
+    assert served == {w["url"]: 2 for w in workers}
     pids = [target["build"]["pid"], *(w["pid"] for w in workers)]
     assert all(
         not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE for pid in pids
