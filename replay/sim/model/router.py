@@ -167,6 +167,11 @@ class Routed:
     output_tokens: int = 0
 
 
+def routed_from(session: str, text: str, rec: dict[str, int | str | None]) -> Routed:
+    """A results line (prompt and output tokens) with the text the router matched."""
+    return Routed(session, text, int(rec.get("prompt_tokens") or 0), int(rec.get("output_tokens") or 0))
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     worker: int
