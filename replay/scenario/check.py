@@ -198,22 +198,37 @@ class ArmView:
         return 100.0 * sum(1 for a, b in pairs if a == b) / len(pairs) if pairs else None
 
     def model_agrees_pct(self) -> float | None:
-        """The run's placements against the router model's over the same texts in the same order."""
-        from replay.sim.model.router import RouterConfig, best_renaming, predict, routed_from
+        """The run's placements against the router model's over the same texts in the same
+        order, each arriving to the loads the run had then (the requests each replica was
+        serving: sent before it and not yet answered)."""
+        from replay.sim.model.router import RouterConfig, agreement, routed_from
 
         fleet = (self.res.run.get("target") or {}).get("fleet") or self.res.run.get("fleet") or {}
         policy = fleet.get("router")
         placed = [r for r in self.requests if r.get("backend") and r["id"] in self.texts]
         if policy is None or not placed:
             return None
+        # The order the router chose in: its log's, where it named every request (requests
+        # sent side by side reach it in an order of their own), else the order they were sent.
+        chose = {s["request_seq"]: s.get("line", 0) for s in self.events("routed")}
+        if all(r["seq"] in chose for r in placed):
+            placed.sort(key=lambda r: chose[r["seq"]])
         urls = list(dict.fromkeys(r["backend"] for r in placed))
         workers = max(int(fleet.get("replicas") or 0), len(urls))
         routed = [routed_from(r["session"], self.texts[r["id"]], r) for r in placed]
-        predicted = [p.worker for p in predict(routed, RouterConfig(policy), workers)]
         observed = [urls.index(r["backend"]) for r in placed]
-        perm = best_renaming(predicted, observed, workers)
-        agree = sum(1 for p, o in zip(predicted, observed, strict=True) if perm[p] == o)
-        return 100.0 * agree / len(placed)
+        loads = []
+        for r in placed:
+            at = float(r.get("sent_s") or 0.0)
+            held = [0] * workers
+            for other in placed:
+                if other is r:
+                    break
+                if float(other.get("sent_s") or 0.0) + float(other.get("latency_s") or 0.0) > at:
+                    # sent before it (the router chose for it first) and not answered when it was sent
+                    held[urls.index(other["backend"])] += 1
+            loads.append(held)
+        return 100.0 * agreement(routed, observed, RouterConfig(policy), workers, loads) / len(placed)
 
     def run_value(self, metric: str, selected: Sequence[Record], scoped: bool = False) -> float | None:
         """A count from the server's log; `scoped`: only the events of the selected requests."""

@@ -226,6 +226,26 @@ def predict(
     return out
 
 
+def agreement(
+    requests: Sequence[Routed],
+    observed: Sequence[int],
+    config: RouterConfig,
+    workers: int,
+    loads: Sequence[Sequence[int]] | None = None,
+) -> int:
+    """How many of the run's placements (`observed`: the worker of each request, in the run's
+    own numbering; `loads`: each worker's requests in flight when it arrived, the same
+    numbering) the model reproduces under the best renaming of its workers. The renaming is
+    tried before the walk, not after it: the least-loaded rule breaks ties by the router's own
+    order, so the loads must reach the model in that order."""
+    best = 0
+    for perm in itertools.permutations(range(workers)):
+        mine = None if loads is None else [[held[perm[m]] for m in range(workers)] for held in loads]
+        placed = predict(requests, config, workers, loads=mine)
+        best = max(best, sum(1 for p, o in zip(placed, observed, strict=True) if perm[p.worker] == o))
+    return best
+
+
 def best_renaming(predicted: Sequence[int], observed: Sequence[int], workers: int) -> tuple[int, ...]:
     """The renaming of the model's workers (a permutation) under which most placements agree
     with the run's: the router numbers its workers in the order they registered."""

@@ -123,3 +123,14 @@ def test_best_renaming_finds_the_routers_own_numbering() -> None:
 def test_a_policy_the_model_does_not_have_is_refused() -> None:
     with pytest.raises(ValueError, match="policy"):
         RouterConfig("power_of_two")
+
+
+def test_agreement_renames_the_workers_before_the_walk_so_loads_break_ties_in_the_routers_order() -> None:
+    from replay.sim.model.router import agreement
+
+    reqs = [Routed("s0", "aaaa", 10), Routed("s1", "bbbb", 10)]
+    # The router numbers its workers the other way round; s0 is still in flight on its worker 1
+    # when s1 arrives, so s1 (no match) goes to the least loaded: its worker 0.
+    observed, loads = [1, 0], [[0, 0], [0, 1]]
+    assert agreement(reqs, observed, CA, 2, loads) == 2
+    assert agreement(reqs, [0, 0], CA, 2, [[0, 0], [0, 0]]) == 2  # nothing in flight: both to the first
