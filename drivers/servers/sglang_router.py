@@ -39,6 +39,10 @@ def plan(target: Target, *, port: int, workdir: Path, build_key: str) -> Launch:
     policy = target.policy or "cache_aware"
     argv = [python, "-m", "sglang_router.launch_router", "--host", target.host, "--port", str(port)]
     argv += ["--policy", policy, *target.flags]
+    if not has_flag(target.flags, "--log-level"):
+        # Its debug log is the only place it says which worker it sent a request to (a line
+        # `Sending request url=WORKER` in the span naming the request's X-Request-ID).
+        argv += ["--log-level", "debug"]
     url = base_url(target.host, port)
     return Launch(
         argv=argv,

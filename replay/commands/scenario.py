@@ -19,7 +19,7 @@ from replay.runs.scenario import ArmResult, run_arms
 from replay.scenario.build import generate as write_trace
 from replay.scenario.build import plan_requests
 from replay.scenario.catalog import find_scenario, list_scenarios
-from replay.scenario.check import ArmView, Verdict, evaluate
+from replay.scenario.check import ArmView, Verdict, evaluate, routing_texts
 from replay.scenario.expect import REQUEST_METRICS
 from replay.scenario.show import describe, list_table
 from replay.scenario.spec import Scenario, parse_params
@@ -248,7 +248,8 @@ def check_scenario(spec: Scenario, out_dir: Path) -> list[Verdict]:
         armed = spec.with_params(arm.params)
         labels = {p.rid: p.label for p in plan_requests(armed)}
         initial = leftover_count(armed, list(arm.sim))
-        ran[run.arm] = ArmView(read_results(run.results), initial, labels)
+        texts = routing_texts(run.trace) if arm.fleet is not None and arm.fleet.router else None
+        ran[run.arm] = ArmView(read_results(run.results), initial, labels, texts)
         walked[run.arm] = (
             ArmView(model_arm(armed, arm, run.trace), initial, labels) if walkable(arm) else ran[run.arm]
         )

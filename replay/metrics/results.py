@@ -282,7 +282,22 @@ def read_results(path: str | Path) -> RunResults:
                 out.summary_line = obj
     if out is None:
         raise TraceError(path, 0, "empty results file")
+    _routed_by_router(out)
     return out
+
+
+def _routed_by_router(res: RunResults) -> None:
+    """A router's own word on where it sent each request (`server` records of event `routed`,
+    read from its log after the run) fills the request lines that name no backend, with
+    `backend_source` "router": the line was written before the router's log could be read."""
+    routed = {s.get("request_seq"): s.get("backend") for s in res.server if s.get("event") == "routed"}
+    if not routed:
+        return
+    for rec in res.requests:
+        url = routed.get(rec.get("seq"))
+        if url is not None and rec.get("backend") is None:
+            rec["backend"] = url
+            rec["backend_source"] = "router"
 
 
 _SUMMARY_START = b'{"kind":"summary"'  # how `ResultsWriter.close` starts the line (orjson, no spaces)

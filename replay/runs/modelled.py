@@ -28,6 +28,8 @@ def walkable(arm: Arm) -> bool:
     simulator playing llama-server (`--server llama`) is judged on its run instead: its figures
     come from the server's log and slot files, its probe restarts the server between requests,
     and it serves one request at a time, so no order depends on the machine's load."""
+    if arm.fleet is not None:  # several servers (and a router): judged on its run
+        return False
     sim = list(arm.sim)
     return not any(
         flag == "--server" and i + 1 < len(sim) and sim[i + 1] == "llama" or flag == "--server=llama"

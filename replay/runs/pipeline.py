@@ -52,6 +52,7 @@ from replay.serverside.logs import (
     setting_warnings,
 )
 from replay.serverside.metrics import metrics_url, server_memory, watch_counters
+from replay.serverside.routerlog import routed_records
 from replay.trace.model import Request, Trace
 
 if TYPE_CHECKING:
@@ -333,6 +334,9 @@ def finish(done: Replayed, log_path: Path | None) -> list[str]:
         ]
     else:
         server = server_records(kind, log_path, done.records)
+    if last.target.kind == "sglang-router":  # where it sent each request, in its own words
+        # (by the request's trace id, which the kept records do not carry: read from the file)
+        server += routed_records(last.log_path, read_results(done.out).requests)
     append_records(done.out, [*done.metrics, *done.memory, *server])
     return log_warnings(server)
 

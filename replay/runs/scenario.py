@@ -7,6 +7,7 @@ the trace's seconds and the modelled seconds stay the same seconds.
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from collections.abc import Iterator
@@ -19,12 +20,13 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from drivers.target import load_target
 from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.runs.leftovers import disk_mib, write_leftovers
 from replay.runs.pipeline import Replayed, ReplayJob, RunOptions, RunOutcome, finish, replay
 from replay.runs.probe import replay_restarting
-from replay.runs.targets import Target, open_target, resolve_target
+from replay.runs.targets import Target, open_target, open_targets, resolve_target
 from replay.scenario.build import GenerateResult, generate, plan_requests
 from replay.scenario.show import arm_sim_flags
 from replay.scenario.spec import Arm, Scenario
@@ -201,6 +203,9 @@ def run_arms(
     restarting: dict[str, ArmResult] = {}
     for arm in chosen:
         armed, trace_path, generated = _prepare(spec, arm, out)
+        if arm.fleet is not None:
+            restarting[arm.name] = _run_fleet(armed, arm, trace_path, generated, out, scale, timeout_s)
+            continue
         if server_kind(list(arm.sim)) == "llama" and _has_probes(trace_path):
             restarting[arm.name] = _run_restarting(armed, arm, trace_path, generated, out, scale, timeout_s)
             continue
@@ -279,6 +284,74 @@ def _run_restarting(
             header={"scenario": spec.name, "arm": arm.name, "time_scale": scale},
         )
     return _arm_result(arm, trace_path, generated, done.outcome)
+
+
+def fleet_targets(arm: Arm, scale: float, scratch: Path) -> Path:
+    """The target files of a fleet arm, written into `scratch`: `replicas` simulators with the
+    arm's flags (`sims.toml`), and SGLang's router in front of them (`router.toml`) when the arm
+    names a router policy. Returns the file to start: the router's, or the simulators'."""
+    fleet = arm.fleet
+    assert fleet is not None
+    flags = arm_sim_flags(arm, scale)
+    sims = [
+        'kind = "sim"',
+        'name = "sims"',
+        f"replicas = {fleet.replicas}",
+        f"flags = {json.dumps(flags)}",
+    ]
+    if server_kind(flags) != "llama":
+        sims.append('kv_disk_dir = "auto"')  # each replica its own directory
+    (scratch / "sims.toml").write_text("\n".join(sims) + "\n")
+    if fleet.router is None:
+        return scratch / "sims.toml"
+    router = ['kind = "sglang-router"', 'name = "router"', f'policy = "{fleet.router}"']
+    router += ['backend = "sims.toml"', "ready_timeout = 120"]
+    (scratch / "router.toml").write_text("\n".join(router) + "\n")
+    return scratch / "router.toml"
+
+
+def _run_fleet(
+    spec: Scenario,
+    arm: Arm,
+    trace_path: Path,
+    generated: GenerateResult,
+    out: Path,
+    scale: float,
+    timeout_s: float,
+) -> ArmResult:
+    """An arm over several simulators: started each by its PID (the router last, in front of
+    them), replayed, and all stopped whatever happens (`open_targets` stops what it started, the
+    last started first, on every way out of the block)."""
+    fleet = arm.fleet
+    assert fleet is not None
+    speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
+    plan = make_plan(
+        spec.run.plan, concurrency=spec.run.concurrency, speed=speed, round_robin=spec.run.round_robin
+    )
+    with tempfile.TemporaryDirectory(prefix="replay-fleet-") as scratch:
+        target = load_target(fleet_targets(arm, scale, Path(scratch)))
+        work = Path(scratch) / "work"
+        with open_targets([target], work) as served:
+            job = ReplayJob(
+                served=served[0],
+                fleet=tuple(served) if fleet.routing is not None else (),
+                trace=read_trace(trace_path),
+                options=RunOptions(
+                    plan, think=spec.run.think, timeout=timeout_s, routing=fleet.routing or "sticky"
+                ),
+                out=out / f"{spec.name}-{arm.name}.results.jsonl",
+                workdir=work,
+                header={
+                    "scenario": spec.name,
+                    "arm": arm.name,
+                    "time_scale": scale,
+                    "fleet": {"replicas": fleet.replicas, "router": fleet.router, "routing": fleet.routing},
+                },
+            )
+            (replayed,) = replay([job], say=_quiet)
+        run = _arm_result(arm, trace_path, generated, replayed.outcome)
+        _finish(run, replayed, served[0], 0)
+    return run
 
 
 def _quiet(_message: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from replay.metrics.results import RunResults
@@ -84,9 +85,17 @@ def _relative(a: float, b: float) -> float:
 class ArmView:
     """One arm's results with the derived per-request figures the metrics need."""
 
-    def __init__(self, res: RunResults, initial_files: int = 0, labels: dict[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        res: RunResults,
+        initial_files: int = 0,
+        labels: dict[int, str] | None = None,
+        texts: dict[int, str] | None = None,
+    ) -> None:
         self.res = res
         self.labels = labels or {}  # trace request id -> the label of the step that made it
+        self.texts = texts or {}  # trace request id -> the text a router matches (a fleet arm)
+        self._moves: dict[int, float] | None = None
         self.requests = sorted(res.requests, key=lambda r: r["seq"])
         target = res.run.get("target") or {}
         plan = res.run.get("plan") or {}
@@ -151,7 +160,75 @@ class ArmView:
             case "live_miss_common":
                 misses = [s for s in self.events("live_miss") if s.get("request_seq") == rec["seq"]]
                 return float(misses[0]["common"]) if misses else None
+            case "moved_reread_vs_model":
+                return self.moved_rereads().get(rec["seq"])
         raise ValueError(metric)
+
+    def moved_rereads(self) -> dict[int, float]:
+        """Per request that moved replica: its re-processed tokens less the model's for the
+        replica it landed on (`FleetCache`, walked over the run's own placements)."""
+        if self._moves is None:
+            from replay.sim.model.router import FleetCache, Routed
+
+            urls = list(dict.fromkeys(r["backend"] for r in self.requests if r.get("backend")))
+            cache = FleetCache(max(1, len(urls)))
+            last: dict[str, int] = {}
+            self._moves = {}
+            for rec in self.requests:
+                url = rec.get("backend")
+                if url is None or rec.get("status") != "ok":
+                    continue
+                w = urls.index(url)
+                r = Routed(
+                    rec["session"], "", int(rec["prompt_tokens"] or 0), int(rec.get("output_tokens") or 0)
+                )
+                if rec["session"] in last and last[rec["session"]] != w:
+                    self._moves[rec["seq"]] = float(rec["reprocessed_tokens"] - cache.reread(w, r))
+                cache.serve(w, r)
+                last[rec["session"]] = w
+        return self._moves
+
+    def stay_pct(self) -> float | None:
+        pairs = [
+            (prev.get("backend"), rec.get("backend"))
+            for rec in self.requests
+            if (prev := self._prev.get(rec["seq"])) is not None and rec.get("status") == "ok"
+        ]
+        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+        return 100.0 * sum(1 for a, b in pairs if a == b) / len(pairs) if pairs else None
+
+    def model_agrees_pct(self) -> float | None:
+        """The run's placements against the router model's over the same texts in the same
+        order, each arriving to the loads the run had then (the requests each replica was
+        serving: sent before it and not yet answered)."""
+        from replay.sim.model.router import RouterConfig, agreement, routed_from
+
+        fleet = (self.res.run.get("target") or {}).get("fleet") or self.res.run.get("fleet") or {}
+        policy = fleet.get("router")
+        placed = [r for r in self.requests if r.get("backend") and r["id"] in self.texts]
+        if policy is None or not placed:
+            return None
+        # The order the router chose in: its log's, where it named every request (requests
+        # sent side by side reach it in an order of their own), else the order they were sent.
+        chose = {s["request_seq"]: s.get("line", 0) for s in self.events("routed")}
+        if all(r["seq"] in chose for r in placed):
+            placed.sort(key=lambda r: chose[r["seq"]])
+        urls = list(dict.fromkeys(r["backend"] for r in placed))
+        workers = max(int(fleet.get("replicas") or 0), len(urls))
+        routed = [routed_from(r["session"], self.texts[r["id"]], r) for r in placed]
+        observed = [urls.index(r["backend"]) for r in placed]
+        loads = []
+        for r in placed:
+            at = float(r.get("sent_s") or 0.0)
+            held = [0] * workers
+            for other in placed:
+                if other is r:
+                    break
+                if float(other.get("sent_s") or 0.0) + float(other.get("latency_s") or 0.0) > at:
+                    # sent before it (the router chose for it first) and not answered when it was sent
+                    held[urls.index(other["backend"])] += 1
+            loads.append(held)
+        return 100.0 * agreement(routed, observed, RouterConfig(policy), workers, loads) / len(placed)
 
     def run_value(self, metric: str, selected: Sequence[Record], scoped: bool = False) -> float | None:
         """A count from the server's log; `scoped`: only the events of the selected requests."""
@@ -224,6 +301,10 @@ class ArmView:
                     return save["n_written"] / 2**30 if "n_written" in save else None
                 ms = save.get("save_ms") if metric == "slot_save_s" else restore.get("restore_ms")
                 return ms / 1000 if ms is not None else None
+            case "stay_pct":
+                return self.stay_pct()
+            case "model_agrees_pct":
+                return self.model_agrees_pct()
             case "cache_reuse_in_effect":
                 effective = (self.res.run.get("target") or {}).get("effective") or {}
                 value = effective.get("cache_reuse")
@@ -279,6 +360,23 @@ class ArmView:
                 continue
             out.append(s)
         return out
+
+
+def routing_texts(trace_path: str | Path) -> dict[int, str]:
+    """Per trace request, the text SGLang's router matches (`sim.model.router.routing_text`),
+    with the recorded replies in the history (a live run's own replies differ in their words, not
+    in where a session's earlier text ends)."""
+    from replay.sim.model.router import routing_text
+    from replay.trace.materialize import materialize, recorded_reply, text_of
+    from replay.trace.reader import read_trace
+
+    trace = read_trace(trace_path)
+    by_id = {r.id: r for r in trace.requests}
+    reply_for = recorded_reply(by_id)
+    return {
+        r.id: routing_text([text_of(m.get("content")) for m in materialize(r, reply_for)])
+        for r in trace.requests
+    }
 
 
 def _summary(values: list[float], stat: str) -> float | None:

@@ -29,6 +29,11 @@ REQUEST_METRICS: tuple[str, ...] = (
     "live_miss_common",  # `common=` of the request's live-miss line
     "prefill_tps",  # re-processed tokens / modelled prefill seconds
     "decode_tps",  # output tokens / modelled decode seconds
+    # a fleet: for a request served by another replica than its session's previous one, its
+    # re-processed tokens less what the router model (sim.model.router) says that replica
+    # re-reads (the prompt beyond the session's last prompt and reply it served; all of it if
+    # it never served the session)
+    "moved_reread_vs_model",
 )
 # Counts from the server's own log: the whole run, or the selected requests' events when the row
 # selects requests (files_at_end and slots_used are always whole-run).
@@ -74,6 +79,13 @@ RUN_METRICS: tuple[str, ...] = (
     "slot_restore_s",
     # llama-server: `--cache-reuse` as the startup log shows it in effect (0 when turned off)
     "cache_reuse_in_effect",
+    # a fleet: the percentage of continuing requests (a session's second and later) served by
+    # the replica that served the session's previous request
+    "stay_pct",
+    # a fleet behind SGLang's router: the percentage of requests whose replica is the one the
+    # router model places them on (the arm's policy over the trace's texts, one request at a
+    # time, up to the router's own numbering of its workers)
+    "model_agrees_pct",
 )
 # Run metrics with one value per log event rather than one per run: summed up by the row's stat.
 EVENT_METRICS: tuple[str, ...] = ("top_cut_coverage", "save_gib")

@@ -24,7 +24,14 @@ def arm_sim_flags(arm: Arm, time_scale: float, clock: str | None = None) -> list
 def run_command_line(spec: Scenario, arm: Arm, trace: str = "TRACE.jsonl") -> str:
     """The `replay run` command line that replays one arm by hand (shown by `scenario show`)."""
     flags = arm_sim_flags(arm, spec.run.time_scale)
-    parts = ["replay run", trace, "--target sim", f"--plan {spec.run.plan}"]
+    fleet = arm.fleet
+    if fleet is None:
+        parts = ["replay run", trace, "--target sim", f"--plan {spec.run.plan}"]
+    elif fleet.router is not None:  # the files `scenario run` writes for it
+        parts = ["replay run", trace, "--server router.toml", f"--plan {spec.run.plan}"]
+    else:
+        parts = ["replay run", trace, "--server sims.toml", f"--routing {fleet.routing}"]
+        parts.append(f"--plan {spec.run.plan}")
     if spec.run.concurrency:
         parts.append(f"--concurrency {spec.run.concurrency}")
     if spec.run.round_robin:
@@ -33,8 +40,15 @@ def run_command_line(spec: Scenario, arm: Arm, trace: str = "TRACE.jsonl") -> st
         parts.append(f"--think {spec.run.think}")
     if spec.run.plan in ("timed", "closed-loop"):
         parts.append(f"--speed {spec.run.time_scale:g}")
-    parts.append(f"--sim-args '{' '.join(flags)}'")
-    return " ".join(parts)
+    if fleet is None:
+        parts.append(f"--sim-args '{' '.join(flags)}'")
+        return " ".join(parts)
+    sims = f"sims.toml: kind = 'sim', replicas = {fleet.replicas}, flags = {flags}"
+    if fleet.router is not None:
+        sims = (
+            f"router.toml: kind = 'sglang-router', policy = '{fleet.router}', backend = 'sims.toml'; " + sims
+        )
+    return " ".join(parts) + f"  ({sims})"
 
 
 def list_table(scenarios: list[Scenario]) -> Table:

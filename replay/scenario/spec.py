@@ -33,6 +33,23 @@ BUILTIN_PARAMS: dict[str, Any] = {"scale": 1.0}
 DEFAULT_CREATED = "2026-09-01T06:40:00+00:00"
 
 
+# An arm's fleet: SGLang's router in front of the replicas (its policies), or the client routing
+# over them itself (the engine's --routing).
+ROUTER_POLICIES = ("cache_aware", "round_robin")
+CLIENT_ROUTINGS = ("sticky", "round-robin", "least")
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """`fleet = { replicas = N, router = "cache_aware" }` or `{ replicas = N, routing = "sticky" }`:
+    N simulators (each started with the arm's `sim` flags), behind SGLang's router with that
+    policy, or routed by the client."""
+
+    replicas: int
+    router: str | None = None  # sglang-router's --policy
+    routing: str | None = None  # the client's routing over the replicas
+
+
 @dataclass(frozen=True, slots=True)
 class Arm:
     """One side of a comparison: simulator flags and parameter overrides."""
@@ -42,6 +59,7 @@ class Arm:
     sim: tuple[str, ...]
     params: dict[str, Any]
     source: str = ""  # the report's words for this arm's settings
+    fleet: Fleet | None = None  # several simulators (and a router) instead of one
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +300,31 @@ class _Table:
             raise self.fail(unknown[0], f"unknown key (known here: {', '.join(sorted(self.used))})")
 
 
+def _fleet(arm: _Table) -> Fleet:
+    """An arm's `fleet` (an inline table, whose keys have no line of their own: a problem in it
+    is reported at the line of `fleet =`)."""
+    try:
+        return _fleet_keys(arm.table("fleet"))
+    except TraceError as exc:
+        raise TraceError(exc.path, arm.where.line((*arm.keys, "fleet")), exc.problem) from None
+
+
+def _fleet_keys(t: _Table) -> Fleet:
+    replicas = t.int("replicas", 2, low=2)
+    router = t.get("router", str, None, "a string")
+    routing = t.get("routing", str, None, "a string")
+    if (router is None) == (routing is None):
+        raise t.fail(
+            None, "a fleet needs router = 'POLICY' (SGLang's router) or routing = 'HOW' (the client's)"
+        )
+    if router is not None and router not in ROUTER_POLICIES:
+        raise t.fail("router", f"must be one of {', '.join(ROUTER_POLICIES)}, got {router!r}")
+    if routing is not None and routing not in CLIENT_ROUTINGS:
+        raise t.fail("routing", f"must be one of {', '.join(CLIENT_ROUTINGS)}, got {routing!r}")
+    t.done()
+    return Fleet(replicas, router, routing)
+
+
 def _tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
     return types if isinstance(types, tuple) else (types,)
 
@@ -451,6 +494,7 @@ def _build(
                 sim=t.strings("sim"),
                 params=dict(arm_params),
                 source=t.text("source"),
+                fleet=_fleet(t) if "fleet" in t.data else None,
             )
         )
         t.done()

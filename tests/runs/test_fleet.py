@@ -203,6 +203,10 @@ def test_sglang_router_starts_in_front_of_its_simulators_and_all_stop_by_pid(tmp
     for i in range(2):
         log = next(work.glob(f"sims-{i}.*.log")).read_text()
         assert log.count("launch_slot_") == 2, log[-2000:]
+    # The router's debug log named the worker of every request: the lines say so, "router".
+    assert [line["backend_source"] for line in res.requests] == ["router"] * 4
+    served = {w["url"]: sum(1 for line in res.requests if line["backend"] == w["url"]) for w in workers}
+    assert served == {w["url"]: 2 for w in workers}
     pids = [target["build"]["pid"], *(w["pid"] for w in workers)]
     assert all(
         not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE for pid in pids
@@ -260,6 +264,21 @@ def _stays(lines: list[dict]) -> tuple[int, int, list[int]]:
     return stayed, continuing, extra
 
 
+def _model_agrees(tmp_path: Path, policy: str) -> float:
+    """The percentage of requests the router model (sim/model/router.py) places where the router
+    did, walked in the order the router's log chose them, each arriving to the requests in
+    flight when it was sent. Cache-aware's first requests go to the least loaded worker, and a
+    request that ends just as another arrives may still count on the router's side: one of
+    twelve may differ there."""
+    from replay.scenario.check import ArmView, routing_texts
+
+    res = read_results(tmp_path / f"{policy}.jsonl")
+    res.run["target"]["fleet"] = {"router": policy, "replicas": 2}
+    agrees = ArmView(res, texts=routing_texts(tmp_path / "t.jsonl")).model_agrees_pct()
+    assert agrees is not None
+    return agrees
+
+
 def _pairs(lines: list[dict]) -> list[tuple[dict, dict]]:
     """Each continuing request with its session's previous one."""
     last: dict[str, dict] = {}
@@ -282,9 +301,11 @@ def test_sglang_routers_cache_aware_policy_keeps_conversations_where_round_robin
     new tokens. Round robin (3 sessions over 2 replicas): each turn lands on the other replica."""
     _router_or_skip()
     stayed, continuing, extra = _stays(_router_run(tmp_path, "cache_aware"))
+    assert _model_agrees(tmp_path, "cache_aware") >= 100 * 11 / 12
     assert continuing == 9 and stayed / continuing >= 0.95, (stayed, continuing)
     assert max(extra) <= 8, extra  # only the new turn's tokens (and a few of the template) re-read
     lines = _router_run(tmp_path, "round_robin")
+    assert _model_agrees(tmp_path, "round_robin") == 100
     stayed_rr, continuing_rr, extra_rr = _stays(lines)
     assert continuing_rr == 9 and stayed_rr <= 6, (stayed_rr, continuing_rr)  # 3 in flight: order varies
     # A move re-reads at least the turn the other replica never saw (a turn adds the same words,

@@ -28,6 +28,7 @@ NAMES = (
     "depth-sweep",
     "cold-cut-reuse",
     "daily-use",
+    "fleet-affinity",
 )
 
 
