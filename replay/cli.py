@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from replay.engine.options import AB_HISTORY, CONNECTIONS, HISTORY, LOOP, PLAN, SPEED, THINK, TIMEOUT_S
 from replay.errors import ReplayError
 
 app = typer.Typer(
@@ -110,14 +111,14 @@ def run(
     ] = Path("results.jsonl"),
     plan: Annotated[
         str, typer.Option(help="alternate | overlap | timed | closed-loop", rich_help_panel=SCHEDULE)
-    ] = "alternate",
+    ] = PLAN,
     concurrency: Annotated[
         int | None,
         typer.Option(help="In flight: overlap's, timed's cap; all workers' total.", rich_help_panel=SCHEDULE),
     ] = None,
     speed: Annotated[
         float, typer.Option(help="Time scale of timed and closed-loop.", rich_help_panel=SCHEDULE)
-    ] = 1.0,
+    ] = SPEED,
     round_robin: Annotated[
         bool, typer.Option(help="alternate: sessions take turns.", rich_help_panel=SCHEDULE)
     ] = False,
@@ -134,11 +135,13 @@ def run(
     history: Annotated[
         str,
         typer.Option(help="live: splice the replies; recorded: resend.", rich_help_panel=REQUESTS),
-    ] = "live",
+    ] = HISTORY,
     think: Annotated[
         str, typer.Option(help="off | on | auto (no thinking switch).", rich_help_panel=REQUESTS)
-    ] = "off",
-    timeout: Annotated[float, typer.Option(help="Per request, seconds.", rich_help_panel=REQUESTS)] = 1800.0,
+    ] = THINK,
+    timeout: Annotated[
+        float, typer.Option(help="Per request, seconds.", rich_help_panel=REQUESTS)
+    ] = TIMEOUT_S,
     max_duration: Annotated[
         float | None, typer.Option(help="Stop the run after this many seconds.", rich_help_panel=SCHEDULE)
     ] = None,
@@ -161,11 +164,11 @@ def run(
     ] = None,
     loop: Annotated[
         str, typer.Option(help="auto (asyncio) | asyncio | uvloop (faster).", rich_help_panel=CLIENT)
-    ] = "auto",
+    ] = LOOP,
     connections: Annotated[
         str,
         typer.Option(help="auto (as the server) | reuse | fresh (one a request).", rich_help_panel=CLIENT),
-    ] = "auto",
+    ] = CONNECTIONS,
     quiet: Annotated[bool, typer.Option(help="No progress, no report.", rich_help_panel=OUTPUT)] = False,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing --out.", rich_help_panel=OUTPUT)
@@ -266,9 +269,9 @@ def ab(
     out_dir: Annotated[
         Path | None, typer.Option(help="Where results, logs and ab.json go (must be empty).")
     ] = None,
-    plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = "alternate",
+    plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = PLAN,
     concurrency: Annotated[int | None, typer.Option(help="Requests in flight for overlap.")] = None,
-    speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
+    speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = SPEED,
     round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns.")] = False,
     api: Annotated[str | None, typer.Option(help="openai | anthropic | openai-responses")] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send.")] = None,
@@ -278,9 +281,9 @@ def ab(
             help="recorded (the default: both arms get the same prompts) | live (each arm's own replies "
             "go back into its history; where they differ, later prompts differ too)"
         ),
-    ] = "recorded",
-    think: Annotated[str, typer.Option(help="off | on | auto")] = "off",
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
+    ] = AB_HISTORY,
+    think: Annotated[str, typer.Option(help="off | on | auto")] = THINK,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = TIMEOUT_S,
     max_duration: Annotated[float | None, typer.Option(help="Stop each run after this many seconds.")] = None,
     reuse_cache: Annotated[bool, typer.Option(help="One disk cache per arm, kept across its runs.")] = False,
     keep_cache: Annotated[bool, typer.Option(help="Keep each run's disk cache after it.")] = False,
@@ -616,7 +619,7 @@ def probe(
             help="Slot to save and restore for E5 (llama-server; default: the one holding the document)."
         ),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = TIMEOUT_S,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     force: Force = False,
 ) -> None:

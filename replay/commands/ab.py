@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from replay.commands import print_json
+from replay.engine.options import AB_HISTORY, PLAN, SPEED, THINK, TIMEOUT_S
 from replay.engine.plans import make_plan
 from replay.report.ab import render
 from replay.report.ab_stats import CONFIDENCE
@@ -22,17 +23,15 @@ class AbArgs:
     b: Path
     repeat: int = 2
     out_dir: Path | None = None
-    plan: str = "alternate"
+    plan: str = PLAN
     concurrency: int | None = None
-    speed: float = 1.0
+    speed: float = SPEED
     round_robin: bool = False
     api: str | None = None
     model: str | None = None
-    # Recorded history: both arms answer the same prompts, so a reply that differs (a numerics change)
-    # cannot change what later requests compare.
-    history: str = "recorded"
-    think: str = "off"
-    timeout: float = 1800.0
+    history: str = AB_HISTORY
+    think: str = THINK
+    timeout: float = TIMEOUT_S
     max_duration: float | None = None
     reuse_cache: bool = False
     keep_cache: bool = False

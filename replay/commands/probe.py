@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from replay.commands import print_json
+from replay.engine.options import HISTORY, THINK, TIMEOUT_S
 from replay.engine.run import check_options
 from replay.errors import UsageError
 from replay.outputs import output_folder
@@ -29,14 +30,14 @@ class ProbeArgs:
     out: Path | None = None  # default: a new replay-probe/run-N
     force: bool = False  # write into an --out folder that is not empty
     slot: int | None = None  # default: the slot holding the document (GET /slots, else the log)
-    timeout: float = 1800.0
+    timeout: float = TIMEOUT_S
     as_json: bool = False
 
 
 def probe(args: ProbeArgs, console: Console) -> int:
     """Run, print the per-step table (or JSON); 1 if a step failed. The simulator's disk-KV
     directory lives under `out`, so it outlives the restart like a real server's would."""
-    check_options("live", "off", None, args.timeout)  # before any server starts
+    check_options(HISTORY, THINK, None, args.timeout)  # before any server starts
     if args.slot is not None and args.slot < 0:
         raise UsageError(f"--slot must be a slot number (0 or more), not {args.slot}")
     # With --json, stdout holds the JSON document alone: progress goes to stderr.

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from drivers.target import Target
 from replay.commands.report import ReportArgs, report
+from replay.engine.options import CONNECTIONS, HISTORY, LOOP, PLAN, SPEED, THINK, TIMEOUT_S
 from replay.engine.plans import make_plan
 from replay.engine.routing import DEFAULT_ROUTING
 from replay.errors import UsageError
@@ -35,20 +36,20 @@ class RunArgs:
     workdir: Path | None = None
     dry_run: bool = False
     out: Path = Path("results.jsonl")
-    plan: str = "alternate"
+    plan: str = PLAN
     concurrency: int | None = None
-    speed: float = 1.0
+    speed: float = SPEED
     round_robin: bool = False
     api: str | None = None
     model: str | None = None
-    history: str = "live"
-    think: str = "off"
-    timeout: float = 1800.0
+    history: str = HISTORY
+    think: str = THINK
+    timeout: float = TIMEOUT_S
     max_duration: float | None = None
     sim_args: str = ""
     workers: int = 1
-    loop: str = "auto"
-    connections: str = "auto"
+    loop: str = LOOP
+    connections: str = CONNECTIONS
     routing: str | None = None  # over several targets: sticky | round-robin | least (None: the
     # target file's, else sticky)
     session_header: str | None = None  # send each session's affinity value in this header

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from rich.console import Console
 
+from replay.engine.options import CONNECTIONS, HISTORY, LOOP, THINK, TIMEOUT_S
 from replay.engine.plans import Plan
 from replay.engine.routing import DEFAULT_ROUTING, check_routing
 from replay.engine.run import Engine, EngineConfig, check_options
@@ -92,13 +93,13 @@ class RunOptions:
     plan: Plan
     api: str | None = None
     model: str | None = None
-    history: str = "live"
-    think: str = "off"
-    timeout: float = 1800.0
+    history: str = HISTORY
+    think: str = THINK
+    timeout: float = TIMEOUT_S
     max_duration: float | None = None
     start_at: float | None = None  # epoch seconds: the schedule begins then (a sharded run's barrier)
-    loop: str = "auto"
-    connections: str = "auto"
+    loop: str = LOOP
+    connections: str = CONNECTIONS
     routing: str = DEFAULT_ROUTING  # over several targets (engine.routing)
     session_header: str | None = None
     session_field: str | None = None

@@ -34,6 +34,7 @@ from drivers.launch import Served, start_target
 from drivers.logs import llamacpp as llama_log
 from drivers.servers.base import has_flag
 from drivers.target import Target, load_target
+from replay.engine.options import HISTORY, TIMEOUT_S
 from replay.engine.plans import Alternate
 from replay.errors import DriverError, TargetError, UsageError
 from replay.metrics.record import RequestRecord
@@ -158,7 +159,7 @@ def run_cache_probe(
     scenario: str = "cache-probe",
     params: dict[str, Any] | None = None,
     slot: int | None = None,
-    timeout_s: float = 1800.0,
+    timeout_s: float = TIMEOUT_S,
     say: Say | None = None,
 ) -> ProbeReport:
     """Generate the scenario's trace into `out`, replay it against `target` with a restart before
@@ -204,7 +205,7 @@ def _replay_with_restarts(
     say: Say,
     plan: Any = None,
     header: dict[str, Any] | None = None,
-    history: str = "live",
+    history: str = HISTORY,
 ) -> _Probed:
     """The trace through the one replay pipeline, with a restart hook before each probe."""
     restarts: list[Restart] = []
@@ -291,7 +292,7 @@ def replay_restarting(
     plan: Any = None,
     header: dict[str, Any] | None = None,
     say: Say | None = None,
-    history: str = "live",
+    history: str = HISTORY,
 ) -> Replayed:
     """A scenario arm whose trace has `probe` requests, on a server that keeps slot files: every
     server process's log is joined into `log` (llama.cpp's clock restarts at each; the parser
