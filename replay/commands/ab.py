@@ -8,12 +8,11 @@ from pathlib import Path
 from rich.console import Console
 
 from replay.commands import print_json
-from replay.engine.options import AB_HISTORY, PLAN, SPEED, THINK, TIMEOUT_S
-from replay.engine.plans import make_plan
+from replay.engine.defaults import AB_HISTORY, PLAN, SPEED, THINK, TIMEOUT_S
 from replay.report.ab import render
 from replay.report.ab_stats import CONFIDENCE
 from replay.runs.ab import run_ab
-from replay.runs.pipeline import RunOptions
+from replay.runs.options import ReplayOptions
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,10 +45,11 @@ class AbArgs:
 
 def ab(args: AbArgs, console: Console) -> int:
     """Run every arm run, then print the report; returns the exit code."""
-    options = RunOptions(
-        plan=make_plan(
-            args.plan, concurrency=args.concurrency, speed=args.speed, round_robin=args.round_robin
-        ),
+    options = ReplayOptions(
+        plan=args.plan,
+        concurrency=args.concurrency,
+        speed=args.speed,
+        round_robin=args.round_robin,
         api=args.api,
         model=args.model,
         history=args.history,
@@ -57,6 +57,7 @@ def ab(args: AbArgs, console: Console) -> int:
         timeout=args.timeout,
         max_duration=args.max_duration,
     )
+    options.check()
     progress = Console(stderr=True)
     outcome = run_ab(
         args.trace,

@@ -9,10 +9,10 @@ from pathlib import Path
 from rich.console import Console
 
 from replay.commands import print_json
-from replay.engine.options import HISTORY, THINK, TIMEOUT_S
-from replay.engine.run import check_options
+from replay.engine.defaults import TIMEOUT_S
 from replay.errors import UsageError
 from replay.outputs import output_folder
+from replay.runs.options import ReplayOptions
 from replay.runs.probe import probe_table, run_cache_probe
 from replay.runs.targets import resolve_target
 from replay.scenario.spec import parse_params
@@ -37,7 +37,8 @@ class ProbeArgs:
 def probe(args: ProbeArgs, console: Console) -> int:
     """Run, print the per-step table (or JSON); 1 if a step failed. The simulator's disk-KV
     directory lives under `out`, so it outlives the restart like a real server's would."""
-    check_options(HISTORY, THINK, None, args.timeout)  # before any server starts
+    options = ReplayOptions(timeout=args.timeout)
+    options.check()  # before any server starts
     if args.slot is not None and args.slot < 0:
         raise UsageError(f"--slot must be a slot number (0 or more), not {args.slot}")
     # With --json, stdout holds the JSON document alone: progress goes to stderr.
@@ -50,7 +51,7 @@ def probe(args: ProbeArgs, console: Console) -> int:
             scenario=args.scenario,
             params=parse_params(args.params),
             slot=args.slot,
-            timeout_s=args.timeout,
+            options=options,
             say=lambda m: progress.print(m, highlight=False),
         )
     if args.as_json:

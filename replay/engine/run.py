@@ -24,7 +24,7 @@ import httpx
 from replay.engine.apis import APIS, ApiCall, make_client
 from replay.engine.connections import MODES as CONNECTION_MODES
 from replay.engine.connections import Connections
-from replay.engine.options import CONNECTIONS, HISTORY, LOOP, THINK, TIMEOUT_S
+from replay.engine.defaults import CONNECTIONS, HISTORY, LOOP, THINK, TIMEOUT_S
 from replay.engine.plans import Plan
 from replay.engine.routing import DEFAULT_ROUTING, make_router, session_key
 from replay.engine.session import HISTORY_MODES, LIVE, ReplaySession, ReplaySessions

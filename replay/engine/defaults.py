@@ -1,8 +1,6 @@
-"""Each replay option's default, written once: the command line's options, the engine's config and
-the pipeline read them from here.
-
-Nothing here imports the engine: the command line reads these defaults when it starts, and the
-engine (httpx, anyio) loads only when a verb runs.
+"""Each replay option's default, written once: the command line's options, `ReplayOptions`
+(runs.options), the engine's config and the pipeline read them from here. It imports nothing, so
+the command line reads them when it starts without loading the engine.
 """
 
 from __future__ import annotations
