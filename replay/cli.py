@@ -3,15 +3,21 @@ and calls the verb; holds no logic."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 from rich.console import Console
 
+from replay.engine.defaults import AB_HISTORY, PLAN, SPEED, THINK, TIMEOUT_S
 from replay.errors import ReplayError
+from replay.runs.options import ReplayOptions
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -23,6 +29,7 @@ app = typer.Typer(
 # rich's 80-column default; a terminal, or COLUMNS, sets the width as usual.
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200)
 err = Console(stderr=True)
+Verb = TypeVar("Verb", bound=Callable[..., Any])
 # Every command that writes a user's file refuses to replace one without it (`replay.outputs`).
 Verbose = Annotated[
     bool, typer.Option("--verbose", "-v", help="Add the modelling notes and every detail table.")
@@ -57,8 +64,102 @@ def validate(
 # spread the client, where the results go.
 SERVER, SCHEDULE, REQUESTS, CLIENT, OUTPUT = "Server", "Schedule", "Requests", "Client", "Output"
 
+# The options of a replay, each declared once; `ReplayOptions` has a field of each name and gives
+# its default. `replay_options` adds them to a verb (run, ab, probe, scenario run).
+PlanOption = Annotated[
+    str, typer.Option(help="alternate | overlap | timed | closed-loop", rich_help_panel=SCHEDULE)
+]
+ConcurrencyOption = Annotated[
+    int | None,
+    typer.Option(help="In flight: overlap's, timed's cap; all workers' total.", rich_help_panel=SCHEDULE),
+]
+SpeedOption = Annotated[
+    float, typer.Option(help="Time scale of timed and closed-loop.", rich_help_panel=SCHEDULE)
+]
+RoundRobinOption = Annotated[
+    bool, typer.Option(help="alternate: sessions take turns.", rich_help_panel=SCHEDULE)
+]
+ApiOption = Annotated[
+    str | None,
+    typer.Option(
+        help="openai | anthropic | openai-responses (default: the session's).", rich_help_panel=REQUESTS
+    ),
+]
+ModelOption = Annotated[
+    str | None, typer.Option(help="Model name to send (default: the session's).", rich_help_panel=REQUESTS)
+]
+HistoryOption = Annotated[
+    str, typer.Option(help="live: splice the replies; recorded: resend.", rich_help_panel=REQUESTS)
+]
+ThinkOption = Annotated[
+    str, typer.Option(help="off | on | auto (no thinking switch).", rich_help_panel=REQUESTS)
+]
+TimeoutOption = Annotated[float, typer.Option(help="Per request, seconds.", rich_help_panel=REQUESTS)]
+MaxDurationOption = Annotated[
+    float | None, typer.Option(help="Stop the run after this many seconds.", rich_help_panel=SCHEDULE)
+]
+LoopOption = Annotated[
+    str, typer.Option(help="auto (asyncio) | asyncio | uvloop (faster).", rich_help_panel=CLIENT)
+]
+ConnectionsOption = Annotated[
+    str, typer.Option(help="auto (as the server) | reuse | fresh (one a request).", rich_help_panel=CLIENT)
+]
+REPLAY_DEFAULTS = ReplayOptions()
+REPLAY_OPTIONS: dict[str, Any] = {
+    "plan": PlanOption,
+    "concurrency": ConcurrencyOption,
+    "speed": SpeedOption,
+    "round_robin": RoundRobinOption,
+    "api": ApiOption,
+    "model": ModelOption,
+    "history": HistoryOption,
+    "think": ThinkOption,
+    "timeout": TimeoutOption,
+    "max_duration": MaxDurationOption,
+    "loop": LoopOption,
+    "connections": ConnectionsOption,
+}
+
+
+def replay_options(*names: str, **defaults: Any) -> Callable[[Verb], Verb]:
+    """Give a verb the replay options `names` (all of them when none is named) in place of its
+    `options: ReplayOptions` parameter: each as `REPLAY_OPTIONS` declares it, with `ReplayOptions`'
+    default unless `defaults` gives the verb's own. The verb receives them as one `ReplayOptions`."""
+    chosen = names or tuple(REPLAY_OPTIONS)
+    field_defaults = {f.name: f.default for f in dataclasses.fields(ReplayOptions)}
+
+    def wrap(verb: Verb) -> Verb:
+        signature = inspect.signature(verb, eval_str=True)
+        added = [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=REPLAY_OPTIONS[name],
+                default=defaults.get(name, field_defaults[name]),
+            )
+            for name in chosen
+        ]
+        params: list[inspect.Parameter] = []
+        for param in signature.parameters.values():
+            if param.name == "options":
+                params += added
+            else:
+                params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+
+        @functools.wraps(verb)
+        def parsed(**given: Any) -> Any:
+            options = ReplayOptions(**{name: given.pop(name) for name in chosen})
+            return verb(options=options, **given)
+
+        parsed.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        parsed.__annotations__ = {p.name: p.annotation for p in params}
+        return cast(Verb, parsed)
+
+    return wrap
+
 
 @app.command()
+@replay_options()
 def run(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
     target: Annotated[
@@ -108,40 +209,7 @@ def run(
     out: Annotated[
         Path, typer.Option(help="Results (JSONL), as requests finish.", rich_help_panel=OUTPUT)
     ] = Path("results.jsonl"),
-    plan: Annotated[
-        str, typer.Option(help="alternate | overlap | timed | closed-loop", rich_help_panel=SCHEDULE)
-    ] = "alternate",
-    concurrency: Annotated[
-        int | None,
-        typer.Option(help="In flight: overlap's, timed's cap; all workers' total.", rich_help_panel=SCHEDULE),
-    ] = None,
-    speed: Annotated[
-        float, typer.Option(help="Time scale of timed and closed-loop.", rich_help_panel=SCHEDULE)
-    ] = 1.0,
-    round_robin: Annotated[
-        bool, typer.Option(help="alternate: sessions take turns.", rich_help_panel=SCHEDULE)
-    ] = False,
-    api: Annotated[
-        str | None,
-        typer.Option(
-            help="openai | anthropic | openai-responses (default: the session's).", rich_help_panel=REQUESTS
-        ),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(help="Model name to send (default: the session's).", rich_help_panel=REQUESTS),
-    ] = None,
-    history: Annotated[
-        str,
-        typer.Option(help="live: splice the replies; recorded: resend.", rich_help_panel=REQUESTS),
-    ] = "live",
-    think: Annotated[
-        str, typer.Option(help="off | on | auto (no thinking switch).", rich_help_panel=REQUESTS)
-    ] = "off",
-    timeout: Annotated[float, typer.Option(help="Per request, seconds.", rich_help_panel=REQUESTS)] = 1800.0,
-    max_duration: Annotated[
-        float | None, typer.Option(help="Stop the run after this many seconds.", rich_help_panel=SCHEDULE)
-    ] = None,
+    options: ReplayOptions = REPLAY_DEFAULTS,  # in its place: the replay options (`replay_options`)
     sim_args: Annotated[
         str,
         typer.Option("--sim-args", help="Simulator flags, as '-c 65536'.", rich_help_panel=SERVER),
@@ -159,13 +227,6 @@ def run(
             metavar="TIME", help="Begin at this ISO 8601 instant (shards).", rich_help_panel=SCHEDULE
         ),
     ] = None,
-    loop: Annotated[
-        str, typer.Option(help="auto (asyncio) | asyncio | uvloop (faster).", rich_help_panel=CLIENT)
-    ] = "auto",
-    connections: Annotated[
-        str,
-        typer.Option(help="auto (as the server) | reuse | fresh (one a request).", rich_help_panel=CLIENT),
-    ] = "auto",
     quiet: Annotated[bool, typer.Option(help="No progress, no report.", rich_help_panel=OUTPUT)] = False,
     force: Annotated[
         bool, typer.Option("--force", help="Replace an existing --out.", rich_help_panel=OUTPUT)
@@ -184,6 +245,7 @@ def run(
 
     args = RunArgs(
         trace=trace,
+        options=options,
         target=target,
         routing=routing,
         session_header=session_header,
@@ -193,22 +255,10 @@ def run(
         workdir=workdir,
         dry_run=dry_run,
         out=out,
-        plan=plan,
-        concurrency=concurrency,
-        speed=speed,
-        round_robin=round_robin,
-        api=api,
-        model=model,
-        history=history,
-        think=think,
-        timeout=timeout,
-        max_duration=max_duration,
         sim_args=sim_args,
         workers=workers,
         shard=shard,
         start_at=start_at,
-        loop=loop,
-        connections=connections,
         quiet=quiet,
         force=force,
         fail_on_errors=fail_on_errors,
@@ -266,9 +316,9 @@ def ab(
     out_dir: Annotated[
         Path | None, typer.Option(help="Where results, logs and ab.json go (must be empty).")
     ] = None,
-    plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = "alternate",
+    plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = PLAN,
     concurrency: Annotated[int | None, typer.Option(help="Requests in flight for overlap.")] = None,
-    speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = 1.0,
+    speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = SPEED,
     round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns.")] = False,
     api: Annotated[str | None, typer.Option(help="openai | anthropic | openai-responses")] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send.")] = None,
@@ -278,9 +328,9 @@ def ab(
             help="recorded (the default: both arms get the same prompts) | live (each arm's own replies "
             "go back into its history; where they differ, later prompts differ too)"
         ),
-    ] = "recorded",
-    think: Annotated[str, typer.Option(help="off | on | auto")] = "off",
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
+    ] = AB_HISTORY,
+    think: Annotated[str, typer.Option(help="off | on | auto")] = THINK,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = TIMEOUT_S,
     max_duration: Annotated[float | None, typer.Option(help="Stop each run after this many seconds.")] = None,
     reuse_cache: Annotated[bool, typer.Option(help="One disk cache per arm, kept across its runs.")] = False,
     keep_cache: Annotated[bool, typer.Option(help="Keep each run's disk cache after it.")] = False,
@@ -616,7 +666,7 @@ def probe(
             help="Slot to save and restore for E5 (llama-server; default: the one holding the document)."
         ),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 1800.0,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = TIMEOUT_S,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     force: Force = False,
 ) -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 from rich.console import Console
 
 from replay.commands import print_json
-from replay.engine.plans import make_plan
+from replay.engine.defaults import AB_HISTORY, PLAN, SPEED, THINK, TIMEOUT_S
 from replay.report.ab import render
 from replay.report.ab_stats import CONFIDENCE
 from replay.runs.ab import run_ab
-from replay.runs.pipeline import RunOptions
+from replay.runs.options import ReplayOptions
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -22,17 +22,15 @@ class AbArgs:
     b: Path
     repeat: int = 2
     out_dir: Path | None = None
-    plan: str = "alternate"
+    plan: str = PLAN
     concurrency: int | None = None
-    speed: float = 1.0
+    speed: float = SPEED
     round_robin: bool = False
     api: str | None = None
     model: str | None = None
-    # Recorded history: both arms answer the same prompts, so a reply that differs (a numerics change)
-    # cannot change what later requests compare.
-    history: str = "recorded"
-    think: str = "off"
-    timeout: float = 1800.0
+    history: str = AB_HISTORY
+    think: str = THINK
+    timeout: float = TIMEOUT_S
     max_duration: float | None = None
     reuse_cache: bool = False
     keep_cache: bool = False
@@ -47,10 +45,11 @@ class AbArgs:
 
 def ab(args: AbArgs, console: Console) -> int:
     """Run every arm run, then print the report; returns the exit code."""
-    options = RunOptions(
-        plan=make_plan(
-            args.plan, concurrency=args.concurrency, speed=args.speed, round_robin=args.round_robin
-        ),
+    options = ReplayOptions(
+        plan=args.plan,
+        concurrency=args.concurrency,
+        speed=args.speed,
+        round_robin=args.round_robin,
         api=args.api,
         model=args.model,
         history=args.history,
@@ -58,6 +57,7 @@ def ab(args: AbArgs, console: Console) -> int:
         timeout=args.timeout,
         max_duration=args.max_duration,
     )
+    options.check()
     progress = Console(stderr=True)
     outcome = run_ab(
         args.trace,

@@ -9,9 +9,10 @@ from pathlib import Path
 from rich.console import Console
 
 from replay.commands import print_json
-from replay.engine.run import check_options
+from replay.engine.defaults import TIMEOUT_S
 from replay.errors import UsageError
 from replay.outputs import output_folder
+from replay.runs.options import ReplayOptions
 from replay.runs.probe import probe_table, run_cache_probe
 from replay.runs.targets import resolve_target
 from replay.scenario.spec import parse_params
@@ -29,14 +30,15 @@ class ProbeArgs:
     out: Path | None = None  # default: a new replay-probe/run-N
     force: bool = False  # write into an --out folder that is not empty
     slot: int | None = None  # default: the slot holding the document (GET /slots, else the log)
-    timeout: float = 1800.0
+    timeout: float = TIMEOUT_S
     as_json: bool = False
 
 
 def probe(args: ProbeArgs, console: Console) -> int:
     """Run, print the per-step table (or JSON); 1 if a step failed. The simulator's disk-KV
     directory lives under `out`, so it outlives the restart like a real server's would."""
-    check_options("live", "off", None, args.timeout)  # before any server starts
+    options = ReplayOptions(timeout=args.timeout)
+    options.check()  # before any server starts
     if args.slot is not None and args.slot < 0:
         raise UsageError(f"--slot must be a slot number (0 or more), not {args.slot}")
     # With --json, stdout holds the JSON document alone: progress goes to stderr.
@@ -49,7 +51,7 @@ def probe(args: ProbeArgs, console: Console) -> int:
             scenario=args.scenario,
             params=parse_params(args.params),
             slot=args.slot,
-            timeout_s=args.timeout,
+            options=options,
             say=lambda m: progress.print(m, highlight=False),
         )
     if args.as_json:

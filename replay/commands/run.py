@@ -12,13 +12,13 @@ from rich.console import Console
 
 from drivers.target import Target
 from replay.commands.report import ReportArgs, report
-from replay.engine.plans import make_plan
 from replay.engine.routing import DEFAULT_ROUTING
 from replay.errors import UsageError
 from replay.metrics.results import read_summary_line
 from replay.outputs import check_file
 from replay.runs.barrier import parse_instant
-from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, ReplayJob, RunOptions, finish, replay
+from replay.runs.options import ReplayOptions
+from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, ReplayJob, finish, replay
 from replay.runs.recording import stop_on_signals
 from replay.runs.targets import dry_run as dry_run_target
 from replay.runs.targets import open_targets, resolve_targets
@@ -30,26 +30,15 @@ from replay.trace.select import parse_shard, select_shard, skip_probes
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunArgs:
     trace: Path
+    options: ReplayOptions = ReplayOptions()  # what the run asks of the engine
     target: str | None = None
     server: Path | None = None
     service: Path | None = None
     workdir: Path | None = None
     dry_run: bool = False
     out: Path = Path("results.jsonl")
-    plan: str = "alternate"
-    concurrency: int | None = None
-    speed: float = 1.0
-    round_robin: bool = False
-    api: str | None = None
-    model: str | None = None
-    history: str = "live"
-    think: str = "off"
-    timeout: float = 1800.0
-    max_duration: float | None = None
     sim_args: str = ""
     workers: int = 1
-    loop: str = "auto"
-    connections: str = "auto"
     routing: str | None = None  # over several targets: sticky | round-robin | least (None: the
     # target file's, else sticky)
     session_header: str | None = None  # send each session's affinity value in this header
@@ -89,21 +78,9 @@ def _run(args: RunArgs, console: Console) -> int:
     few refused requests under load are a measurement, not a failed shard."""
     check_file(args.out, option="--out", force=args.force, inputs=[args.trace])  # before anything starts
     shown = None if args.quiet else console
-    the_plan = make_plan(
-        args.plan, concurrency=args.concurrency, speed=args.speed, round_robin=args.round_robin
-    )
-    options = RunOptions(
-        the_plan,
-        args.api,
-        args.model,
-        args.history,
-        args.think,
-        args.timeout,
-        args.max_duration,
-        start_at=parse_instant(args.start_at) if args.start_at is not None else None,
-        loop=args.loop,
-        connections=args.connections,
-    )
+    args.options.check()
+    start_at = parse_instant(args.start_at) if args.start_at is not None else None
+    options = dataclasses.replace(args.options, start_at=start_at)
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     loaded = read_trace(args.trace, freeze=True)  # validates fully before anything is sent
@@ -117,6 +94,7 @@ def _run(args: RunArgs, console: Console) -> int:
     with tempfile.TemporaryDirectory(prefix="replay-scratch-") as scratch:
         targets = resolve_targets(args.target, args.server, shlex.split(args.sim_args), Path(scratch))
         options = with_routing(options, args, targets[0])
+        options.check()  # the routing the target file gives too
         if args.dry_run:
             for tgt in targets:
                 dry_run_target(tgt, args.workdir or Path(scratch), args.service, say)
@@ -165,7 +143,7 @@ def _run(args: RunArgs, console: Console) -> int:
     return code
 
 
-def with_routing(options: RunOptions, args: RunArgs, target: Target) -> RunOptions:
+def with_routing(options: ReplayOptions, args: RunArgs, target: Target) -> ReplayOptions:
     """The run's routing and session affinity: the options' where given, else the target file's."""
     return dataclasses.replace(
         options,

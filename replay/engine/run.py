@@ -24,6 +24,7 @@ import httpx
 from replay.engine.apis import APIS, ApiCall, make_client
 from replay.engine.connections import MODES as CONNECTION_MODES
 from replay.engine.connections import Connections
+from replay.engine.defaults import CONNECTIONS, HISTORY, LOOP, THINK, TIMEOUT_S
 from replay.engine.plans import Plan
 from replay.engine.routing import DEFAULT_ROUTING, make_router, session_key
 from replay.engine.session import HISTORY_MODES, LIVE, ReplaySession, ReplaySessions
@@ -41,15 +42,15 @@ class EngineConfig:
     base_url: str
     api: str | None = None
     model: str | None = None
-    history: str = LIVE
-    think: str = "off"
-    timeout_s: float | None = 1800.0
+    history: str = HISTORY
+    think: str = THINK
+    timeout_s: float | None = TIMEOUT_S
     default_max_tokens: int = 256
     stream: bool | None = None
     run_id: str = "run"
     lookahead: int = 4096
-    loop: str = "auto"  # the event loop: uvloop when installed (auto), or asyncio's own
-    connections: str = "auto"  # keep connections open per target: auto | reuse | fresh
+    loop: str = LOOP  # the event loop: uvloop when installed (auto), or asyncio's own
+    connections: str = CONNECTIONS  # keep connections open per target: auto | reuse | fresh
     # Several targets (`--target URL1,URL2`): every request goes to one of `backends`, as `routing`
     # says (engine.routing); empty: all go to `base_url`.
     backends: tuple[str, ...] = ()
@@ -89,8 +90,8 @@ def check_options(
     api: str | None,
     timeout: float | None = None,
     max_duration: float | None = None,
-    loop: str = "auto",
-    connections: str = "auto",
+    loop: str = LOOP,
+    connections: str = CONNECTIONS,
 ) -> None:
     """Refuse run options the engine does not know, before anything starts."""
     if connections not in CONNECTION_MODES:

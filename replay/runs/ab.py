@@ -33,7 +33,7 @@ from drivers.guard import Guard, load_guard_config
 from drivers.launch import plan_target, start_target
 from drivers.process import ChildProcess
 from drivers.target import Target, load_target
-from replay.engine.plans import make_plan
+from replay.engine.defaults import AB_HISTORY
 from replay.errors import UsageError
 from replay.metrics.results import read_results
 from replay.outputs import check_folder, write_text
@@ -42,7 +42,8 @@ from replay.report.ab_html import write_ab_report
 from replay.report.ab_stats import CONFIDENCE
 from replay.runs.ab_arms import check_arms
 from replay.runs.ab_refs import resolve_refs
-from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, ReplayJob, RunOptions, finish, replay
+from replay.runs.options import ReplayOptions
+from replay.runs.pipeline import EXIT_FAILED, EXIT_OK, EXIT_SIGNAL, ReplayJob, finish, replay
 from replay.trace.model import Trace
 from replay.trace.reader import read_trace
 
@@ -136,7 +137,7 @@ def run_arm(
     loaded: Trace,
     target: Target,
     plan: ArmPlan,
-    options: RunOptions,
+    options: ReplayOptions,
     total: int,
     adopt: Callable[[ChildProcess], None] | None = None,
     keep_cache: bool = False,
@@ -189,7 +190,7 @@ def run_ab(
     b: Path,
     repeat: int = 2,
     out_dir: Path | None = None,
-    options: RunOptions | None = None,
+    options: ReplayOptions | None = None,
     reuse_cache: bool = False,
     keep_cache: bool = False,
     service: Path | None = None,
@@ -212,7 +213,7 @@ def run_ab(
     arms = check_arms(targets, out_dir / "work" / "plan", allow_identical)
     for w in arms["warnings"]:
         say(f"[bold yellow]warning:[/bold yellow] {w}")
-    options = options or RunOptions(plan=make_plan("alternate"), history="recorded")
+    options = options or ReplayOptions(history=AB_HISTORY)
     temp0 = {r.id for r in loaded.requests if not r.params.get("temperature")}
     header = {
         "trace": str(trace),
@@ -225,7 +226,7 @@ def run_ab(
         "warnings": arms["warnings"],
         "repeat": repeat,
         "reuse_cache": reuse_cache,
-        "plan": options.plan.describe(),
+        "plan": options.make_plan().describe(),
         "history": options.history,
     }
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,6 @@ server has stopped (its log's `server` records) are appended by `finish()`.
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -21,14 +20,13 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from rich.console import Console
 
-from replay.engine.plans import Plan
-from replay.engine.routing import DEFAULT_ROUTING, check_routing
-from replay.engine.run import Engine, EngineConfig, check_options
+from replay.engine.run import Engine, EngineConfig
 from replay.errors import TargetError, UsageError
 from replay.metrics.record import RequestRecord
 from replay.metrics.results import append_records, read_results
 from replay.metrics.switch import SwitchTracker
 from replay.runs.barrier import late_notice, wait_until
+from replay.runs.options import ReplayOptions
 from replay.runs.recording import (
     EXIT_FAILED,
     EXIT_OK,
@@ -65,7 +63,6 @@ __all__ = [
     "Hooks",
     "ReplayJob",
     "Replayed",
-    "RunOptions",
     "RunOutcome",
     "check_reachable",
     "file_sha256",
@@ -86,55 +83,13 @@ def check_reachable(base_url: str, timeout_s: float = 5.0) -> None:
         raise TargetError(f"target {base_url} is unreachable: {type(exc).__name__}: {exc}") from None
 
 
-@dataclass(slots=True)
-class RunOptions:
-    """What a run asks of the engine, whichever server it runs against."""
-
-    plan: Plan
-    api: str | None = None
-    model: str | None = None
-    history: str = "live"
-    think: str = "off"
-    timeout: float = 1800.0
-    max_duration: float | None = None
-    start_at: float | None = None  # epoch seconds: the schedule begins then (a sharded run's barrier)
-    loop: str = "auto"
-    connections: str = "auto"
-    routing: str = DEFAULT_ROUTING  # over several targets (engine.routing)
-    session_header: str | None = None
-    session_field: str | None = None
-
-    def __post_init__(self) -> None:
-        check_options(
-            self.history, self.think, self.api, self.timeout, self.max_duration, self.loop, self.connections
-        )
-        check_routing(self.routing, self.session_header, self.session_field)
-
-    def engine_config(self, base_url: str, backends: tuple[str, ...] = ()) -> EngineConfig:
-        return EngineConfig(
-            base_url=base_url,
-            backends=backends,
-            routing=self.routing,
-            session_header=self.session_header,
-            session_field=self.session_field,
-            api=self.api,
-            model=self.model,
-            history=self.history,
-            think=self.think,
-            timeout_s=self.timeout,
-            run_id=uuid.uuid4().hex[:8],
-            loop=self.loop,
-            connections=self.connections,
-        )
-
-
 @dataclass(slots=True, kw_only=True)
 class ReplayJob:
     """One trace against one ready server into one results file."""
 
     served: Served
     trace: Trace
-    options: RunOptions
+    options: ReplayOptions
     out: Path
     workdir: Path  # where the memory sampler keeps its samples
     header: dict[str, Any] = field(default_factory=dict)  # added to the target header
@@ -243,6 +198,8 @@ def replay(
     last): call `finish()` for each result once its server is gone.
     """
     hooks = hooks or Hooks()
+    for job in jobs:
+        job.options.check()
     if len(jobs) != 1 and (hooks.restart is not None or any(j.workers > 1 for j in jobs)):
         raise UsageError("workers and restarts apply to a replay of one trace")
     for job in jobs:
@@ -265,7 +222,7 @@ def replay(
             recordings = [
                 Recording(
                     j.trace,
-                    j.options.plan,
+                    j.options.make_plan(),
                     j.engine_config(),
                     j.out,
                     t,
@@ -351,7 +308,7 @@ def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
     config = job.engine_config()
     spread = run_workers(
         job.trace,
-        job.options.plan,
+        job.options.make_plan(),
         config,
         job.out,
         target,
@@ -394,7 +351,7 @@ def _segmented(job: ReplayJob, target: dict[str, Any], hooks: Hooks, say: Say) -
     """One trace in segments, the server restarted between them by `hooks.restart`; one results
     file, one sequence over every server process, one `metrics` and `memory` line per process."""
     assert hooks.restart is not None and hooks.restart_before is not None
-    trace, plan = job.trace, job.options.plan
+    trace, plan = job.trace, job.options.make_plan()
     by_id = trace.by_id()
     served = job.served
     processes: list[Served] = []

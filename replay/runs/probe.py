@@ -34,10 +34,10 @@ from drivers.launch import Served, start_target
 from drivers.logs import llamacpp as llama_log
 from drivers.servers.base import has_flag
 from drivers.target import Target, load_target
-from replay.engine.plans import Alternate
 from replay.errors import DriverError, TargetError, UsageError
 from replay.metrics.record import RequestRecord
-from replay.runs.pipeline import Hooks, Replayed, ReplayJob, RunOptions, finish, replay
+from replay.runs.options import ReplayOptions
+from replay.runs.pipeline import Hooks, Replayed, ReplayJob, finish, replay
 from replay.runs.pipeline import segments as cut
 from replay.scenario.build import generate, plan_requests
 from replay.scenario.catalog import find_scenario
@@ -158,11 +158,12 @@ def run_cache_probe(
     scenario: str = "cache-probe",
     params: dict[str, Any] | None = None,
     slot: int | None = None,
-    timeout_s: float = 1800.0,
+    options: ReplayOptions | None = None,
     say: Say | None = None,
 ) -> ProbeReport:
     """Generate the scenario's trace into `out`, replay it against `target` with a restart before
-    each `probe` request, and return the per-step numbers (also written to `out`)."""
+    each `probe` request, and return the per-step numbers (also written to `out`). The schedule is
+    the options' (alternate, one request at a time, unless they say otherwise)."""
     if not isinstance(target, Target):
         target = load_target(target)
     if target.kind == "external":
@@ -175,7 +176,8 @@ def run_cache_probe(
     labels = {p.rid: p.label for p in plan_requests(spec)}
     trace = read_trace(trace_path)
     target = with_slot_dir(target, out / "slots")
-    return _run(target, trace, labels, out, spec.name, slot, timeout_s, say or (lambda _m: None))
+    options = options or ReplayOptions()
+    return _run(target, trace, labels, out, spec.name, slot, options, say or (lambda _m: None))
 
 
 def with_slot_dir(target: Target, slots: Path) -> Target:
@@ -200,11 +202,9 @@ def _replay_with_restarts(
     results: Path,
     workdir: Path,
     slot: int | None,
-    timeout_s: float,
+    options: ReplayOptions,
     say: Say,
-    plan: Any = None,
     header: dict[str, Any] | None = None,
-    history: str = "live",
 ) -> _Probed:
     """The trace through the one replay pipeline, with a restart hook before each probe."""
     restarts: list[Restart] = []
@@ -235,7 +235,7 @@ def _replay_with_restarts(
         job = ReplayJob(
             served=served,
             trace=trace,
-            options=RunOptions(plan or Alternate(), history=history, timeout=timeout_s),
+            options=options,
             out=results,
             workdir=workdir,
             header=header or {},
@@ -258,12 +258,12 @@ def _run(
     out: Path,
     name: str,
     slot: int | None,
-    timeout_s: float,
+    options: ReplayOptions,
     say: Say,
 ) -> ProbeReport:
     """The probe: the replay with restarts, its counters and memory, and the per-step numbers."""
     results = out / f"{name}.results.jsonl"
-    probed = _replay_with_restarts(target, trace, labels, results, out / "work", slot, timeout_s, say)
+    probed = _replay_with_restarts(target, trace, labels, results, out / "work", slot, options, say)
     done, restarts, logs = probed.done, probed.restarts, probed.logs
     finish(done, None)  # the counters and memory of every server process
     kept = [p for p in logs if p is not None]
@@ -287,11 +287,9 @@ def replay_restarting(
     results: Path,
     log: Path,
     workdir: Path,
-    timeout_s: float,
-    plan: Any = None,
+    options: ReplayOptions,
     header: dict[str, Any] | None = None,
     say: Say | None = None,
-    history: str = "live",
 ) -> Replayed:
     """A scenario arm whose trace has `probe` requests, on a server that keeps slot files: every
     server process's log is joined into `log` (llama.cpp's clock restarts at each; the parser
@@ -303,11 +301,9 @@ def replay_restarting(
         results,
         workdir,
         None,
-        timeout_s,
+        options,
         say or (lambda _m: None),
-        plan,
         header,
-        history,
     )
     with open(log, "wb") as joined:
         for part in probed.logs:

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from drivers.target import load_target
-from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.runs.leftovers import disk_mib, write_leftovers
-from replay.runs.pipeline import Replayed, ReplayJob, RunOptions, RunOutcome, finish, replay
+from replay.runs.options import ReplayOptions
+from replay.runs.pipeline import Replayed, ReplayJob, RunOutcome, finish, replay
 from replay.runs.probe import replay_restarting
 from replay.runs.targets import Target, open_target, open_targets, resolve_target
 from replay.scenario.build import GenerateResult, generate, plan_requests
@@ -78,13 +78,18 @@ def _job(
     """What replaying one arm against a server that is already up takes; `disk_at_start_mib`:
     what an earlier day's files take of the disk budget (the report's disk strip starts there)."""
     speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
-    plan = make_plan(
-        spec.run.plan, concurrency=spec.run.concurrency, speed=speed, round_robin=spec.run.round_robin
+    options = ReplayOptions(
+        plan=spec.run.plan,
+        concurrency=spec.run.concurrency,
+        speed=speed,
+        round_robin=spec.run.round_robin,
+        think=spec.run.think,
+        timeout=timeout_s,
     )
     return ReplayJob(
         served=served,
         trace=read_trace(trace_path),
-        options=RunOptions(plan, think=spec.run.think, timeout=timeout_s),
+        options=options,
         out=out / f"{spec.name}-{arm.name}.results.jsonl",
         workdir=workdir,
         header={
@@ -265,8 +270,12 @@ def _run_restarting(
     """An arm on the simulator playing llama-server whose trace has `probe` requests (E5: save the
     slot, restart, restore, resend): replayed through the probe's restarts, on its own."""
     speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
-    plan = make_plan(
-        spec.run.plan, concurrency=spec.run.concurrency, speed=speed, round_robin=spec.run.round_robin
+    options = ReplayOptions(
+        plan=spec.run.plan,
+        concurrency=spec.run.concurrency,
+        speed=speed,
+        round_robin=spec.run.round_robin,
+        timeout=timeout_s,
     )
     results = out / f"{spec.name}-{arm.name}.results.jsonl"
     labels = {p.rid: p.label for p in plan_requests(spec)}
@@ -279,8 +288,7 @@ def _run_restarting(
             results,
             results.with_suffix(".server.log"),
             Path(scratch) / "work",
-            timeout_s,
-            plan=plan,
+            options,
             header={"scenario": spec.name, "arm": arm.name, "time_scale": scale},
         )
     return _arm_result(arm, trace_path, generated, done.outcome)
@@ -325,8 +333,14 @@ def _run_fleet(
     fleet = arm.fleet
     assert fleet is not None
     speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
-    plan = make_plan(
-        spec.run.plan, concurrency=spec.run.concurrency, speed=speed, round_robin=spec.run.round_robin
+    options = ReplayOptions(
+        plan=spec.run.plan,
+        concurrency=spec.run.concurrency,
+        speed=speed,
+        round_robin=spec.run.round_robin,
+        think=spec.run.think,
+        timeout=timeout_s,
+        routing=fleet.routing or "sticky",
     )
     with tempfile.TemporaryDirectory(prefix="replay-fleet-") as scratch:
         target = load_target(fleet_targets(arm, scale, Path(scratch)))
@@ -336,9 +350,7 @@ def _run_fleet(
                 served=served[0],
                 fleet=tuple(served) if fleet.routing is not None else (),
                 trace=read_trace(trace_path),
-                options=RunOptions(
-                    plan, think=spec.run.think, timeout=timeout_s, routing=fleet.routing or "sticky"
-                ),
+                options=options,
                 out=out / f"{spec.name}-{arm.name}.results.jsonl",
                 workdir=work,
                 header={

@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 
 from drivers.target import Target
-from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.metrics.results import RunResults, read_results
-from replay.runs.pipeline import ReplayJob, RunOptions, finish, replay
+from replay.runs.options import ReplayOptions
+from replay.runs.pipeline import ReplayJob, finish, replay
 from replay.runs.probe import has_slot_files, replay_restarting, with_slot_dir
 from replay.runs.targets import _llama_target, open_target, resolve_target
 from replay.serverside.logs import effective_settings, log_kind, server_records
@@ -54,6 +54,7 @@ def run_side(target: Target, trace: Path, out: Path, work: Path, timeout: float,
     is replayed as the probe does: before each, the slot saved, the server restarted, the slot
     restored (E5); every server process's log joined into one."""
     full = read_trace(trace, freeze=True)
+    options = ReplayOptions(history="recorded", timeout=timeout)
     if any(r.tag == PROBE_TAG for r in full.requests) and has_slot_files(target):
         work.mkdir(parents=True, exist_ok=True)
         target = with_slot_dir(target, work / "slots")
@@ -65,14 +66,11 @@ def run_side(target: Target, trace: Path, out: Path, work: Path, timeout: float,
             out,
             log,
             work,
-            timeout,
-            plan=make_plan("alternate"),
+            options,
             say=say,
-            history="recorded",
         )
         return side_from(read_results(out), log, {})
     loaded, _ = skip_probes(full)
-    options = RunOptions(make_plan("alternate"), history="recorded", timeout=timeout)
     work.mkdir(parents=True, exist_ok=True)
     with open_target(target, work, say=say) as served:
         props = _props(served.url)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from replay.engine.plans import make_plan
 from replay.metrics.results import read_results
-from replay.runs.ab import RunOptions, run_ab
+from replay.runs.ab import run_ab
+from replay.runs.options import ReplayOptions
 from replay.scenario import find_scenario, generate
 from tests.support.llamakit import require_xllamacpp
 
@@ -42,9 +42,7 @@ def test_host_cache_off_reprocesses_more_per_switch_and_the_log_says_why(
     a = target(tmp_path / "a.toml", "host-cache", tiny_llama)
     b = target(tmp_path / "b.toml", "no-host-cache", tiny_llama, "--cache-ram", "0")
     out = tmp_path / "ab"
-    outcome = run_ab(
-        trace, a, b, repeat=1, out_dir=out, options=RunOptions(make_plan("alternate"), timeout=120.0)
-    )
+    outcome = run_ab(trace, a, b, repeat=1, out_dir=out, options=ReplayOptions(timeout=120.0))
     doc = outcome.doc
     assert outcome.exit_code == 0 and doc["order"] == ["A", "B", "B", "A"]
 

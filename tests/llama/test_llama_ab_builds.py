@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from replay.engine.plans import make_plan
 from replay.metrics.results import read_results
 from replay.report.ab_html import write_ab_report
 from replay.report.view import load_run
-from replay.runs.ab import RunOptions, run_ab
+from replay.runs.ab import run_ab
+from replay.runs.options import ReplayOptions
 from replay.scenario import find_scenario, generate
 from tests.support.llamakit import SECOND_COMMIT, require_xllamacpp, second_build
 
@@ -52,7 +52,7 @@ def test_two_real_builds_compared_on_what_a_pr_can_change(tiny_gemma2: Path, tmp
         b,
         repeat=1,
         out_dir=out,
-        options=RunOptions(make_plan("alternate"), timeout=120.0, history="recorded"),
+        options=ReplayOptions(timeout=120.0, history="recorded"),
     )
     doc = outcome.doc
     assert outcome.exit_code == 0 and doc["history"] == "recorded" and doc["drift"] is None

@@ -30,10 +30,10 @@ import pytest
 from drivers.launch import start_target
 from drivers.logs import llamacpp as L
 from drivers.target import Target
-from replay.engine.plans import make_plan
 from replay.metrics.results import read_results
 from replay.runs import pipeline
-from replay.runs.pipeline import ReplayJob, RunOptions
+from replay.runs.options import ReplayOptions
+from replay.runs.pipeline import ReplayJob
 from replay.scenario import find_scenario, generate
 from replay.serverside.logs import effective_settings
 from replay.trace.reader import read_trace
@@ -72,7 +72,7 @@ def replay(model: Path, trace: Path, work: Path, *flags: str) -> Run:
         stop_timeout=10,
     )
     loaded = read_trace(trace)
-    options = RunOptions(make_plan("alternate"), timeout=120.0)
+    options = ReplayOptions(timeout=120.0)
     with start_target(target, work) as served:
         job = ReplayJob(
             served=served, trace=loaded, options=options, out=work / "results.jsonl", workdir=work

@@ -24,15 +24,15 @@ from rich.console import Console
 from drivers.ports import free_port
 from drivers.target import target_from_dict
 from replay.commands.ab import AbArgs, ab
-from replay.engine.plans import make_plan
 from replay.errors import UsageError
 from replay.metrics.results import RunResults, read_results
 from replay.report.ab import ArmRun, compare_outputs, pairs, render, within_ratios
-from replay.runs.ab import RunOptions, arm_order, cache_target, plan_runs, run_ab
+from replay.runs.ab import arm_order, cache_target, plan_runs, run_ab
+from replay.runs.options import ReplayOptions
 from replay.trace.writer import TraceWriter
 
 SIM_FLAGS = ["--batched-session", "2", "--time-scale", "500", "--hidden-reasoning"]
-THINKING = RunOptions(plan=make_plan("alternate"), think="on")
+THINKING = ReplayOptions(think="on")
 
 
 def write_trace(path: Path, temperature: float = 0.0) -> Path:

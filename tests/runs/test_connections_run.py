@@ -12,7 +12,7 @@ from replay.engine.plans import make_plan
 from replay.engine.run import EngineConfig, check_options
 from replay.errors import UsageError
 from replay.metrics.results import read_results
-from replay.runs.pipeline import RunOptions
+from replay.runs.options import ReplayOptions
 from replay.runs.recording import run_trace
 from replay.trace import TraceWriter, read_trace
 from tests.support.scripted_server import Script
@@ -87,4 +87,4 @@ def test_the_mode_is_checked_before_anything_starts():
     with pytest.raises(UsageError, match="--connections must be one of auto, reuse, fresh"):
         check_options("live", "off", None, connections="pooled")
     with pytest.raises(UsageError, match="--connections"):
-        RunOptions(make_plan("alternate"), connections="always")
+        ReplayOptions(connections="always").check()

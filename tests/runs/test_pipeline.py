@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from replay.metrics.results import read_results
+from replay.runs.options import ReplayOptions
 from replay.runs.probe import run_cache_probe
 from replay.runs.scenario import run_arms
 from replay.runs.targets import resolve_target
@@ -126,7 +127,6 @@ def test_a_run_whose_worker_died_did_not_finish_whatever_the_other_workers_did(t
     """So `--no-fail-on-errors` never turns a lost worker into exit 0: the run's outcome is `failed`."""
     from types import SimpleNamespace
 
-    from replay.engine.plans import make_plan
     from replay.metrics.results import ResultsWriter
     from replay.runs import pipeline
     from replay.runs.workers import WorkerReport, WorkersOutcome
@@ -143,7 +143,7 @@ def test_a_run_whose_worker_died_did_not_finish_whatever_the_other_workers_did(t
         return WorkersOutcome(out=str(out), parts=parts)
 
     monkeypatch.setattr(pipeline, "run_workers", workers_one_lost)
-    options = pipeline.RunOptions(make_plan("alternate"))
+    options = ReplayOptions()
     job = SimpleNamespace(
         served=SimpleNamespace(url="http://127.0.0.1:9"),
         trace=None,
