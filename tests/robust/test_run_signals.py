@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from traces import write_trace
+from tests.support.trace_strategies import write_trace
 
 pytestmark = pytest.mark.e2e
 
