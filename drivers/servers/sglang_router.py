@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from drivers.build import resolve_binary
+from drivers.ports import free_port
 from drivers.servers.base import Launch, base_url, has_flag, refuse_flags
 from drivers.target import Target
 from replay.errors import UsageError
@@ -39,6 +40,10 @@ def plan(target: Target, *, port: int, workdir: Path, build_key: str) -> Launch:
     policy = target.policy or "cache_aware"
     argv = [python, "-m", "sglang_router.launch_router", "--host", target.host, "--port", str(port)]
     argv += ["--policy", policy, *target.flags]
+    if not has_flag(target.flags, "--prometheus-port"):
+        # Its metrics listener defaults to port 29000 for every router: a second router on the
+        # machine (two arms side by side, a user's own) would panic at start.
+        argv += ["--prometheus-host", target.host, "--prometheus-port", str(free_port(target.host))]
     if not has_flag(target.flags, "--log-level"):
         # Its debug log is the only place it says which worker it sent a request to (a line
         # `Sending request url=WORKER` in the span naming the request's X-Request-ID).

@@ -353,6 +353,18 @@ class CheckArgs:
     verbose: bool = False  # each known gap's whole reason, not its one line
 
 
+def needs_router(spec: Scenario) -> str | None:
+    """Why a scenario with arms behind SGLang's router cannot run here (None: it can). Checking
+    every scenario passes over it, saying so; naming it runs it, and its arms fail to start."""
+    import importlib.util
+
+    if not any(a.fleet is not None and a.fleet.router is not None for a in spec.arms):
+        return None
+    if importlib.util.find_spec("sglang_router") is not None:
+        return None
+    return "its arms run SGLang's router, which is not installed (pip install 'agent-replay[fleet]'; name it to run it anyway)"
+
+
 def gap_line(v: Verdict, verbose: bool = False) -> str:
     """A known gap in one line: what the field says and what the model gives (the gap's text up
     to its first colon); `verbose` adds the reason after it."""
@@ -374,6 +386,9 @@ def check(args: CheckArgs, console: Console) -> int:
         for spec in specs:
             if not spec.expects:
                 console.print(f"{spec.name}: no [[expect]] rows", highlight=False)
+                continue
+            if not names and (missing := needs_router(spec)):
+                console.print(f"[yellow]{spec.name}: not checked[/yellow]: {missing}", highlight=False)
                 continue
             verdicts += check_scenario(spec, (out_dir or Path(scratch)) / spec.name)
     failed = [v for v in verdicts if v.failed]

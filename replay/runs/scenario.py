@@ -16,7 +16,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -206,10 +206,11 @@ def run_arms(
     chosen = [spec.arm(name) for name in arms] if arms else list(spec.arms)
     prepared = []
     restarting: dict[str, ArmResult] = {}
+    fleets = []
     for arm in chosen:
         armed, trace_path, generated = _prepare(spec, arm, out)
         if arm.fleet is not None:
-            restarting[arm.name] = _run_fleet(armed, arm, trace_path, generated, out, scale, timeout_s)
+            fleets.append((armed, arm, trace_path, generated))
             continue
         if server_kind(list(arm.sim)) == "llama" and _has_probes(trace_path):
             restarting[arm.name] = _run_restarting(armed, arm, trace_path, generated, out, scale, timeout_s)
@@ -217,6 +218,9 @@ def run_arms(
         if generated.notice and console is not None:
             console.print(f"[yellow]note:[/yellow] {generated.notice}", highlight=False)
         prepared.append((armed, arm, trace_path, generated))
+    if fleets:
+        for run in _run_fleets(fleets, out, scale, timeout_s):
+            restarting[run.arm] = run
     if not prepared:
         return [restarting[arm.name] for arm in chosen]
     with ExitStack() as scratches:
@@ -318,18 +322,43 @@ def fleet_targets(arm: Arm, scale: float, scratch: Path) -> Path:
     return scratch / "router.toml"
 
 
-def _run_fleet(
+def _run_fleets(
+    fleets: list[tuple[Scenario, Arm, Path, GenerateResult]], out: Path, scale: float, timeout_s: float
+) -> list[ArmResult]:
+    """The arms over several simulators, side by side: each fleet started (its simulators, then
+    its router in front of them, each by its PID), all replayed at once, and every process
+    stopped whatever happens (`open_targets` stops what it started, the last started first, on
+    every way out; `_serve_all` waits on each start and each stop)."""
+    with ExitStack() as scratches:
+        scratch = [
+            Path(scratches.enter_context(tempfile.TemporaryDirectory(prefix="replay-fleet-"))) for _ in fleets
+        ]
+        targets = [
+            load_target(fleet_targets(arm, scale, d))
+            for (_, arm, _, _), d in zip(fleets, scratch, strict=True)
+        ]
+        with _serve_all(targets, scratch, fleet=True) as served:
+            jobs = [_fleet_job(armed, arm, trace_path, out, srv, scale, timeout_s, d / "work")
+                    for (armed, arm, trace_path, _), srv, d in zip(fleets, served, scratch, strict=True)]  # fmt: skip
+            replayed = replay(jobs, say=_quiet)
+        runs = []
+        for (_, arm, trace_path, generated), done, srv in zip(fleets, replayed, served, strict=True):
+            run = _arm_result(arm, trace_path, generated, done.outcome)
+            _finish(run, done, srv[0], 0)
+            runs.append(run)
+    return runs
+
+
+def _fleet_job(
     spec: Scenario,
     arm: Arm,
     trace_path: Path,
-    generated: GenerateResult,
     out: Path,
+    served: list[Served],
     scale: float,
     timeout_s: float,
-) -> ArmResult:
-    """An arm over several simulators: started each by its PID (the router last, in front of
-    them), replayed, and all stopped whatever happens (`open_targets` stops what it started, the
-    last started first, on every way out of the block)."""
+    workdir: Path,
+) -> ReplayJob:
     fleet = arm.fleet
     assert fleet is not None
     speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
@@ -342,28 +371,20 @@ def _run_fleet(
         timeout=timeout_s,
         routing=fleet.routing or "sticky",
     )
-    with tempfile.TemporaryDirectory(prefix="replay-fleet-") as scratch:
-        target = load_target(fleet_targets(arm, scale, Path(scratch)))
-        work = Path(scratch) / "work"
-        with open_targets([target], work) as served:
-            job = ReplayJob(
-                served=served[0],
-                fleet=tuple(served) if fleet.routing is not None else (),
-                trace=read_trace(trace_path),
-                options=options,
-                out=out / f"{spec.name}-{arm.name}.results.jsonl",
-                workdir=work,
-                header={
-                    "scenario": spec.name,
-                    "arm": arm.name,
-                    "time_scale": scale,
-                    "fleet": {"replicas": fleet.replicas, "router": fleet.router, "routing": fleet.routing},
-                },
-            )
-            (replayed,) = replay([job], say=_quiet)
-        run = _arm_result(arm, trace_path, generated, replayed.outcome)
-        _finish(run, replayed, served[0], 0)
-    return run
+    return ReplayJob(
+        served=served[0],
+        fleet=tuple(served) if fleet.routing is not None else (),
+        trace=read_trace(trace_path),
+        options=options,
+        out=out / f"{spec.name}-{arm.name}.results.jsonl",
+        workdir=workdir,
+        header={
+            "scenario": spec.name,
+            "arm": arm.name,
+            "time_scale": scale,
+            "fleet": {"replicas": fleet.replicas, "router": fleet.router, "routing": fleet.routing},
+        },
+    )
 
 
 def _quiet(_message: str) -> None:
@@ -371,10 +392,15 @@ def _quiet(_message: str) -> None:
 
 
 @contextmanager
-def _serve_all(targets: list[Target], scratch: list[Path]) -> Iterator[list[Served]]:
+def _serve_all(targets: list[Target], scratch: list[Path], fleet: bool = False) -> Iterator[list[Any]]:
     """Start every arm's simulator at once and stop them all at once: each start and each stop
-    waits on its own process (by its PID), so doing them side by side saves a second per arm."""
-    contexts = [open_target(t, d / "work") for t, d in zip(targets, scratch, strict=True)]
+    waits on its own process (by its PID), so doing them side by side saves a second per arm.
+    `fleet`: each target is a fleet (`open_targets`: its servers, and its router), served as the
+    list of its processes."""
+    contexts: list[Any] = [
+        open_targets([t], d / "work") if fleet else open_target(t, d / "work")
+        for t, d in zip(targets, scratch, strict=True)
+    ]
     with ThreadPoolExecutor(max_workers=len(contexts)) as pool:
         starts = [pool.submit(cm.__enter__) for cm in contexts]
         wait(starts)

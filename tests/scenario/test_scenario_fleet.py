@@ -117,3 +117,21 @@ def test_fleet_affinity_rows_hold_on_the_real_router(tmp_path: Path) -> None:
     lines = read_results(tmp_path / "fleet-affinity-router-round-robin.results.jsonl").requests
     assert {line["backend_source"] for line in lines} == {"router"} and len(lines) == 9
     assert len({line["backend"] for line in lines}) == 2
+
+
+def test_checking_every_scenario_passes_over_a_router_scenario_when_the_router_is_not_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    from replay.commands.scenario import needs_router
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "sglang_router" else real(name, *a)
+    )
+    assert "not installed" in (needs_router(find_scenario("fleet-affinity")) or "")
+    assert needs_router(find_scenario("batched-routing")) is None
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    if real("sglang_router") is not None:
+        assert needs_router(find_scenario("fleet-affinity")) is None
