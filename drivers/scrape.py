@@ -15,7 +15,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,7 +216,7 @@ class UsageCheck:
         )
 
 
-def _usage_sum(requests: Sequence[Mapping[str, Any]], key: str) -> tuple[float, int]:
+def _usage_sum(requests: Iterable[Mapping[str, Any]], key: str) -> tuple[float, int]:
     total, n = 0.0, 0
     for r in requests:
         v = r.get(key)
@@ -228,7 +228,7 @@ def _usage_sum(requests: Sequence[Mapping[str, Any]], key: str) -> tuple[float, 
 
 def check_usage(
     deltas: Deltas,
-    requests: Sequence[Mapping[str, Any]],
+    requests: Iterable[Mapping[str, Any]],  # read once per sum
     server: str,
     *,
     slack_per_request: float = 1.0,

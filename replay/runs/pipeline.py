@@ -23,7 +23,7 @@ from rich.console import Console
 from replay.engine.run import Engine, EngineConfig
 from replay.errors import TargetError, UsageError
 from replay.metrics.record import RequestRecord
-from replay.metrics.results import append_records, read_results
+from replay.metrics.results import append_records, read_summary_line
 from replay.metrics.switch import SwitchTracker
 from replay.runs.barrier import late_notice, wait_until
 from replay.runs.options import ReplayOptions
@@ -33,6 +33,7 @@ from replay.runs.recording import (
     EXIT_SIGNAL,
     KEPT_FIELDS,
     Recording,
+    ResultsRecords,
     RunOutcome,
     close_all,
     file_sha256,
@@ -317,8 +318,7 @@ def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
         job.shard,
         start_at=job.options.start_at,
     )
-    merged = read_results(job.out)
-    line = merged.summary_line or {}
+    line = read_summary_line(job.out) or {}
     # A worker that died wrote no part (or no summary): the run did not finish, whatever the others did.
     lost = any(part.outcome == "failed" for part in spread.parts)
     outcome = spread.interrupted or ("failed" if lost else str(line.get("outcome", "cut-short")))
@@ -332,7 +332,7 @@ def _spread(job: ReplayJob, target: dict[str, Any]) -> RunOutcome:
         lag_p50_s=line.get("lag_p50_s"),
         lag_p99_s=line.get("lag_p99_s"),
         exit_code=spread.exit_code,
-        results=merged.requests,
+        results=ResultsRecords(job.out),  # read back when read, a line at a time
         warnings=list(line.get("warnings") or ()),
     )
 

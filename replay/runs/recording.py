@@ -15,7 +15,6 @@ import platform
 import signal
 import threading
 import time
-from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import orjson
 from rich.console import Console
 
 from replay import __version__
@@ -83,96 +83,42 @@ def hist_percentile(hist: Any, pct: float) -> float | None:
 _LAG_MAX_US = 10_800_000_000  # the histogram's range (3 h)
 _GC_YOUNG = 10_000  # allocations between young-generation passes during a run (the default is 700)
 
-# What the readers of a run's kept records use (the usage check and the server-log correlation).
+# What the readers of a run's records use (the usage check and the server-log correlation).
 KEPT_FIELDS = ("kind", "seq", "status", "prompt_tokens", "cached_tokens", "output_tokens", "backend")
-_NUMBERS = ("seq", "prompt_tokens", "cached_tokens", "output_tokens")
-_NONE = -(2**31)  # a number column's None
-_OWN = 255  # a status code: the line is kept whole, in `_whole`
+_REQUEST_START = b'{"kind":"request"'
 
 
-class KeptRecords(Sequence[dict[str, Any]]):
-    """`KEPT_FIELDS` of each request line, in columns: 4-byte numbers, a 1-byte status and backend,
-    about 19 bytes a request where a dict a line kept ~220 (a replay against the simulator
-    keeps these for the log correlation, and at a million one-request sessions the dicts alone
-    grew it by 220 MB). Read back as dicts, one per line, in order. A line that does not fit (a
-    number past 32 bits, another kind, a missing field) is kept whole."""
+class ResultsRecords(Sequence[dict[str, Any]]):
+    """A finished run's request lines, read back from its results file each time they are
+    iterated: `KEPT_FIELDS` of each, a cancelled one whole (its `id` is read). Nothing is held per
+    request while the run goes (a replay against the simulator reads them for the log correlation
+    once its server has stopped; kept in memory, even as 19-byte columns, they grew a run of a
+    million one-request sessions by 19 MB), and reading them back holds one line at a time."""
 
-    def __init__(self) -> None:
-        self._numbers = {name: array("i") for name in _NUMBERS}
-        self._status = array("B")
-        self._names: list[str] = []  # status code -> its text
-        self._codes: dict[str, int] = {}
-        self._backend = array("B")  # 0: no backend field; else 1 + its index in `_backends`
-        self._backends: list[str | None] = []
-        self._backend_codes: dict[str | None, int] = {}
-        self._whole: dict[int, dict[str, Any]] = {}
-
-    def append(self, line: dict[str, Any], whole: bool = False) -> None:
-        """Keep `line`'s `KEPT_FIELDS`; `whole`: all of it (a cancelled line: its `id` is read)."""
-        kept = line if whole else {k: line[k] for k in KEPT_FIELDS if k in line}
-        status = kept.get("status")
-        code = self._codes.get(status) if type(status) is str else None
-        if code is None and type(status) is str and len(self._names) < _OWN:
-            code = self._codes[status] = len(self._names)
-            self._names.append(status)
-        values = [kept.get(name, _NONE) for name in _NUMBERS]
-        backend = self._backend_code(kept)
-        fits = (
-            code is not None
-            and backend is not None
-            and kept.get("kind") == "request"
-            and not whole
-            and len(kept) == len(KEPT_FIELDS) - (backend == 0)
-            and all((v is None) or (type(v) is int and _NONE < v < 2**31) for v in values)
-        )
-        if not fits:
-            self._whole[len(self._status)] = kept
-            code, values, backend = _OWN, [0] * len(_NUMBERS), 0
-        for name, value in zip(_NUMBERS, values, strict=True):
-            self._numbers[name].append(_NONE if value is None else value)
-        self._status.append(code)  # type: ignore[arg-type]
-        self._backend.append(backend)  # type: ignore[arg-type]
-
-    def _backend_code(self, kept: dict[str, Any]) -> int | None:
-        """0 without a `backend` field, else its code; None if it cannot have one (not a name, or
-        a 255th name)."""
-        if "backend" not in kept:
-            return 0
-        name = kept["backend"]
-        code = self._backend_codes.get(name)
-        if code is None and (name is None or type(name) is str) and len(self._backends) < _OWN - 1:
-            self._backends.append(name)
-            code = self._backend_codes[name] = len(self._backends)
-        return code
-
-    def __len__(self) -> int:
-        return len(self._status)
-
-    def _row(self, i: int) -> dict[str, Any]:
-        code = self._status[i]
-        if code == _OWN:
-            return dict(self._whole[i])
-        row: dict[str, Any] = {"kind": "request"}
-        for name, col in self._numbers.items():
-            value = col[i]
-            row[name] = None if value == _NONE else value
-        row["status"] = self._names[code]
-        backend = self._backend[i]
-        if backend:
-            row["backend"] = self._backends[backend - 1]
-        return row
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [self._row(k) for k in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        return self._row(i)
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._len: int | None = None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (self._row(i) for i in range(len(self)))
+        with open(self.path, "rb") as handle:
+            for raw in handle:
+                if not raw.startswith(_REQUEST_START):
+                    continue
+                line = orjson.loads(raw)
+                if line.get("status") == "cancelled":
+                    yield line
+                else:
+                    yield {k: line[k] for k in KEPT_FIELDS if k in line}
+
+    def __len__(self) -> int:
+        if self._len is None:
+            with open(self.path, "rb") as handle:
+                self._len = sum(raw.startswith(_REQUEST_START) for raw in handle)
+        return self._len
+
+    def __getitem__(self, i: Any) -> Any:
+        rows = list(self)  # by position: for a caller that wants a list (not the run's own readers)
+        return rows[i]
 
 
 def run_header(
@@ -212,8 +158,9 @@ class Recording:
     (the sink and the file stay).
 
     Its memory does not grow with the run: lines go to the file as they come, the schedule lags
-    into a histogram; `keep_records` keeps the fields in `KEPT_FIELDS` of each line (for the
-    readers that need them; `keep_fields=None` keeps whole lines).
+    into a histogram; with `keep_records` the outcome's `results` are the lines for the readers
+    that need them: read back from the file with `keep_fields=KEPT_FIELDS`, else kept in a list
+    (`keep_fields` of each, or whole lines with None).
     """
 
     def __init__(
@@ -239,8 +186,9 @@ class Recording:
         self.keep_fields = keep_fields
         self.lags = new_histogram("latency_us")  # schedule lag, microseconds
         self.lag_trend = LagTrend(len(trace.requests))  # does the lag grow over the run?
-        # The fields the readers use, in columns (`KeptRecords`); whole lines in a list.
-        self.kept: list[dict[str, Any]] | KeptRecords = KeptRecords() if keep_fields == KEPT_FIELDS else []
+        # With `KEPT_FIELDS` nothing is kept: the readers read the file back (`ResultsRecords`).
+        self.from_file = keep_records and keep_fields == KEPT_FIELDS
+        self.kept: list[dict[str, Any]] = []
         self.counts = {"requests": 0, "errors": 0, "cancelled": 0}
         self._trace, self._plan, self._config = trace, plan, config
         self._engine: Engine | None = None  # made when first asked for, unless one was given
@@ -266,11 +214,10 @@ class Recording:
         if rec.status == "cancelled":
             self.counts["cancelled"] += 1
             line = self.writer.request(rec, summarise=False)
-            if self.keep_records:  # the server saw it: its counters and log still hold it
-                if isinstance(self.kept, KeptRecords):
-                    self.kept.append(line, whole=True)
-                else:
-                    self.kept.append(line)
+            if (
+                self.keep_records and not self.from_file
+            ):  # the server saw it: its counters and log still hold it
+                self.kept.append(line)
         else:
             self.counts["requests"] += 1
             if rec.status != "ok":
@@ -279,12 +226,9 @@ class Recording:
             if line["lag_s"] is not None:
                 self.lags.record_value(min(max(0, round(line["lag_s"] * 1e6)), _LAG_MAX_US))
                 self.lag_trend.add(line["lag_s"])
-            if self.keep_records:
+            if self.keep_records and not self.from_file:
                 fields = self.keep_fields
-                if fields is None or isinstance(self.kept, KeptRecords):
-                    self.kept.append(line)
-                else:
-                    self.kept.append({k: line[k] for k in fields if k in line})
+                self.kept.append(line if fields is None else {k: line[k] for k in fields if k in line})
         if self.observe is not None:
             self.observe(line)
 
@@ -320,7 +264,7 @@ class Recording:
             lag_p50_s=lag_p50,
             lag_p99_s=lag_p99,
             exit_code=code,
-            results=self.kept,
+            results=ResultsRecords(self.out) if self.from_file else self.kept,
             warnings=warnings,
         )
 

@@ -13,8 +13,9 @@ one phase. Either returns a results-file line (`kind: metrics`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -107,6 +108,20 @@ def check_after(
     return compare(served, [before, after], records)
 
 
+@dataclass(frozen=True, slots=True)
+class _RequestLines:
+    """The `request` records among `records` (without the cancelled ones if `cancelled` is
+    False), filtered afresh on each pass."""
+
+    records: Iterable[Mapping[str, Any]]
+    cancelled: bool = True
+
+    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        for r in self.records:
+            if r.get("kind", "request") == "request" and (self.cancelled or r.get("status") != "cancelled"):
+                yield r
+
+
 def compare(
     served: Served, snapshots: Sequence[Snapshot], records: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
@@ -120,12 +135,13 @@ def compare(
     if len(snapshots) < 2:
         return {**out, "ok": None, "skipped": f"{url} did not answer before and after the run"}
     deltas = accumulate(snapshots)
-    requests = [r for r in records if r.get("kind", "request") == "request"]
+    # Read as they are summed, never held (a million records read back from the results file).
+    requests = _RequestLines(records)
     # A request cancelled in flight (Ctrl-C, --max-duration) was counted by the server but its
     # usage never came back: it is left out of the sums, and a counter that is higher than the
     # sums is then no disagreement. One that is lower still is.
     cancelled = [r for r in requests if r.get("status") == "cancelled"]
-    measured = [r for r in requests if r.get("status") != "cancelled"] if cancelled else requests
+    measured = _RequestLines(records, cancelled=False) if cancelled else requests
     checks = check_usage(deltas, measured, usage_kind(served))
     explained = {id(c) for c in checks if cancelled and not c.ok and c.server > c.client}
     problems = disagreements([c for c in checks if id(c) not in explained], deltas)
@@ -135,7 +151,7 @@ def compare(
     return {
         **out,
         "ok": (not problems) if checks else None,
-        "requests": len(requests),
+        "requests": sum(1 for _ in requests),
         "scrapes": len(snapshots),
         "seconds": round(deltas.seconds, 3),
         "counters": counters,

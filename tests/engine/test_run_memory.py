@@ -10,11 +10,12 @@ import types
 
 import anyio
 import orjson
+import pytest
 
 from replay.engine.plans import make_plan
 from replay.engine.run import Engine, EngineConfig, reply_readers
 from replay.metrics.record import RequestRecord
-from replay.runs.recording import Recording, run_recordings
+from replay.runs.recording import KEPT_FIELDS, Recording, run_recordings
 from replay.trace import TraceWriter, read_trace
 from tests.support.scripted_server import Script
 
@@ -140,7 +141,8 @@ def _reachable(root: object) -> set[int]:
     return seen
 
 
-def test_what_a_recording_holds_does_not_grow_with_the_requests_done(scripted_server, tmp_path):
+@pytest.mark.parametrize("keep", [False, True])
+def test_what_a_recording_holds_does_not_grow_with_the_requests_done(scripted_server, tmp_path, keep):
     # Everything the run holds beyond the trace (engine, sink, writer, histograms, held load),
     # weighed after N and after 3N finished requests of one 4N-request trace: the indexes built
     # from the trace at the start are the same size at both points, so per-request state shows.
@@ -162,8 +164,9 @@ def test_what_a_recording_holds_does_not_grow_with_the_requests_done(scripted_se
         EngineConfig(base_url=scripted_server.url, lookahead=2),
         tmp_path / "out.jsonl",
         {"kind": "x"},
-        False,
+        keep,  # the records a simulator's log is read with: read back from the file afterwards
         observe=observe,
+        keep_fields=KEPT_FIELDS,
     )
     (outcome,) = run_recordings([recording], None)
     assert outcome.requests == 4 * n and outcome.errors == 0
@@ -172,3 +175,4 @@ def test_what_a_recording_holds_does_not_grow_with_the_requests_done(scripted_se
     # What the waiting requests' memory rose to is in the summary: at most the lookahead.
     summary = orjson.loads((tmp_path / "out.jsonl").read_bytes().splitlines()[-1])
     assert 1 <= summary["waiting_max"] <= 2 and recording.engine.progress.waiting == 0
+    assert len(outcome.results) == (4 * n if keep else 0)
