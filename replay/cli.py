@@ -15,7 +15,7 @@ from typing import Annotated, Any, TypeVar, cast
 import typer
 from rich.console import Console
 
-from replay.engine.defaults import AB_HISTORY, PLAN, SPEED, THINK, TIMEOUT_S
+from replay.engine.defaults import AB_HISTORY, TIMEOUT_S
 from replay.errors import ReplayError
 from replay.runs.options import ReplayOptions
 
@@ -306,6 +306,7 @@ def restore(
 
 
 @app.command()
+@replay_options(history=AB_HISTORY)
 def ab(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
     a: Annotated[Path, typer.Option("--a", help="Target TOML of build A.")],
@@ -316,22 +317,7 @@ def ab(
     out_dir: Annotated[
         Path | None, typer.Option(help="Where results, logs and ab.json go (must be empty).")
     ] = None,
-    plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = PLAN,
-    concurrency: Annotated[int | None, typer.Option(help="Requests in flight for overlap.")] = None,
-    speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = SPEED,
-    round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns.")] = False,
-    api: Annotated[str | None, typer.Option(help="openai | anthropic | openai-responses")] = None,
-    model: Annotated[str | None, typer.Option(help="Model name to send.")] = None,
-    history: Annotated[
-        str,
-        typer.Option(
-            help="recorded (the default: both arms get the same prompts) | live (each arm's own replies "
-            "go back into its history; where they differ, later prompts differ too)"
-        ),
-    ] = AB_HISTORY,
-    think: Annotated[str, typer.Option(help="off | on | auto")] = THINK,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = TIMEOUT_S,
-    max_duration: Annotated[float | None, typer.Option(help="Stop each run after this many seconds.")] = None,
+    options: ReplayOptions = REPLAY_DEFAULTS,  # in its place: the replay options (`replay_options`)
     reuse_cache: Annotated[bool, typer.Option(help="One disk cache per arm, kept across its runs.")] = False,
     keep_cache: Annotated[bool, typer.Option(help="Keep each run's disk cache after it.")] = False,
     service: Annotated[
@@ -348,7 +334,10 @@ def ab(
     b_ref: Annotated[str | None, typer.Option(help="Git ref for arm B (see --a-ref).")] = None,
     verbose: Verbose = False,
 ) -> None:
-    """A/B two server builds on the same trace, A B B A, with a verdict from B/A intervals."""
+    """A/B two server builds on the same trace, A B B A, with a verdict from B/A intervals.
+
+    History is recorded by default: both arms get the same prompts (live: each arm's own replies
+    go back into its history; where they differ, later prompts differ too)."""
     from replay.commands.ab import AbArgs
     from replay.commands.ab import ab as replay_ab
 
@@ -356,18 +345,9 @@ def ab(
         trace=trace,
         a=a,
         b=b,
+        options=options,
         repeat=repeat,
         out_dir=out_dir,
-        plan=plan,
-        concurrency=concurrency,
-        speed=speed,
-        round_robin=round_robin,
-        api=api,
-        model=model,
-        history=history,
-        think=think,
-        timeout=timeout,
-        max_duration=max_duration,
         reuse_cache=reuse_cache,
         keep_cache=keep_cache,
         service=service,

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from replay.cli import REPLAY_OPTIONS, app, command
+from replay.engine.defaults import AB_HISTORY
 from replay.runs.options import ReplayOptions
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ReplayOptions)}
@@ -18,9 +19,10 @@ DEFAULTS = {f.name: f.default for f in dataclasses.fields(ReplayOptions)}
 CLIENT = {"api", "model", "timeout", "max_duration", "loop", "connections"}
 VERBS: dict[tuple[str, ...], set[str]] = {
     ("run",): set(REPLAY_OPTIONS),
+    ("ab",): set(REPLAY_OPTIONS),
 }
 # A verb's own default, where it is not ReplayOptions' (and why: engine.defaults).
-OWN_DEFAULTS: dict[tuple[str, ...], dict[str, Any]] = {}
+OWN_DEFAULTS: dict[tuple[str, ...], dict[str, Any]] = {("ab",): {"history": AB_HISTORY}}
 
 
 def _params(path: tuple[str, ...]) -> dict[str, Any]:
@@ -54,6 +56,7 @@ def test_each_verb_takes_its_replay_options_as_run_declares_them_with_their_defa
     ("path", "argv", "module", "function"),
     [
         (("run",), ["trace.jsonl"], "replay.commands.run", "run"),
+        (("ab",), ["trace.jsonl", "--a", "a.toml", "--b", "b.toml"], "replay.commands.ab", "ab"),
     ],
     ids=lambda x: " ".join(x) if isinstance(x, tuple) else None,
 )
