@@ -15,7 +15,7 @@ from typing import Annotated, Any, TypeVar, cast
 import typer
 from rich.console import Console
 
-from replay.engine.defaults import AB_HISTORY, TIMEOUT_S
+from replay.engine.defaults import AB_HISTORY, SCENARIO_TIMEOUT_S
 from replay.errors import ReplayError
 from replay.runs.options import ReplayOptions
 
@@ -119,6 +119,10 @@ REPLAY_OPTIONS: dict[str, Any] = {
     "loop": LoopOption,
     "connections": ConnectionsOption,
 }
+
+# The ones every replaying verb takes: how the client sends, whatever the schedule. A verb whose
+# schedule is its own (the probe's restarts, a scenario's spec) takes these alone.
+CLIENT_OPTIONS = ("api", "model", "timeout", "max_duration", "loop", "connections")
 
 
 def replay_options(*names: str, **defaults: Any) -> Callable[[Verb], Verb]:
@@ -580,6 +584,7 @@ def scenario_generate(
 
 
 @scenario_app.command("run")
+@replay_options(*CLIENT_OPTIONS, timeout=SCENARIO_TIMEOUT_S)
 def scenario_run(
     name: Annotated[str, typer.Argument(help="Scenario name or spec file.")],
     out: Annotated[
@@ -592,6 +597,7 @@ def scenario_run(
     arm: Annotated[list[str] | None, typer.Option(help="Run only these arms (repeatable).")] = None,
     param: Params = None,
     time_scale: Annotated[float | None, typer.Option(help="Simulator speed-up over modelled time.")] = None,
+    options: ReplayOptions = REPLAY_DEFAULTS,  # in its place: the client's options (`replay_options`)
     force: Force = False,
 ) -> None:
     """Run every arm of a scenario on the simulator, compare them, write the report."""
@@ -599,7 +605,7 @@ def scenario_run(
     from replay.commands.scenario import run as replay_scenario
 
     args = ScenarioRunArgs(
-        name=name, out=out, params=param or [], arms=arm, time_scale=time_scale, force=force
+        name=name, out=out, params=param or [], arms=arm, time_scale=time_scale, options=options, force=force
     )
     raise typer.Exit(replay_scenario(args, console))
 
@@ -625,6 +631,7 @@ def scenario_check(
 
 
 @app.command()
+@replay_options(*CLIENT_OPTIONS)
 def probe(
     server: Annotated[
         Path | None, typer.Option(help="Target TOML of the server to probe (it is restarted for E5).")
@@ -646,7 +653,7 @@ def probe(
             help="Slot to save and restore for E5 (llama-server; default: the one holding the document)."
         ),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = TIMEOUT_S,
+    options: ReplayOptions = REPLAY_DEFAULTS,  # in its place: the client's options (`replay_options`)
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     force: Force = False,
 ) -> None:
@@ -662,7 +669,7 @@ def probe(
         params=param or [],
         out=out,
         slot=slot,
-        timeout=timeout,
+        options=options,
         as_json=json,
         force=force,
     )

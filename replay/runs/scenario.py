@@ -7,6 +7,7 @@ the trace's seconds and the modelled seconds stay the same seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from replay.engine.defaults import SCENARIO_TIMEOUT_S
 from replay.errors import UsageError
 from replay.runs.leftovers import disk_mib, write_leftovers
 from replay.runs.options import ReplayOptions
@@ -62,6 +64,21 @@ def _prepare(spec: Scenario, arm: Arm, out: Path) -> tuple[Scenario, Path, Gener
     return armed, trace_path, generate(armed, trace_path)
 
 
+# What a scenario's arms ask of the engine unless told otherwise; each arm's spec gives the schedule.
+ARM_OPTIONS = ReplayOptions(timeout=SCENARIO_TIMEOUT_S)
+
+
+def _scheduled(spec: Scenario, options: ReplayOptions, scale: float) -> ReplayOptions:
+    """`options` with the spec's schedule: timed and closed-loop run at the simulator's speed-up."""
+    return dataclasses.replace(
+        options,
+        plan=spec.run.plan,
+        concurrency=spec.run.concurrency,
+        speed=scale if spec.run.plan in ("timed", "closed-loop") else 1.0,
+        round_robin=spec.run.round_robin,
+    )
+
+
 def _job(
     spec: Scenario,
     arm: Arm,
@@ -69,25 +86,16 @@ def _job(
     served: Served,
     scale: float,
     trace_path: Path,
-    timeout_s: float,
+    options: ReplayOptions,
     workdir: Path,
     disk_at_start_mib: float = 0.0,
 ) -> ReplayJob:
     """What replaying one arm against a server that is already up takes; `disk_at_start_mib`:
     what an earlier day's files take of the disk budget (the report's disk strip starts there)."""
-    speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
-    options = ReplayOptions(
-        plan=spec.run.plan,
-        concurrency=spec.run.concurrency,
-        speed=speed,
-        round_robin=spec.run.round_robin,
-        think=spec.run.think,
-        timeout=timeout_s,
-    )
     return ReplayJob(
         served=served,
         trace=read_trace(trace_path),
-        options=options,
+        options=dataclasses.replace(_scheduled(spec, options, scale), think=spec.run.think),
         out=out / f"{spec.name}-{arm.name}.results.jsonl",
         workdir=workdir,
         header={
@@ -147,10 +155,10 @@ def run_arm(
     out_dir: str | Path,
     time_scale: float | None = None,
     console: Console | None = None,
-    timeout_s: float = 600.0,
+    options: ReplayOptions = ARM_OPTIONS,
 ) -> ArmResult:
     """Generate the arm's trace, start a simulator with the arm's flags, replay, stop it."""
-    return run_arms(spec, out_dir, [arm.name], time_scale=time_scale, console=console, timeout_s=timeout_s)[0]
+    return run_arms(spec, out_dir, [arm.name], time_scale=time_scale, console=console, options=options)[0]
 
 
 def run_shared(
@@ -158,7 +166,7 @@ def run_shared(
     out_dir: str | Path,
     flags: list[str],
     time_scale: float,
-    timeout_s: float = 600.0,
+    options: ReplayOptions = ARM_OPTIONS,
 ) -> list[ArmResult]:
     """Several (scenario, arm) runs, one after another, on ONE simulator started with `flags`.
 
@@ -178,7 +186,7 @@ def run_shared(
             for spec, arm in runs:
                 armed, trace_path, generated = _prepare(spec, arm, out)
                 log_start = _log_size(served)
-                job = _job(armed, arm, out, served, time_scale, trace_path, timeout_s, work)
+                job = _job(armed, arm, out, served, time_scale, trace_path, options, work)
                 (replayed,) = replay([job], say=_quiet)
                 run = _arm_result(arm, trace_path, generated, replayed.outcome)
                 _finish(run, replayed, served, log_start)
@@ -192,7 +200,7 @@ def run_arms(
     arms: list[str] | None = None,
     time_scale: float | None = None,
     console: Console | None = None,
-    timeout_s: float = 600.0,
+    options: ReplayOptions = ARM_OPTIONS,
 ) -> list[ArmResult]:
     """Every arm (or the named ones), each on its own simulator, all at once.
 
@@ -207,7 +215,7 @@ def run_arms(
     for arm in chosen:
         armed, trace_path, generated = _prepare(spec, arm, out)
         if server_kind(list(arm.sim)) == "llama" and _has_probes(trace_path):
-            restarting[arm.name] = _run_restarting(armed, arm, trace_path, generated, out, scale, timeout_s)
+            restarting[arm.name] = _run_restarting(armed, arm, trace_path, generated, out, scale, options)
             continue
         if generated.notice and console is not None:
             console.print(f"[yellow]note:[/yellow] {generated.notice}", highlight=False)
@@ -233,7 +241,7 @@ def run_arms(
         ]
         with _serve_all(targets, scratch) as served:
             jobs = [
-                _job(armed, arm, out, srv, scale, trace_path, timeout_s, d / "work", mib)
+                _job(armed, arm, out, srv, scale, trace_path, options, d / "work", mib)
                 for (armed, arm, trace_path, _), srv, d, mib in zip(
                     prepared, served, scratch, at_start, strict=True
                 )
@@ -260,18 +268,10 @@ def _run_restarting(
     generated: GenerateResult,
     out: Path,
     scale: float,
-    timeout_s: float,
+    options: ReplayOptions,
 ) -> ArmResult:
     """An arm on the simulator playing llama-server whose trace has `probe` requests (E5: save the
     slot, restart, restore, resend): replayed through the probe's restarts, on its own."""
-    speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
-    options = ReplayOptions(
-        plan=spec.run.plan,
-        concurrency=spec.run.concurrency,
-        speed=speed,
-        round_robin=spec.run.round_robin,
-        timeout=timeout_s,
-    )
     results = out / f"{spec.name}-{arm.name}.results.jsonl"
     labels = {p.rid: p.label for p in plan_requests(spec)}
     with tempfile.TemporaryDirectory(prefix="replay-scenario-") as scratch:
@@ -283,7 +283,7 @@ def _run_restarting(
             results,
             results.with_suffix(".server.log"),
             Path(scratch) / "work",
-            options,
+            _scheduled(spec, options, scale),
             header={"scenario": spec.name, "arm": arm.name, "time_scale": scale},
         )
     return _arm_result(arm, trace_path, generated, done.outcome)
