@@ -15,7 +15,7 @@ from typing import Annotated, Any, TypeVar, cast
 import typer
 from rich.console import Console
 
-from replay.engine.defaults import AB_HISTORY, PLAN, SPEED, THINK, TIMEOUT_S
+from replay.engine.defaults import AB_HISTORY, SCENARIO_TIMEOUT_S
 from replay.errors import ReplayError
 from replay.runs.options import ReplayOptions
 
@@ -119,6 +119,10 @@ REPLAY_OPTIONS: dict[str, Any] = {
     "loop": LoopOption,
     "connections": ConnectionsOption,
 }
+
+# The ones every replaying verb takes: how the client sends, whatever the schedule. A verb whose
+# schedule is its own (the probe's restarts, a scenario's spec) takes these alone.
+CLIENT_OPTIONS = ("api", "model", "timeout", "max_duration", "loop", "connections")
 
 
 def replay_options(*names: str, **defaults: Any) -> Callable[[Verb], Verb]:
@@ -306,6 +310,7 @@ def restore(
 
 
 @app.command()
+@replay_options(history=AB_HISTORY)
 def ab(
     trace: Annotated[Path, typer.Argument(help="Trace file (JSONL).")],
     a: Annotated[Path, typer.Option("--a", help="Target TOML of build A.")],
@@ -316,22 +321,7 @@ def ab(
     out_dir: Annotated[
         Path | None, typer.Option(help="Where results, logs and ab.json go (must be empty).")
     ] = None,
-    plan: Annotated[str, typer.Option(help="alternate | overlap | timed | closed-loop")] = PLAN,
-    concurrency: Annotated[int | None, typer.Option(help="Requests in flight for overlap.")] = None,
-    speed: Annotated[float, typer.Option(help="Time scale for timed and closed-loop plans.")] = SPEED,
-    round_robin: Annotated[bool, typer.Option(help="alternate: sessions take turns.")] = False,
-    api: Annotated[str | None, typer.Option(help="openai | anthropic | openai-responses")] = None,
-    model: Annotated[str | None, typer.Option(help="Model name to send.")] = None,
-    history: Annotated[
-        str,
-        typer.Option(
-            help="recorded (the default: both arms get the same prompts) | live (each arm's own replies "
-            "go back into its history; where they differ, later prompts differ too)"
-        ),
-    ] = AB_HISTORY,
-    think: Annotated[str, typer.Option(help="off | on | auto")] = THINK,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = TIMEOUT_S,
-    max_duration: Annotated[float | None, typer.Option(help="Stop each run after this many seconds.")] = None,
+    options: ReplayOptions = REPLAY_DEFAULTS,  # in its place: the replay options (`replay_options`)
     reuse_cache: Annotated[bool, typer.Option(help="One disk cache per arm, kept across its runs.")] = False,
     keep_cache: Annotated[bool, typer.Option(help="Keep each run's disk cache after it.")] = False,
     service: Annotated[
@@ -348,7 +338,10 @@ def ab(
     b_ref: Annotated[str | None, typer.Option(help="Git ref for arm B (see --a-ref).")] = None,
     verbose: Verbose = False,
 ) -> None:
-    """A/B two server builds on the same trace, A B B A, with a verdict from B/A intervals."""
+    """A/B two server builds on the same trace, A B B A, with a verdict from B/A intervals.
+
+    History is recorded by default: both arms get the same prompts (live: each arm's own replies
+    go back into its history; where they differ, later prompts differ too)."""
     from replay.commands.ab import AbArgs
     from replay.commands.ab import ab as replay_ab
 
@@ -356,18 +349,9 @@ def ab(
         trace=trace,
         a=a,
         b=b,
+        options=options,
         repeat=repeat,
         out_dir=out_dir,
-        plan=plan,
-        concurrency=concurrency,
-        speed=speed,
-        round_robin=round_robin,
-        api=api,
-        model=model,
-        history=history,
-        think=think,
-        timeout=timeout,
-        max_duration=max_duration,
         reuse_cache=reuse_cache,
         keep_cache=keep_cache,
         service=service,
@@ -600,6 +584,7 @@ def scenario_generate(
 
 
 @scenario_app.command("run")
+@replay_options(*CLIENT_OPTIONS, timeout=SCENARIO_TIMEOUT_S)
 def scenario_run(
     name: Annotated[str, typer.Argument(help="Scenario name or spec file.")],
     out: Annotated[
@@ -612,6 +597,7 @@ def scenario_run(
     arm: Annotated[list[str] | None, typer.Option(help="Run only these arms (repeatable).")] = None,
     param: Params = None,
     time_scale: Annotated[float | None, typer.Option(help="Simulator speed-up over modelled time.")] = None,
+    options: ReplayOptions = REPLAY_DEFAULTS,  # in its place: the client's options (`replay_options`)
     force: Force = False,
 ) -> None:
     """Run every arm of a scenario on the simulator, compare them, write the report."""
@@ -619,7 +605,7 @@ def scenario_run(
     from replay.commands.scenario import run as replay_scenario
 
     args = ScenarioRunArgs(
-        name=name, out=out, params=param or [], arms=arm, time_scale=time_scale, force=force
+        name=name, out=out, params=param or [], arms=arm, time_scale=time_scale, options=options, force=force
     )
     raise typer.Exit(replay_scenario(args, console))
 
@@ -645,6 +631,7 @@ def scenario_check(
 
 
 @app.command()
+@replay_options(*CLIENT_OPTIONS)
 def probe(
     server: Annotated[
         Path | None, typer.Option(help="Target TOML of the server to probe (it is restarted for E5).")
@@ -666,7 +653,7 @@ def probe(
             help="Slot to save and restore for E5 (llama-server; default: the one holding the document)."
         ),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = TIMEOUT_S,
+    options: ReplayOptions = REPLAY_DEFAULTS,  # in its place: the client's options (`replay_options`)
     json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
     force: Force = False,
 ) -> None:
@@ -682,7 +669,7 @@ def probe(
         params=param or [],
         out=out,
         slot=slot,
-        timeout=timeout,
+        options=options,
         as_json=json,
         force=force,
     )

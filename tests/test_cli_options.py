@@ -5,22 +5,28 @@ receives them as one `ReplayOptions`."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
-from replay.cli import REPLAY_OPTIONS, app, command
+from replay import cli
+from replay.cli import CLIENT_OPTIONS, REPLAY_OPTIONS, app, command
+from replay.engine.defaults import AB_HISTORY, SCENARIO_TIMEOUT_S
 from replay.runs.options import ReplayOptions
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ReplayOptions)}
 # The options every replaying verb takes; run and ab take the schedule and what to send too.
-CLIENT = {"api", "model", "timeout", "max_duration", "loop", "connections"}
+CLIENT = set(CLIENT_OPTIONS)
 VERBS: dict[tuple[str, ...], set[str]] = {
     ("run",): set(REPLAY_OPTIONS),
+    ("ab",): set(REPLAY_OPTIONS),
+    ("probe",): CLIENT,
+    ("scenario", "run"): CLIENT,
 }
 # A verb's own default, where it is not ReplayOptions' (and why: engine.defaults).
-OWN_DEFAULTS: dict[tuple[str, ...], dict[str, Any]] = {}
+OWN_DEFAULTS = {("ab",): {"history": AB_HISTORY}, ("scenario", "run"): {"timeout": SCENARIO_TIMEOUT_S}}
 
 
 def _params(path: tuple[str, ...]) -> dict[str, Any]:
@@ -50,10 +56,44 @@ def test_each_verb_takes_its_replay_options_as_run_declares_them_with_their_defa
         assert verb[name].default == OWN_DEFAULTS.get(path, {}).get(name, DEFAULTS[name]), name
 
 
+def test_the_client_options_are_the_same_set_on_all_four_verbs() -> None:
+    taken = {path: set(_params(path)) & set(REPLAY_OPTIONS) for path in VERBS}
+    assert taken[("run",)] == taken[("ab",)] == set(REPLAY_OPTIONS)
+    assert taken[("probe",)] == taken[("scenario", "run")] == CLIENT
+    assert {"timeout", "loop", "connections"} <= CLIENT
+
+
+def test_an_option_declared_once_reaches_a_verb_with_its_fields_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Adding an option is a field of ReplayOptions and its line in REPLAY_OPTIONS, nothing in the verbs."""
+
+    @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+    class Wider(ReplayOptions):
+        retries: int = 3
+
+    monkeypatch.setattr(cli, "ReplayOptions", Wider)
+    monkeypatch.setitem(REPLAY_OPTIONS, "retries", Annotated[int, typer.Option(help="Retries.")])
+    got: list[Any] = []
+    small = typer.Typer()
+
+    @small.command()
+    @cli.replay_options("timeout", "retries")
+    def verb(name: str, options: ReplayOptions = cli.REPLAY_DEFAULTS) -> None:
+        got.append((name, options))
+
+    assert CliRunner().invoke(small, ["x", "--retries", "5"]).exit_code == 0
+    assert CliRunner().invoke(small, ["y", "--timeout", "9"]).exit_code == 0
+    assert got == [("x", Wider(retries=5)), ("y", Wider(timeout=9.0))]
+
+
 @pytest.mark.parametrize(
     ("path", "argv", "module", "function"),
     [
         (("run",), ["trace.jsonl"], "replay.commands.run", "run"),
+        (("ab",), ["trace.jsonl", "--a", "a.toml", "--b", "b.toml"], "replay.commands.ab", "ab"),
+        (("probe",), [], "replay.commands.probe", "probe"),
+        (("scenario", "run"), ["switching"], "replay.commands.scenario", "run"),
     ],
     ids=lambda x: " ".join(x) if isinstance(x, tuple) else None,
 )

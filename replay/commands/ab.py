@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from replay.commands import print_json
-from replay.engine.defaults import AB_HISTORY, PLAN, SPEED, THINK, TIMEOUT_S
+from replay.engine.defaults import AB_HISTORY
 from replay.report.ab import render
 from replay.report.ab_stats import CONFIDENCE
 from replay.runs.ab import run_ab
@@ -20,18 +20,9 @@ class AbArgs:
     trace: Path
     a: Path  # target TOML of build A
     b: Path
+    options: ReplayOptions = ReplayOptions(history=AB_HISTORY)  # every arm run's
     repeat: int = 2
     out_dir: Path | None = None
-    plan: str = PLAN
-    concurrency: int | None = None
-    speed: float = SPEED
-    round_robin: bool = False
-    api: str | None = None
-    model: str | None = None
-    history: str = AB_HISTORY
-    think: str = THINK
-    timeout: float = TIMEOUT_S
-    max_duration: float | None = None
     reuse_cache: bool = False
     keep_cache: bool = False
     service: Path | None = None
@@ -45,19 +36,7 @@ class AbArgs:
 
 def ab(args: AbArgs, console: Console) -> int:
     """Run every arm run, then print the report; returns the exit code."""
-    options = ReplayOptions(
-        plan=args.plan,
-        concurrency=args.concurrency,
-        speed=args.speed,
-        round_robin=args.round_robin,
-        api=args.api,
-        model=args.model,
-        history=args.history,
-        think=args.think,
-        timeout=args.timeout,
-        max_duration=args.max_duration,
-    )
-    options.check()
+    args.options.check()  # before any server starts
     progress = Console(stderr=True)
     outcome = run_ab(
         args.trace,
@@ -65,7 +44,7 @@ def ab(args: AbArgs, console: Console) -> int:
         args.b,
         repeat=args.repeat,
         out_dir=args.out_dir,
-        options=options,
+        options=args.options,
         reuse_cache=args.reuse_cache,
         keep_cache=args.keep_cache,
         service=args.service,

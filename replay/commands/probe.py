@@ -9,7 +9,6 @@ from pathlib import Path
 from rich.console import Console
 
 from replay.commands import print_json
-from replay.engine.defaults import TIMEOUT_S
 from replay.errors import UsageError
 from replay.outputs import output_folder
 from replay.runs.options import ReplayOptions
@@ -30,15 +29,14 @@ class ProbeArgs:
     out: Path | None = None  # default: a new replay-probe/run-N
     force: bool = False  # write into an --out folder that is not empty
     slot: int | None = None  # default: the slot holding the document (GET /slots, else the log)
-    timeout: float = TIMEOUT_S
+    options: ReplayOptions = ReplayOptions()  # its schedule stays alternate, its history live
     as_json: bool = False
 
 
 def probe(args: ProbeArgs, console: Console) -> int:
     """Run, print the per-step table (or JSON); 1 if a step failed. The simulator's disk-KV
     directory lives under `out`, so it outlives the restart like a real server's would."""
-    options = ReplayOptions(timeout=args.timeout)
-    options.check()  # before any server starts
+    args.options.check()  # before any server starts
     if args.slot is not None and args.slot < 0:
         raise UsageError(f"--slot must be a slot number (0 or more), not {args.slot}")
     # With --json, stdout holds the JSON document alone: progress goes to stderr.
@@ -51,7 +49,7 @@ def probe(args: ProbeArgs, console: Console) -> int:
             scenario=args.scenario,
             params=parse_params(args.params),
             slot=args.slot,
-            options=options,
+            options=args.options,
             say=lambda m: progress.print(m, highlight=False),
         )
     if args.as_json:

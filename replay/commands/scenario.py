@@ -15,7 +15,8 @@ from rich.table import Table
 from replay.errors import ReplayError
 from replay.outputs import check_file, check_folder, output_folder, replacing
 from replay.report.html import DIGEST_ROWS, Written, digest, write_report
-from replay.runs.scenario import ArmResult, run_arms
+from replay.runs.options import ReplayOptions
+from replay.runs.scenario import ARM_OPTIONS, ArmResult, run_arms
 from replay.scenario.build import generate as write_trace
 from replay.scenario.build import plan_requests
 from replay.scenario.catalog import find_scenario, list_scenarios
@@ -168,12 +169,13 @@ def run_and_report(
     console: Console,
     arms: list[str] | None = None,
     time_scale: float | None = None,
+    options: ReplayOptions = ARM_OPTIONS,
 ) -> tuple[int, list[ArmResult], Written | None]:
     """Each arm on its own simulator (all at once), then the HTML report of all of them in
     `out_dir/report`."""
     chosen = arms or [a.name for a in spec.arms]
     console.print(f"running {len(chosen)} arm(s) side by side: {', '.join(chosen)}", highlight=False)
-    runs = run_arms(spec, out_dir, chosen, time_scale=time_scale, console=console)
+    runs = run_arms(spec, out_dir, chosen, time_scale=time_scale, console=console, options=options)
     for run in runs:
         console.print(
             f"  {run.arm:>8}: {run.outcome.requests} requests, {run.outcome.errors} failed "
@@ -199,6 +201,7 @@ class ScenarioRunArgs:
     params: list[str] = field(default_factory=list)
     arms: list[str] | None = None  # only these arms (default: every one)
     time_scale: float | None = None  # simulator speed-up over modelled time
+    options: ReplayOptions = ARM_OPTIONS  # the client's; each arm's spec gives the schedule
     force: bool = False  # write into an --out folder that is not empty
 
 
@@ -209,7 +212,9 @@ def run(args: ScenarioRunArgs, console: Console) -> int:
         spec.arm(arm)  # an unknown arm is refused before a folder is made
     console.print(f"[bold]{spec.name}[/bold]: {spec.title}", highlight=False)
     with output_folder(args.out, RUNS / spec.name, force=args.force) as out:
-        code, _, written = run_and_report(spec, out, console, arms=args.arms, time_scale=args.time_scale)
+        code, _, written = run_and_report(
+            spec, out, console, arms=args.arms, time_scale=args.time_scale, options=args.options
+        )
     if written is None:
         return code
     console.print(digest_table(written, f"{spec.name}: what each switch cost"))

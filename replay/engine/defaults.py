@@ -16,3 +16,5 @@ AB_HISTORY = "recorded"
 THINK = "off"
 LOOP = "auto"  # asyncio's own loop (engine.run.loop_options says why not uvloop)
 CONNECTIONS = "auto"  # as the server: engine.connections
+# A scenario's arms run on the simulator (`scenario run`): a shorter timeout than a real server's.
+SCENARIO_TIMEOUT_S = 600.0

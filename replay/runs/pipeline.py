@@ -23,7 +23,7 @@ from rich.console import Console
 from replay.engine.run import Engine, EngineConfig
 from replay.errors import TargetError, UsageError
 from replay.metrics.record import RequestRecord
-from replay.metrics.results import append_records, read_summary_line
+from replay.metrics.results import append_records, read_results, read_summary_line
 from replay.metrics.switch import SwitchTracker
 from replay.runs.barrier import late_notice, wait_until
 from replay.runs.options import ReplayOptions

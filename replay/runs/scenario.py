@@ -7,6 +7,7 @@ the trace's seconds and the modelled seconds stay the same seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 import time
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 
 from drivers.target import load_target
+from replay.engine.defaults import SCENARIO_TIMEOUT_S
 from replay.errors import UsageError
 from replay.runs.leftovers import disk_mib, write_leftovers
 from replay.runs.options import ReplayOptions
@@ -64,6 +66,21 @@ def _prepare(spec: Scenario, arm: Arm, out: Path) -> tuple[Scenario, Path, Gener
     return armed, trace_path, generate(armed, trace_path)
 
 
+# What a scenario's arms ask of the engine unless told otherwise; each arm's spec gives the schedule.
+ARM_OPTIONS = ReplayOptions(timeout=SCENARIO_TIMEOUT_S)
+
+
+def _scheduled(spec: Scenario, options: ReplayOptions, scale: float) -> ReplayOptions:
+    """`options` with the spec's schedule: timed and closed-loop run at the simulator's speed-up."""
+    return dataclasses.replace(
+        options,
+        plan=spec.run.plan,
+        concurrency=spec.run.concurrency,
+        speed=scale if spec.run.plan in ("timed", "closed-loop") else 1.0,
+        round_robin=spec.run.round_robin,
+    )
+
+
 def _job(
     spec: Scenario,
     arm: Arm,
@@ -71,25 +88,16 @@ def _job(
     served: Served,
     scale: float,
     trace_path: Path,
-    timeout_s: float,
+    options: ReplayOptions,
     workdir: Path,
     disk_at_start_mib: float = 0.0,
 ) -> ReplayJob:
     """What replaying one arm against a server that is already up takes; `disk_at_start_mib`:
     what an earlier day's files take of the disk budget (the report's disk strip starts there)."""
-    speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
-    options = ReplayOptions(
-        plan=spec.run.plan,
-        concurrency=spec.run.concurrency,
-        speed=speed,
-        round_robin=spec.run.round_robin,
-        think=spec.run.think,
-        timeout=timeout_s,
-    )
     return ReplayJob(
         served=served,
         trace=read_trace(trace_path),
-        options=options,
+        options=dataclasses.replace(_scheduled(spec, options, scale), think=spec.run.think),
         out=out / f"{spec.name}-{arm.name}.results.jsonl",
         workdir=workdir,
         header={
@@ -149,10 +157,10 @@ def run_arm(
     out_dir: str | Path,
     time_scale: float | None = None,
     console: Console | None = None,
-    timeout_s: float = 600.0,
+    options: ReplayOptions = ARM_OPTIONS,
 ) -> ArmResult:
     """Generate the arm's trace, start a simulator with the arm's flags, replay, stop it."""
-    return run_arms(spec, out_dir, [arm.name], time_scale=time_scale, console=console, timeout_s=timeout_s)[0]
+    return run_arms(spec, out_dir, [arm.name], time_scale=time_scale, console=console, options=options)[0]
 
 
 def run_shared(
@@ -160,7 +168,7 @@ def run_shared(
     out_dir: str | Path,
     flags: list[str],
     time_scale: float,
-    timeout_s: float = 600.0,
+    options: ReplayOptions = ARM_OPTIONS,
 ) -> list[ArmResult]:
     """Several (scenario, arm) runs, one after another, on ONE simulator started with `flags`.
 
@@ -180,7 +188,7 @@ def run_shared(
             for spec, arm in runs:
                 armed, trace_path, generated = _prepare(spec, arm, out)
                 log_start = _log_size(served)
-                job = _job(armed, arm, out, served, time_scale, trace_path, timeout_s, work)
+                job = _job(armed, arm, out, served, time_scale, trace_path, options, work)
                 (replayed,) = replay([job], say=_quiet)
                 run = _arm_result(arm, trace_path, generated, replayed.outcome)
                 _finish(run, replayed, served, log_start)
@@ -194,7 +202,7 @@ def run_arms(
     arms: list[str] | None = None,
     time_scale: float | None = None,
     console: Console | None = None,
-    timeout_s: float = 600.0,
+    options: ReplayOptions = ARM_OPTIONS,
 ) -> list[ArmResult]:
     """Every arm (or the named ones), each on its own simulator, all at once.
 
@@ -213,13 +221,13 @@ def run_arms(
             fleets.append((armed, arm, trace_path, generated))
             continue
         if server_kind(list(arm.sim)) == "llama" and _has_probes(trace_path):
-            restarting[arm.name] = _run_restarting(armed, arm, trace_path, generated, out, scale, timeout_s)
+            restarting[arm.name] = _run_restarting(armed, arm, trace_path, generated, out, scale, options)
             continue
         if generated.notice and console is not None:
             console.print(f"[yellow]note:[/yellow] {generated.notice}", highlight=False)
         prepared.append((armed, arm, trace_path, generated))
     if fleets:
-        for run in _run_fleets(fleets, out, scale, timeout_s):
+        for run in _run_fleets(fleets, out, scale, options):
             restarting[run.arm] = run
     if not prepared:
         return [restarting[arm.name] for arm in chosen]
@@ -242,7 +250,7 @@ def run_arms(
         ]
         with _serve_all(targets, scratch) as served:
             jobs = [
-                _job(armed, arm, out, srv, scale, trace_path, timeout_s, d / "work", mib)
+                _job(armed, arm, out, srv, scale, trace_path, options, d / "work", mib)
                 for (armed, arm, trace_path, _), srv, d, mib in zip(
                     prepared, served, scratch, at_start, strict=True
                 )
@@ -269,18 +277,10 @@ def _run_restarting(
     generated: GenerateResult,
     out: Path,
     scale: float,
-    timeout_s: float,
+    options: ReplayOptions,
 ) -> ArmResult:
     """An arm on the simulator playing llama-server whose trace has `probe` requests (E5: save the
     slot, restart, restore, resend): replayed through the probe's restarts, on its own."""
-    speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
-    options = ReplayOptions(
-        plan=spec.run.plan,
-        concurrency=spec.run.concurrency,
-        speed=speed,
-        round_robin=spec.run.round_robin,
-        timeout=timeout_s,
-    )
     results = out / f"{spec.name}-{arm.name}.results.jsonl"
     labels = {p.rid: p.label for p in plan_requests(spec)}
     with tempfile.TemporaryDirectory(prefix="replay-scenario-") as scratch:
@@ -292,7 +292,7 @@ def _run_restarting(
             results,
             results.with_suffix(".server.log"),
             Path(scratch) / "work",
-            options,
+            _scheduled(spec, options, scale),
             header={"scenario": spec.name, "arm": arm.name, "time_scale": scale},
         )
     return _arm_result(arm, trace_path, generated, done.outcome)
@@ -323,7 +323,7 @@ def fleet_targets(arm: Arm, scale: float, scratch: Path) -> Path:
 
 
 def _run_fleets(
-    fleets: list[tuple[Scenario, Arm, Path, GenerateResult]], out: Path, scale: float, timeout_s: float
+    fleets: list[tuple[Scenario, Arm, Path, GenerateResult]], out: Path, scale: float, options: ReplayOptions
 ) -> list[ArmResult]:
     """The arms over several simulators, side by side: each fleet started (its simulators, then
     its router in front of them, each by its PID), all replayed at once, and every process
@@ -338,7 +338,7 @@ def _run_fleets(
             for (_, arm, _, _), d in zip(fleets, scratch, strict=True)
         ]
         with _serve_all(targets, scratch, fleet=True) as served:
-            jobs = [_fleet_job(armed, arm, trace_path, out, srv, scale, timeout_s, d / "work")
+            jobs = [_fleet_job(armed, arm, trace_path, out, srv, scale, options, d / "work")
                     for (armed, arm, trace_path, _), srv, d in zip(fleets, served, scratch, strict=True)]  # fmt: skip
             replayed = replay(jobs, say=_quiet)
         runs = []
@@ -356,20 +356,15 @@ def _fleet_job(
     out: Path,
     served: list[Served],
     scale: float,
-    timeout_s: float,
+    options: ReplayOptions,
     workdir: Path,
 ) -> ReplayJob:
+    """What replaying one fleet arm takes: the router (or the client's routing) in front of the
+    arm's simulators, `served[0]` the address the client sends to."""
     fleet = arm.fleet
     assert fleet is not None
-    speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
-    options = ReplayOptions(
-        plan=spec.run.plan,
-        concurrency=spec.run.concurrency,
-        speed=speed,
-        round_robin=spec.run.round_robin,
-        think=spec.run.think,
-        timeout=timeout_s,
-        routing=fleet.routing or "sticky",
+    options = dataclasses.replace(
+        _scheduled(spec, options, scale), think=spec.run.think, routing=fleet.routing or "sticky"
     )
     return ReplayJob(
         served=served[0],

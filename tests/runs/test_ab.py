@@ -33,6 +33,7 @@ from replay.trace.writer import TraceWriter
 
 SIM_FLAGS = ["--batched-session", "2", "--time-scale", "500", "--hidden-reasoning"]
 THINKING = ReplayOptions(think="on")
+THINKING_AB = ReplayOptions(history="recorded", think="on")  # ab's own default history
 
 
 def write_trace(path: Path, temperature: float = 0.0) -> Path:
@@ -92,7 +93,9 @@ def test_cold_saves_on_beat_off_in_order_abba_on_fresh_caches(
 ) -> None:
     trace, a, b = arms
     out = tmp_path / "ab"
-    code = ab(AbArgs(trace=trace, a=a, b=b, repeat=1, out_dir=out, think="on", as_json=True), Console())
+    code = ab(
+        AbArgs(trace=trace, a=a, b=b, repeat=1, out_dir=out, options=THINKING_AB, as_json=True), Console()
+    )
     assert code == 0
     doc = orjson.loads(capsys.readouterr().out)
     assert doc == orjson.loads((out / "ab.json").read_bytes())
