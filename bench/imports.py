@@ -1,11 +1,14 @@
 """Importers of the public corpora on big inputs: peak memory (RSS) and speed.
 
-`python -m bench.imports [--mb 2048] [--kinds weka,otel,swe-agent] [--work DIR]` generates, for
+`python -m bench --only imports [--imports-mb 2048]` runs it as a section of `just bench` (100 MB a
+kind by default, 20 in a quick run; the 2 GB figure with `--imports-mb 2048`), and
+`python -m bench.imports [--mb 2048] [--kinds weka,otel,swe-agent] [--work DIR]` alone. It generates, for
 each kind, an input of about that many MB in its real shape (WEKA `traces.jsonl` with subagents;
 an OTLP JSON document as one `.json` file, so the ijson path is the one measured; a folder of
 Mini-SWE-agent trajectories), imports it in a child process (`replay import`'s own code, so the
 child's peak RSS is the importer's), and prints one JSON object per kind: input MB, output MB,
-seconds, MB/s and peak RSS MiB. The inputs are deleted afterwards; nothing is committed.
+seconds, MB/s, MB per CPU-second (what a loaded host changes least) and peak RSS MiB. Each import
+includes `replay import`'s validation of what it wrote. The inputs are deleted afterwards.
 """
 
 from __future__ import annotations
@@ -200,11 +203,19 @@ def _one(kind: str, src: str, out: str) -> None:
     from replay.importers.base import ImportOptions
     from replay.importers.registry import run_import
 
-    t0 = time.perf_counter()
+    def cpu() -> float:
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        return use.ru_utime + use.ru_stime
+
+    t0, c0 = time.perf_counter(), cpu()
     line = run_import(kind, Path(src), Path(out), ImportOptions(progress=False))
-    wall = time.perf_counter() - t0
+    wall, spent = time.perf_counter() - t0, cpu() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"wall_s": round(wall, 1), "peak_rss_mib": round(peak, 1), "line": line}))
+    print(
+        json.dumps(
+            {"wall_s": round(wall, 1), "cpu_s": round(spent, 1), "peak_rss_mib": round(peak, 1), "line": line}
+        )
+    )
 
 
 def measure(kind: str, size: int, work: Path) -> dict[str, Any]:
@@ -236,11 +247,30 @@ def measure(kind: str, size: int, work: Path) -> dict[str, Any]:
         "output_mb": round(out_mb, 1),
         "generate_s": round(gen_s, 1),
         "import_s": got["wall_s"],
+        "import_cpu_s": got["cpu_s"],
         "mb_per_s": round(made / 1e6 / got["wall_s"], 1) if got["wall_s"] else None,
+        "mb_per_cpu_s": round(made / 1e6 / got["cpu_s"], 1) if got["cpu_s"] else None,
         "peak_rss_mib": got["peak_rss_mib"],
         "bounded": got["peak_rss_mib"] <= RSS_TARGET_MIB,
         "result": got["line"].split(" (")[0].split(": ", 1)[-1],
     }
+
+
+def section(mb: float, work: Path, kinds: tuple[str, ...] = KINDS, log: Any = None) -> dict[str, Any]:
+    """`just bench`'s imports section: each kind at `mb` MB, one after another (a failed kind is
+    reported as such, the others still measured)."""
+    found = []
+    for kind in kinds:
+        got = measure(kind, int(mb * 1e6), work)
+        if log is not None:
+            log(
+                f"  {kind}: {got.get('input_mb')} MB in {got.get('import_s')} s ({got.get('mb_per_s')} MB/s, "
+                f"{got.get('mb_per_cpu_s')} MB per CPU-s), peak RSS {got.get('peak_rss_mib')} MiB"
+                if got.get("status") != "failed"
+                else f"  {kind}: failed {got.get('error')}"
+            )
+        found.append(got)
+    return {"mb": mb, "rss_target_mib": RSS_TARGET_MIB, "kinds": found}
 
 
 def main(argv: list[str] | None = None) -> int:

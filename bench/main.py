@@ -1,7 +1,8 @@
 """`python -m bench`: run the client benchmark sections and write results plus a markdown verdict.
 
-Sections: server (wrk ceiling), accuracy, rate, peers, memory, trace, sim, soak (`--soak-minutes`
-per process; `just soak` runs it alone). `--quick` runs a subset in under 3 minutes (no peers, no
+Sections: server (wrk ceiling), accuracy, rate, peers, memory, trace, imports (the public corpora's
+importers: peak RSS and MB/s, `--imports-mb` a kind), sim, soak (`--soak-minutes` per process;
+`just soak` runs it alone). `--quick` runs a subset in under 3 minutes (no peers, no
 server ceiling and no soak, one rate point per worker count, smaller sizes; every load point still
 10 s or 10,000 requests, so a change can be checked before it lands); `--only NAME[,NAME]` runs
 just those. Each section
@@ -24,15 +25,17 @@ from typing import Any
 
 import orjson
 
-from bench import memory, ours, peers, simbench, soak, wrk
+from bench import imports, memory, ours, peers, simbench, soak, wrk
 from bench.floor import floor_point
 from bench.refserver import Pacing
 from bench.report import markdown
 from bench.server import refserver
 
-SECTIONS = ("server", "accuracy", "rate", "peers", "memory", "trace", "sim", "soak")
+SECTIONS = ("server", "accuracy", "rate", "peers", "memory", "trace", "imports", "sim", "soak")
 # The server's own ceiling does not move with the client: a quick run keeps the last full figure.
-QUICK_SECTIONS = ("accuracy", "rate", "memory", "trace", "sim")
+QUICK_SECTIONS = ("accuracy", "rate", "memory", "trace", "imports", "sim")
+IMPORTS_MB = 100.0  # a kind, in a full run: the 2 GB figure is `--imports-mb 2048` (minutes a kind)
+IMPORTS_QUICK_MB = 20.0
 QUICK_POINT_S = 10.0  # a point shorter than this (or than 10,000 requests) is noise, not a check
 _NEEDS_SERVER = {"server", "accuracy", "rate", "peers", "memory"}
 _T0 = time.perf_counter()
@@ -65,6 +68,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--soak-minutes", type=float, default=None, help="minutes per soaked process (default 10, quick 1)"
     )
     ap.add_argument(
+        "--imports-mb",
+        type=float,
+        default=None,
+        help=f"input MB per importer kind (default {IMPORTS_MB:g}, quick {IMPORTS_QUICK_MB:g}; 2048 for the 2 GB figure)",
+    )
+    ap.add_argument(
         "--rebuild", action="store_true", help="measure nothing: rebuild README.md from the JSON files"
     )
     args = ap.parse_args(argv)
@@ -79,6 +88,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.sections = []
     args.duration = args.duration or (QUICK_POINT_S if args.quick else 5.0)
     args.soak_minutes = args.soak_minutes or (1.0 if args.quick else 10.0)
+    args.imports_mb = args.imports_mb or (IMPORTS_QUICK_MB if args.quick else IMPORTS_MB)
     args.out, args.cache = args.out.resolve(), args.cache.resolve()  # peers run in other directories
     return args
 
@@ -128,6 +138,8 @@ def run_section(
     if name == "trace":
         size = 100_000_000 if quick else 1_000_000_000
         return memory.read_throughput(work, size)
+    if name == "imports":
+        return imports.section(args.imports_mb, work, log=log)
     if name == "sim":
         morning = simbench.slow_morning(work, timeout_s=120 if quick else 300)
         log(f"  slow-morning: {morning.get('status')} {morning.get('wall_s')} s")

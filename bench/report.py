@@ -20,6 +20,7 @@ RATE_TARGET_2 = 4000.0  # req/s, --workers 2
 RATE_FACTOR_TARGET = 4.0
 RSS_TARGET_MIB = 1024.0
 READ_TARGET_MBPS = 200.0
+IMPORT_RSS_TARGET_MIB = 512.0  # an importer streams: bounded far below its input, whatever its size
 SLOW_MORNING_TARGET_S = 10.0
 SWEEP_TARGET_S = 60.0
 
@@ -169,6 +170,18 @@ def checks(results: dict[str, Any]) -> list[Check]:
             " MiB",
         )
     )
+    imported = results.get("imports") or {}
+    for got in imported.get("kinds") or ():
+        size = f" on {got['input_mb']:,.0f} MB" if got.get("input_mb") else ""
+        out.append(
+            _at_most(
+                f"import {got.get('kind')} peak RSS{size}",
+                f"<= {imported.get('rss_target_mib', IMPORT_RSS_TARGET_MIB):.0f} MiB",
+                got.get("peak_rss_mib"),
+                imported.get("rss_target_mib", IMPORT_RSS_TARGET_MIB),
+                " MiB",
+            )
+        )
     sim = results.get("sim") or {}
     morning = sim.get("slow_morning") or {}
     check = _at_most(
@@ -261,6 +274,7 @@ def markdown(results: dict[str, Any]) -> str:
         ("peers", _peers),
         ("memory", _memory),
         ("trace", _trace),
+        ("imports", _imports),
         ("sim", _sim),
         ("soak", _soak),
     ):
@@ -473,6 +487,33 @@ def _trace(results: dict[str, Any]) -> list[str]:
                     f" across sessions; loaded, the repeats are one object ({read['distinct_messages']:,} distinct),"
                     " so memory follows the distinct text: a trace of all-distinct text holds about its own size."
                 )
+    return lines
+
+
+def _imports(results: dict[str, Any]) -> list[str]:
+    imported = results.get("imports")
+    if not imported or not imported.get("kinds"):
+        return []
+    lines = [
+        "",
+        f"## Importers of the public corpora ({imported.get('mb', 0):g} MB a kind)",
+        "",
+        "Each kind's input generated in its real shape, imported by `replay import` in a child process "
+        "(its validation of what it wrote included). The 2 GB figure: `python -m bench --only imports "
+        "--imports-mb 2048`.",
+        "",
+        "| kind | input MB | output MB | import s | MB/s | MB per CPU-s | peak RSS | trace |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for got in imported["kinds"]:
+        if got.get("status") == "failed":
+            lines.append(f"| {got.get('kind')} | failed: {' '.join(got.get('error') or [])} | | | | | | |")
+            continue
+        lines.append(
+            f"| {got['kind']} | {_f(got.get('input_mb'))} | {_f(got.get('output_mb'))} | {_f(got.get('import_s'))} "
+            f"| {_f(got.get('mb_per_s'))} | {_f(got.get('mb_per_cpu_s'))} | {_f(got.get('peak_rss_mib'), ' MiB', 0)} "
+            f"| {got.get('result', '')} |"
+        )
     return lines
 
 

@@ -258,6 +258,13 @@ class Emitter:
         base = self._base(step, mine)
         tag = step.tag
         prev = mine[-1] if mine else None
+        # Messages known equal to the session's last request's (the writer's own basis for it):
+        # the writer reuses their keys instead of hashing the whole history again.
+        same = 0
+        if prev is not None and base is prev:  # extends it fully (`_base`)
+            same = len(prev.messages)
+        elif prev is not None and base is None:
+            same = _common(prev.messages, step.messages)
         if (
             tag == "turn"
             and prev is not None
@@ -298,8 +305,9 @@ class Emitter:
             usage=step.usage or None,
             after=after,
             tag=tag,
-            base=None if base is None else Basis.of(base.rid, base.messages, base.reply),
+            base=None if base is None or base is prev else Basis.of(base.rid, base.messages, base.reply),
             synthetic=step.synthetic or None,
+            same=same,
         )
         done = step.done if step.done is not None else step.t
         if step.mark is not None:

@@ -174,7 +174,21 @@ class _Checker:
                 )
             return value
         if isinstance(value, list):
-            return [self.content(part, where) for part in value]
+            for part in value:  # text and plain synth parts stay as they are: an imported prompt
+                # may hold a million of them (one per hashed block), checked here without a call each
+                if type(part) is str:
+                    continue
+                if type(part) is dict and len(part) == 1:
+                    spec = part.get("synth")
+                    if (
+                        type(spec) is dict
+                        and type(spec.get("tokens")) is int
+                        and 0 <= spec["tokens"] <= SYNTH_MAX_TOKENS
+                        and type(spec.get("seed")) is int
+                    ):
+                        continue
+                return [self.content(part, where) for part in value]  # blobs to resolve, or an error
+            return value
         raise self.fail(f"{where}: content must be text, a synth object, a blob or a list of those")
 
     def message(self, msg: Any, index: int) -> dict[str, Any]:

@@ -154,12 +154,16 @@ class TraceWriter:
         rid: int | None = None,
         base: Basis | None = None,
         synthetic: list[int] | None = None,
+        same: int = 0,
     ) -> int:
         """Write one request given its full message list; returns its id.
 
         It is encoded against the session's previous request, or against `base` (an earlier
         request's `Basis`) when it extends another one, as a concurrent turn does.
         `synthetic`: indices of messages an importer made up (FORMAT.md).
+        `same`: how many leading messages the caller found equal (`==` in their visible fields) to
+        those of the request it is encoded against; their keys are taken from there instead of
+        hashing them again, so an importer's long session costs linear, not quadratic, time.
         """
         if session not in self._sessions:
             raise KeyError(session)
@@ -167,6 +171,8 @@ class TraceWriter:
         self._next_id = rid + 1
         prev = base if base is not None else self._sessions[session]
         shared = self._shared(session, prev, messages)
+        if prev is not None and same > shared:
+            shared = min(same, len(prev.keys), len(messages))
         keys = prev.keys[:shared] if prev is not None and shared else array("q")
         keys.extend(visible_key(m) for m in messages[shared:])
         keep = shared

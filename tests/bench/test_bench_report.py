@@ -224,3 +224,39 @@ def test_partial_runs_keep_earlier_sections(tmp_path: Path):
     quick = bench_main.parse_args(["--quick"]).sections
     assert "peers" not in quick and "server" not in quick
     assert "peers" in bench_main.parse_args([]).sections
+
+
+def test_the_imports_section_has_a_row_and_an_rss_check_per_kind():
+    results = _results(p99_500=0.5, ours_rate=1.0, peer_rate=1.0)
+    weka = {
+        "kind": "weka",
+        "input_mb": 100.0,
+        "output_mb": 730.0,
+        "import_s": 20.0,
+        "import_cpu_s": 16.0,
+        "mb_per_s": 5.0,
+        "mb_per_cpu_s": 6.2,
+        "peak_rss_mib": 90.0,
+        "result": "1,000 requests in 60 sessions from weka",
+    }
+    otel = {**weka, "kind": "otel", "peak_rss_mib": 600.0}
+    failed = {"kind": "swe-agent", "status": "failed", "error": ["UsageError: boom"]}
+    results["imports"] = {"mb": 100.0, "rss_target_mib": 512.0, "kinds": [weka, otel, failed]}
+    by_name = {c.name: c for c in checks(results)}
+    assert by_name["import weka peak RSS on 100 MB"].met is True
+    assert by_name["import otel peak RSS on 100 MB"].met is False
+    text = markdown(results)
+    assert "## Importers of the public corpora (100 MB a kind)" in text
+    assert (
+        "| weka | 100.0 | 730.0 | 20.0 | 5.0 | 6.2 | 90 MiB | 1,000 requests in 60 sessions from weka |"
+        in text
+    )
+    assert "| swe-agent | failed: UsageError: boom |" in text
+    assert "--imports-mb 2048" in text
+
+
+def test_imports_run_small_in_a_quick_run_and_at_any_size_when_asked():
+    assert "imports" in bench_main.parse_args([]).sections
+    assert bench_main.parse_args(["--quick"]).imports_mb == bench_main.IMPORTS_QUICK_MB
+    assert bench_main.parse_args([]).imports_mb == bench_main.IMPORTS_MB
+    assert bench_main.parse_args(["--only", "imports", "--imports-mb", "2048"]).imports_mb == 2048.0

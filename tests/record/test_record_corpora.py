@@ -17,7 +17,7 @@ from replay.importers.base import ImportOptions
 from replay.importers.otel import import_otel
 from replay.importers.registry import run_import
 from replay.importers.swe import import_swe
-from replay.importers.weka import block_parts, import_weka
+from replay.importers.weka import _Seeds, block_content, block_parts, import_weka
 from replay.record.tokens import tokens
 from replay.trace import materialize, read_trace, recorded_reply, validate
 
@@ -210,6 +210,27 @@ def test_block_parts_property(ids: list[int], block: int, length: int) -> None:
     other = block_parts([*ids[:1], 99], length, block, tail_seed=8)
     if ids and length >= block:
         assert tokens(materialize_parts(other))[:block] == tokens(text)[:block]
+
+
+@given(
+    st.lists(st.integers(-(2**70), 2**70), max_size=40),
+    st.integers(1, 70),
+    st.integers(0, 3000),
+    st.integers(0, 3),
+)
+def test_block_content_writes_what_block_parts_builds(
+    ids: list[int], block: int, length: int, reuse: int
+) -> None:
+    """The importer's fast path (each block id's JSON cached, only the ends built as dicts) writes
+    exactly the bytes of `block_parts`, whatever the ids, the block size, the prompt length (fewer
+    tokens than the ids cover, or more: a tail), and ids seen before in the same trace."""
+    seeds = _Seeds("trace-1", block)
+    for _ in range(reuse + 1):  # the second time round, every middle block comes from the cache
+        fast = block_content(ids, length, block, 7, seeds)
+        assert (
+            orjson.dumps([fast])
+            == b"[" + orjson.dumps(block_parts(ids, length, block, 7, _Seeds("trace-1"))) + b"]"
+        )
 
 
 def materialize_parts(parts: list[dict]) -> str:
@@ -594,6 +615,40 @@ def test_swe_mini_property_one_request_per_reply(
             assert req.after["delay_s"] <= cap
     ts = [r.t for r in trace.requests]
     assert ts == sorted(ts)
+
+
+def test_a_long_trajectory_hashes_each_message_once(tmp_path: Path, monkeypatch) -> None:
+    """Each request of a session extends the last one: the writer takes the keys of the messages
+    they share from it, so 300 steps hash each message about once (hashing the whole history twice
+    on every request was 180,599 hashes here, and kept a 2 GB corpus near 1 MB/s)."""
+    import replay.trace.writer as writer
+
+    calls = 0
+    real = writer.visible_key
+
+    def counted(msg: dict) -> int:
+        nonlocal calls
+        calls += 1
+        return real(msg)
+
+    monkeypatch.setattr(writer, "visible_key", counted)
+    msgs: list[dict] = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    for k in range(300):
+        created = 1_700_000_000.0 + 10 * k
+        extra = {
+            "response": {"created": created, "usage": {"completion_tokens": 3}},
+            "timestamp": created + 1,
+        }
+        msgs += [
+            {"role": "assistant", "content": f"a{k}", "extra": extra},
+            {"role": "user", "content": f"o{k}"},
+        ]
+    src = tmp_path / "r.traj.json"
+    src.write_bytes(orjson.dumps({"messages": msgs, "trajectory_format": "mini-swe-agent-1.1"}))
+    assert import_swe(src, tmp_path / "t.jsonl")["requests"] == 300
+    assert calls <= 3 * len(msgs)
+    trace = read_trace(tmp_path / "t.jsonl")
+    assert [m["content"] for m in messages_of(trace, trace.requests[-1])] == [m["content"] for m in msgs[:-2]]
 
 
 # ---- subagent fan-out from Claude Code transcripts ------------------------------------------------
