@@ -29,9 +29,9 @@ least likely to have timed out); the rest are closed.
 
 from __future__ import annotations
 
-import time
 from collections import deque
 
+from replay import clock
 from replay.engine import http1
 
 MODES = ("auto", "reuse", "fresh")
@@ -123,7 +123,7 @@ class Connections:
                 self._give_up(target)  # the server said it: no keep-alive here
             conn.close()
             return
-        now = time.perf_counter_ns()
+        now = clock.now_ns()
         conn.recycle(now)
         if target.state == _UNKNOWN:
             target.probing.append(conn)
@@ -142,7 +142,7 @@ class Connections:
     def _take(self, target: Target) -> http1.Connection | None:
         """The most recently used idle connection that is still open, or None."""
         idle = target.idle
-        oldest = time.perf_counter_ns() - int(IDLE_MAX_S * 1e9)
+        oldest = clock.now_ns() - int(IDLE_MAX_S * 1e9)
         while idle:
             conn = idle.pop()
             if conn.idle_since < oldest:  # this one and every one older: too long idle
@@ -160,7 +160,7 @@ class Connections:
         probing = target.probing
         if not probing:
             return
-        now = time.perf_counter_ns()
+        now = clock.now_ns()
         probe_ns = int(PROBE_S * 1e9)
         while probing:
             conn = probing[0]

@@ -4,7 +4,7 @@ Every API function takes an `ApiCall` (neutral messages) and fills a `RequestRec
 engine's, or a fresh one): it never raises for anything the server or the network did; the
 failure is the record's `status` and one-line `error`, with whatever was received kept. Only
 cancellation from the caller propagates, leaving the stamps reached so far. Each moment is a named
-`time.perf_counter_ns()` stamp on the record. TTFT runs from the moment the request starts going
+`clock.now_ns()` stamp (replay/clock.py) on the record. TTFT runs from the moment the request starts going
 out (connection setup is `connect_s`) to the first event that carries content, reasoning or a tool
 call; role-only chunks, keep-alive comments and usage-only chunks do not count.
 """
@@ -12,7 +12,6 @@ call; role-only chunks, keep-alive comments and usage-only chunks do not count.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -21,6 +20,7 @@ import anyio
 import httpx
 import orjson
 
+from replay import clock
 from replay.engine import http1
 from replay.engine.connections import FRESH, Connections
 from replay.engine.decode import BadPayload, BadShape, ReplyFields, load_object
@@ -147,9 +147,9 @@ class _SendStamps:
 
     async def __call__(self, name: str, info: Mapping[str, Any]) -> None:
         if name == "http11.send_request_headers.started" or name == "http2.send_request_headers.started":
-            self.res.t_sent = time.perf_counter_ns()
+            self.res.t_sent = clock.now_ns()
         elif name == "connection.connect_tcp.complete":
-            self.res.t_connected = time.perf_counter_ns()
+            self.res.t_connected = clock.now_ns()
 
 
 async def exchange(
@@ -219,7 +219,7 @@ async def exchange(
         # failure, never the run's. The readers' property tests keep this branch unreached.
         res.status, res.error = "bad_payload", f"{where}: reply could not be read: {_transport_text(exc)}"
     if res.t_end is None:
-        res.t_end = time.perf_counter_ns()
+        res.t_end = clock.now_ns()
     res.n_comments = parser.comments
     try:
         reader.fill(res)
@@ -283,11 +283,11 @@ async def _talk_http1(
     host, port, authority, target = http1.split_url(url)
     pool = call.connections or FRESH
     head = http1.request_head("POST", target, authority, headers, len(payload), pool.keeps(host, port))
-    res.t_start = time.perf_counter_ns()
+    res.t_start = clock.now_ns()
     try:
         conn = await pool.send(host, port, head + payload, call.connect_timeout_s)
     except http1.WriteError:
-        res.t_sent = res.t_connected = time.perf_counter_ns()
+        res.t_sent = res.t_connected = clock.now_ns()
         raise
     try:
         # A kept connection took no time to open; TTFT counts from the request's last byte leaving.
@@ -319,7 +319,7 @@ async def _talk(
     on_state: OnState,
     where: str,
 ) -> None:
-    res.t_start = time.perf_counter_ns()
+    res.t_start = clock.now_ns()
     response = await client.send(request, stream=True)
     if res.t_sent is None:  # a transport without httpcore's trace hook
         res.t_sent = res.t_start
@@ -436,7 +436,7 @@ async def _read_stream(
                 res.n_token_events += 1
                 if res.t_first_token is None:
                     res.t_first_token = now
-                    res.t_first_token_read = time.perf_counter_ns()
+                    res.t_first_token_read = clock.now_ns()
                     if on_state:
                         on_state("decoding")
                 res.t_last_token = now

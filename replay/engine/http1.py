@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
-import time
 from urllib.parse import urlsplit
 
-from replay import __version__
+from replay import __version__, clock
 from replay.engine import transport
 from replay.engine.chunks import ChunkError, Dechunker
 
@@ -153,7 +152,7 @@ class Connection(transport.StampedSocket):
         self.served = 0  # responses read on it before the current request
         self.idle_since = 0  # when it was last put back idle
         self.t_gone: int | None = None  # when the peer closed it or broke it after a response
-        self.opened_ns = time.perf_counter_ns()  # made right after the connect completed
+        self.opened_ns = clock.now_ns()  # made right after the connect completed
         self._idle = False  # between a response and the next request on it
 
     @property
@@ -337,12 +336,12 @@ class Connection(transport.StampedSocket):
 
     def _fail(self, exc: Exception) -> None:
         if self._ended or self._idle:
-            self._gone(time.perf_counter_ns())
+            self._gone(clock.now_ns())
         super()._fail(exc)
 
     def _on_eof(self) -> None:
         if self._ended or self._idle:
-            self._gone(time.perf_counter_ns())  # closed after its response: not reusable
+            self._gone(clock.now_ns())  # closed after its response: not reusable
             return
         if self.status is None:
             self._exc = RemoteProtocolError("Server disconnected without sending a response.")

@@ -12,7 +12,6 @@ too, marked, with the stamps they reached.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ import anyio
 import anyio.lowlevel
 import httpx
 
+from replay import clock
 from replay.engine.apis import APIS, ApiCall, make_client
 from replay.engine.connections import MODES as CONNECTION_MODES
 from replay.engine.connections import Connections
@@ -126,10 +126,6 @@ class Progress:
     sessions: dict[str, str] = field(default_factory=dict)
 
 
-def _now_ns() -> int:
-    return time.perf_counter_ns()
-
-
 class Engine:
     """Sends `trace`'s requests as `plan` says and hands each finished record to `sink`.
 
@@ -186,7 +182,7 @@ class Engine:
         self._affinity: dict[str, str] = {}  # session -> the value its header / body field carries
 
     def _rel(self) -> int:
-        return _now_ns() - self._t0
+        return clock.now_ns() - self._t0
 
     def prepare(self) -> None:
         """Build the run's tables (dispatch order, who waits for whom, who reads which reply), once.
@@ -212,7 +208,7 @@ class Engine:
         self.prepare()
         order = self._order or []
         self._order = None  # this run consumes the tables: another run prepares them afresh
-        self._t0 = _now_ns()
+        self._t0 = clock.now_ns()
         window = anyio.Semaphore(self.config.lookahead)
         try:
             async with make_client() as client, anyio.create_task_group() as watch:
@@ -241,9 +237,9 @@ class Engine:
         delay, period = self.loop_delay, LoopDelay.PERIOD_S
         period_ns = int(period * 1e9)
         while True:
-            t = _now_ns()
-            await anyio.sleep(period)
-            delay.add(_now_ns() - t - period_ns)
+            t = clock.now_ns()
+            await clock.sleep(period)
+            delay.add(clock.now_ns() - t - period_ns)
 
     async def _wait_done(self, rid: int) -> int:
         if rid not in self._done_at:
@@ -297,7 +293,7 @@ class Engine:
             due = self.plan.release_ns(req, deps_done)
             wait_ns = due - self._rel()
             if wait_ns > 0:
-                await anyio.sleep(wait_ns / 1e9)
+                await clock.sleep(wait_ns / 1e9)
             # Messages are materialised only now, when the request may go: thousands of waiting
             # requests must not each hold a 130K-token history. The time it takes counts as lag.
             limiter = self._limiter

@@ -29,6 +29,8 @@ from typing import Any
 import httpcore
 import httpx
 
+from replay import clock
+
 # --- transport: stamps taken where bytes arrive ---------------------------------------
 
 # Linux stamps every received packet in the kernel when SO_TIMESTAMPNS is set, and TCP
@@ -118,23 +120,26 @@ class _ClockOffset:
     one such shift once put a request's send stamp after its own reply's first token. So the
     offset comes from the tightest of up to 16 bracketed reads and, once one is tight, serves
     every stamp for 100 ms (one clock read per stamp instead of several). A step of the wall
-    clock is caught by each stamp's own range check.
+    clock is caught by each stamp's own range check; a jump of our clock (`replay.clock`: a test's
+    fake one) makes the next stamp measure it again.
     """
 
-    __slots__ = ("offset", "until")
+    __slots__ = ("jumps", "offset", "until")
 
     def __init__(self) -> None:
         self.offset = 0
         self.until = -1  # monotonic ns until which `offset` is used as it is; -1: not measured
+        self.jumps = 0  # clock.jumps when `offset` was measured
 
     def __call__(self) -> int:
-        if self.until >= 0 and time.perf_counter_ns() < self.until:
+        if self.until >= 0 and clock.now_ns() < self.until and clock.jumps == self.jumps:
             return self.offset
+        self.jumps = clock.jumps
         best_width, offset, after = -1, 0, 0
         for _ in range(_OFFSET_TRIES):
-            before = time.perf_counter_ns()
+            before = clock.now_ns()
             wall = time.time_ns()
-            after = time.perf_counter_ns()
+            after = clock.now_ns()
             if best_width < 0 or after - before < best_width:
                 best_width, offset = after - before, wall - (before + after) // 2
             if best_width <= _TIGHT_NS:
@@ -237,7 +242,7 @@ class StampedSocket:
             self._fail(self._read_error(str(exc) or type(exc).__name__))
             self._wake()
             return
-        now = time.perf_counter_ns()
+        now = clock.now_ns()
         if not data:
             self._stop_reading()
             self._on_eof()
@@ -315,7 +320,7 @@ class StampedSocket:
             raise NothingSent(exc.errno, exc.strerror) from None
         if sent < len(data):
             await self._loop.sock_sendall(self._sock, memoryview(data)[sent:])
-        self.sent_ns = self.returned_ns = time.perf_counter_ns()  # every byte is the kernel's now
+        self.sent_ns = self.returned_ns = clock.now_ns()  # every byte is the kernel's now
         if self._tx:
             self._tx_bytes += len(data)
             self._tx_want = (self._tx_bytes - 1) & 0xFFFFFFFF
@@ -332,7 +337,7 @@ class StampedSocket:
         for kind, ident, wall in send_stamps(self._sock, self._tx_want):
             if ident != self._tx_want or kind != _TSTAMP_SND:
                 continue
-            now = time.perf_counter_ns()
+            now = clock.now_ns()
             stamp = wall - wall_minus_monotonic()
             if now - 60_000_000_000 < stamp <= now:  # else the wall clock stepped
                 self.sent_ns, self._tx_kind = stamp, kind
@@ -537,5 +542,5 @@ def rx_clock(response: httpx.Response) -> Callable[[], int]:
     """Arrival stamp of the bytes just read, or the current time on transports without one."""
     stream = response.extensions.get("network_stream")
     if isinstance(stream, _StampedStream):
-        return lambda: stream.rx_ns or time.perf_counter_ns()
-    return time.perf_counter_ns
+        return lambda: stream.rx_ns or clock.now_ns()
+    return clock.now_ns

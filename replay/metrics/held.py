@@ -11,12 +11,12 @@ still in flight can change it (so it keeps only the stamps of the spans around t
 from __future__ import annotations
 
 import heapq
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from replay import clock
 from replay.metrics.hist import new_histogram
 
 CLIENT_BOUND_CPU = 0.9  # of one core: above it the client, not the trace, sets the pace
@@ -65,7 +65,7 @@ class HeldLoad:
     def open(self, now: int | None = None) -> int:
         """A request about to be sent (`now`: the monotonic clock, read here if not given); pass
         the token to `add` when it is finished."""
-        token = time.perf_counter_ns() if now is None else now
+        token = clock.now_ns() if now is None else now
         heapq.heappush(self._open, token)
         return token
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
+from replay import clock
 from replay.engine import transport
 
 WALL = 1_700_000_000_000_000_000  # the wall clock minus the monotonic clock, in this fake world
@@ -22,9 +23,11 @@ def measured_afresh() -> None:
     transport.wall_minus_monotonic.forget()
 
 
-def fake_clocks(mono: list[int], wall: list[int]) -> SimpleNamespace:
+def fake_clocks(monkeypatch: pytest.MonkeyPatch, mono: list[int], wall: list[int]) -> None:
+    """Our clock (`replay.clock.now_ns`) reads `mono`, the kernel's wall clock reads `wall`."""
     mono_it, wall_it = iter(mono), iter(wall)
-    return SimpleNamespace(perf_counter_ns=lambda: next(mono_it), time_ns=lambda: next(wall_it))
+    monkeypatch.setattr(clock, "now_ns", lambda: next(mono_it))
+    monkeypatch.setattr(transport, "time", SimpleNamespace(time_ns=lambda: next(wall_it)))
 
 
 def scm_timestamp(wall_ns: int) -> list[tuple[int, int, bytes]]:
@@ -35,17 +38,17 @@ def scm_timestamp(wall_ns: int) -> list[tuple[int, int, bytes]]:
 @pytest.mark.skipif(transport._SO_TIMESTAMPNS is None, reason="kernel receive stamps are Linux-only")
 def test_a_thread_switch_between_clock_reads_does_not_move_the_stamp(monkeypatch: pytest.MonkeyPatch) -> None:
     # The first bracket is split by a 5 ms switch to another thread; the second is tight.
-    clocks = fake_clocks(
+    fake_clocks(
+        monkeypatch,
         mono=[100_000, 5_100_100, 5_200_000, 5_200_020],
         wall=[WALL + 5_100_000, WALL + 5_200_010],
     )
-    monkeypatch.setattr(transport, "time", clocks)
     # The packet arrived at monotonic 50 µs and was read at 100 µs.
     assert transport.kernel_stamp(scm_timestamp(WALL + 50_000), now=100_000) == 50_000
 
 
 def test_the_offset_matches_the_clocks_when_nothing_interrupts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transport, "time", fake_clocks(mono=[7_000, 7_010], wall=[WALL + 7_005]))
+    fake_clocks(monkeypatch, mono=[7_000, 7_010], wall=[WALL + 7_005])
     assert transport.wall_minus_monotonic() == WALL
 
 
@@ -62,18 +65,29 @@ def test_a_tight_offset_serves_100_ms_and_a_wide_one_is_measured_again(
     t = 200_000_000
     mono += [t, t + 10, t + 50_000_000, t + 99_000_000]
     wall.append(WALL + t + 5)
-    monkeypatch.setattr(transport, "time", fake_clocks(mono, wall))
+    fake_clocks(monkeypatch, mono, wall)
     assert transport.wall_minus_monotonic() == WALL + 400_000  # off by the split, once
     assert transport.wall_minus_monotonic() == WALL
     assert transport.wall_minus_monotonic() == WALL
     assert transport.wall_minus_monotonic() == WALL
 
 
+def test_a_jump_of_our_clock_measures_the_offset_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A tight offset would serve 100 ms, but a test's fake clock jumped 20 ms in between (say,
+    # over a sleep): kept, it would put every kernel stamp 20 ms before its read.
+    fake_clocks(
+        monkeypatch, mono=[1_000, 1_010, 2_000, 20_002_000, 20_002_010], wall=[WALL + 1_005, WALL + 2_005]
+    )
+    assert transport.wall_minus_monotonic() == WALL
+    clock.jumped()  # the fake clock is now 20 ms ahead of the wall clock's pace
+    assert transport.wall_minus_monotonic() == WALL - 20_000_000
+
+
 def test_a_stamp_after_the_read_or_far_before_it_falls_back_to_the_read_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for packet_wall in (WALL + 200_000, WALL + 100_000 - 61_000_000_000):  # a stepped wall clock
-        monkeypatch.setattr(transport, "time", fake_clocks(mono=[100_000, 100_010], wall=[WALL + 100_005]))
+        fake_clocks(monkeypatch, mono=[100_000, 100_010], wall=[WALL + 100_005])
         assert transport.kernel_stamp(scm_timestamp(packet_wall), now=100_000) == 100_000
 
 

@@ -1,19 +1,20 @@
 """Runs the pure cache model against the wall clock for the HTTP server.
 
-Virtual time is wall time since start multiplied by `--time-scale`; a driver task advances the
-model to "now" whenever its next event is due (or a job arrives), writes ds4 log lines and
-placeholder files for the events, and hands each job's events to the request that submitted it.
+Virtual time is wall time since start (`replay.clock`: a test may put a fake clock behind it)
+multiplied by `--time-scale`; a driver task advances the model to "now" whenever its next event
+is due (or a job arrives), writes ds4 log lines and placeholder files for the events, and hands
+each job's events to the request that submitted it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from replay import clock as _clock
 from replay.sim.model import events as ev
 from replay.sim.model.config import SimConfig
 from replay.sim.model.engine import CacheModel
@@ -25,6 +26,10 @@ from replay.sim.server.files import CheckpointFiles
 STREAM_POLL_S = 0.02
 
 
+def _wall() -> float:
+    return _clock.wall()  # read at call time: a test's fake clock is installed later
+
+
 class LogSink:
     """ds4-format lines to a text stream, flushed per line (drivers tail the file), stamped by
     `clock` (the modelled time as an epoch, once a runtime sets it; the wall clock before)."""
@@ -32,7 +37,7 @@ class LogSink:
     def __init__(self, stream: TextIO, utc_offset_s: float | None = None) -> None:
         self.stream = stream
         self.utc_offset_s = utc_offset_s
-        self.clock: Callable[[], float] = time.time
+        self.clock: Callable[[], float] = _wall
 
     def write(self, message: str) -> None:
         self.stream.write(simlog.line(message, self.clock(), self.utc_offset_s) + "\n")
@@ -111,8 +116,8 @@ class SimRuntime:
         self.kv_dir = kv_dir
         self.scale = time_scale
         self.log = log
-        self.epoch0 = time.time() if clock is None else clock
-        self.t0 = time.perf_counter()
+        self.epoch0 = _clock.wall() if clock is None else clock
+        self.t0 = _clock.monotonic()
         # With a clock, modelled time starts with the first request: the report's clock is that
         # request's time, whatever the process start took in wall seconds times the scale.
         self._waiting_first = clock is not None
@@ -133,7 +138,7 @@ class SimRuntime:
     def vnow(self) -> float:
         if self._waiting_first:
             return 0.0
-        return (time.perf_counter() - self.t0) * self.scale
+        return (_clock.monotonic() - self.t0) * self.scale
 
     def next_id(self) -> int:
         self._ids += 1
@@ -153,7 +158,7 @@ class SimRuntime:
         self.handles[job.id] = handle
         if self._waiting_first:
             self._waiting_first = False
-            self.t0 = time.perf_counter()
+            self.t0 = _clock.monotonic()
         now = self.vnow()
         self._handle(self.model.advance(now))
         self.model.submit(job, now)
@@ -189,8 +194,7 @@ class SimRuntime:
             if gpu is not None and gpu.kind == "decode":
                 timeout = STREAM_POLL_S if timeout is None else min(timeout, STREAM_POLL_S)
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            await _clock.wait(self._wake, timeout)
 
     def _handle(self, events: list[ev.Event]) -> None:
         for event in events:
@@ -224,7 +228,7 @@ class SimRuntime:
         model = self.model
         disk = model.disk
         return {
-            "uptime_s": int(time.perf_counter() - self.t0),
+            "uptime_s": int(_clock.monotonic() - self.t0),
             "busy": model.busy,
             "queue_depth": len(model.queue),
             "clients": len(self.handles),

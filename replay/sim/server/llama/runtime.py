@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TextIO
 
+from replay import clock as _clock
 from replay.sim.model.llama import events as ev
 from replay.sim.model.llama.config import LlamaConfig
 from replay.sim.model.llama.context import SlotFile
@@ -84,8 +84,8 @@ class LlamaRuntime:
         self.scale = time_scale
         self.sink = sink
         self.log = log
-        self.t0 = time.perf_counter()
-        self.started_unix = int(time.time())
+        self.t0 = _clock.monotonic()
+        self.started_unix = int(_clock.wall())
         self.model = LlamaModel(cfg)
         self.handles: dict[int, JobHandle] = {}
         self.actions: dict[int, asyncio.Future[ev.SlotAction]] = {}
@@ -96,7 +96,7 @@ class LlamaRuntime:
         self.stopping = False
 
     def vnow(self) -> float:
-        return (time.perf_counter() - self.t0) * self.scale
+        return (_clock.monotonic() - self.t0) * self.scale
 
     def next_id(self) -> int:
         self._ids += 1
@@ -148,8 +148,7 @@ class LlamaRuntime:
             if self.model.tasks:
                 timeout = STREAM_POLL_S if timeout is None else min(timeout, STREAM_POLL_S)
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            await _clock.wait(self._wake, timeout)
 
     def _handle(self, events: list[ev.Event]) -> None:
         busy = self.model.busy
