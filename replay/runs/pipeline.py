@@ -102,6 +102,7 @@ class RunOptions:
     routing: str = DEFAULT_ROUTING  # over several targets (engine.routing)
     session_header: str | None = None
     session_field: str | None = None
+    modelled_done: bool = False  # EngineConfig.modelled_done: our simulator at the plan's speed
 
     def __post_init__(self) -> None:
         check_options(
@@ -124,6 +125,7 @@ class RunOptions:
             run_id=uuid.uuid4().hex[:8],
             loop=self.loop,
             connections=self.connections,
+            modelled_done=self.modelled_done,
         )
 
 

@@ -82,7 +82,9 @@ def _job(
     return ReplayJob(
         served=served,
         trace=read_trace(trace_path),
-        options=RunOptions(plan, think=spec.run.think, timeout=timeout_s),
+        # the simulator runs at `scale` and a timed plan at the same speed: its replies' modelled
+        # seconds are the run's, whatever this host's delay per call
+        options=RunOptions(plan, think=spec.run.think, timeout=timeout_s, modelled_done=speed == scale),
         out=out / f"{spec.name}-{arm.name}.results.jsonl",
         workdir=workdir,
         header={
