@@ -57,6 +57,10 @@ class EngineConfig:
     routing: str = DEFAULT_ROUTING
     session_header: str | None = None  # a header carrying the session's affinity value
     session_field: str | None = None  # a body field carrying it (a router that reads the body)
+    # The target is our simulator at the plan's speed (a scenario run): a reply is done when its
+    # modelled seconds say, counted from when its request was due, not when this host read it
+    # (the host's delay per call, times the speed, would pile up along each session's chain).
+    modelled_done: bool = False
 
 
 THINK_MODES = ("off", "on", "auto")
@@ -160,6 +164,7 @@ class Engine:
         self.progress = Progress(total=len(trace.requests))
         self.progress.sessions = dict.fromkeys(trace.sessions, "waiting")
         self._done_at: dict[int, int] = {}  # done stamps some later request still waits for
+        self._modelled_end: dict[int, int] = {}  # request id -> its due plus its modelled seconds
         self._done_events: dict[int, anyio.Event] = {}
         self._waiters: dict[int, int] = {}  # request id -> requests yet to wait for it
         self._readers: dict[int, int] = {}  # request id -> requests yet to splice its reply in
@@ -256,8 +261,10 @@ class Engine:
 
     def _mark_done(self, rid: int) -> None:
         event = self._done_events.pop(rid, None)
+        modelled = self._modelled_end.pop(rid, None)
         if rid in self._waiters or event is not None:
-            self._done_at[rid] = self._rel()
+            now = self._rel()
+            self._done_at[rid] = now if modelled is None else min(now, modelled)
         if event is not None:
             event.set()
 
@@ -291,21 +298,24 @@ class Engine:
             for dep in self.plan.waits_for(req, prev):
                 deps_done = max(deps_done, await self._wait_done(dep))
             due = self.plan.release_ns(req, deps_done)
+            # Messages are materialised only when the request may go: thousands of waiting
+            # requests must not each hold a 130K-token history. The time it takes counts as lag,
+            # except on our simulator at the plan's speed (a scenario's few sessions), where it
+            # would be modelled seconds: there they are built before the wait.
+            early = self._call(req, self.sessions[req.session]) if self.config.modelled_done else None
             wait_ns = due - self._rel()
             if wait_ns > 0:
                 await clock.sleep(wait_ns / 1e9)
-            # Messages are materialised only now, when the request may go: thousands of waiting
-            # requests must not each hold a 130K-token history. The time it takes counts as lag.
             limiter = self._limiter
             if limiter is None:
-                await self._send(client, req, self._call(req, self.sessions[req.session]), due)
+                await self._send(client, req, early or self._call(req, self.sessions[req.session]), due)
                 return
             try:
                 limiter.acquire_nowait()  # a free place: no trip through the event loop
             except anyio.WouldBlock:
                 await limiter.acquire()  # FIFO: a release hands its place to the oldest waiter
             try:
-                await self._send(client, req, self._call(req, self.sessions[req.session]), due)
+                await self._send(client, req, early or self._call(req, self.sessions[req.session]), due)
             finally:
                 limiter.release()
         finally:
@@ -426,6 +436,10 @@ class Engine:
                 progress.lag_ms = (rec.t_sent - rec.t_scheduled) / 1e6
         progress.done += 1
         progress.sessions[req.session] = "waiting"
+        speed = getattr(self.plan, "speed", None)
+        total = (rec.x_sim or {}).get("total_s")
+        if self.config.modelled_done and rec.status == "ok" and speed and isinstance(total, int | float):
+            self._modelled_end[req.id] = due + int(total / speed * 1e9)
         if rec.status != "ok":
             progress.errors += 1
         else:

@@ -25,8 +25,9 @@ class ReplayOptions:
 
     The command line declares each of the first twelve fields once (`replay.cli.REPLAY_OPTIONS`,
     by the same name) and gives the verbs that take it an option of that name and default; the
-    rest are set by `run` from its target file and `--start-at`. Adding an option is a field here
-    and its declaration there (and, for the engine, its line in `engine_config`).
+    rest are set by `run` from its target file and `--start-at`, and `modelled_done` by a scenario.
+    Adding an option is a field here and its declaration there (and, for the engine, its line in
+    `engine_config`).
     """
 
     plan: str = PLAN
@@ -45,6 +46,7 @@ class ReplayOptions:
     routing: str = DEFAULT_ROUTING  # over several targets (engine.routing)
     session_header: str | None = None  # a header carrying a session's affinity value
     session_field: str | None = None  # a body field carrying it
+    modelled_done: bool = False  # EngineConfig.modelled_done: our simulator at the plan's speed
 
     def check(self) -> None:
         """Refuse what the engine does not know, before anything starts (nothing sent, no server
@@ -82,4 +84,5 @@ class ReplayOptions:
             run_id=uuid.uuid4().hex[:8],
             loop=self.loop,
             connections=self.connections,
+            modelled_done=self.modelled_done,
         )

@@ -94,10 +94,13 @@ def _job(
 ) -> ReplayJob:
     """What replaying one arm against a server that is already up takes; `disk_at_start_mib`:
     what an earlier day's files take of the disk budget (the report's disk strip starts there)."""
+    scheduled = _scheduled(spec, options, scale)
     return ReplayJob(
         served=served,
         trace=read_trace(trace_path),
-        options=dataclasses.replace(_scheduled(spec, options, scale), think=spec.run.think),
+        # the simulator runs at `scale` and a timed plan at the same speed: its replies' modelled
+        # seconds are the run's, whatever this host's delay per call
+        options=dataclasses.replace(scheduled, think=spec.run.think, modelled_done=scheduled.speed == scale),
         out=out / f"{spec.name}-{arm.name}.results.jsonl",
         workdir=workdir,
         header={

@@ -341,6 +341,30 @@ def test_closed_loop_waits_for_the_previous_reply_plus_tool_time(scripted_server
     assert any("concurrent" in r["switch"] for r in outcome.results)
 
 
+def test_closed_loop_on_the_simulator_counts_a_reply_done_at_its_modelled_end(scripted_server, tmp_path):
+    """`modelled_done` (a scenario on our simulator at the plan's speed): the next request is
+    due the tool time after the reply's modelled end (its due plus x_sim's total_s), not after
+    this host read the reply, whose delay would pile up along the session's chain."""
+    script = Script(first_token_delay_s=0.3, usage=USAGE, extra_final={"x_sim": {"total_s": 0.05}})
+    scripted_server.default = script
+    path = tmp_path / "t.jsonl"
+    reply = {"message": {"role": "assistant", "content": "ok"}, "finish": "stop", "output_tokens": 3}
+    with TraceWriter(path, source="test") as w:
+        w.session("a")
+        first = w.request("a", 0.0, [{"role": "user", "content": "a0"}], {}, reply=reply)
+        msgs = [{"role": "user", "content": "a0"}, reply["message"], {"role": "user", "content": "a1"}]
+        w.request("a", 10.0, msgs, {}, reply=reply, after={"request": first, "delay_s": 0.1})
+    config = EngineConfig(base_url=scripted_server.url, timeout_s=5.0, run_id="t", modelled_done=True)
+    plan = make_plan("closed-loop", speed=1.0)
+    outcome = run_trace(
+        read_trace(path), plan, config, tmp_path / "r.jsonl", {"kind": "scripted"}, keep_records=True
+    )
+    one, two = sorted(outcome.results, key=lambda r: r["id"])
+    # due at 0 + 0.05 modelled + 0.1 tool time: sent as soon as the reply is in (0.3 s), not 0.1 s later
+    assert two["scheduled_s"] == pytest.approx(one["scheduled_s"] + 0.15, abs=0.002)
+    assert two["sent_s"] < one["sent_s"] + one["latency_s"] + 0.08
+
+
 def test_workers_and_shards_from_the_cli_cover_every_request_once(scripted_server, tmp_path):
     scripted_server.default = Script(usage=USAGE)
     trace = _many_sessions(tmp_path / "t.jsonl", sessions=6, turns=2)

@@ -96,13 +96,15 @@ def test_switching_small_budgets_evict_unrestored_files_and_reread(switching: di
 @pytest.fixture(scope="module")
 def morning(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Arm]:
     """The slow morning's arms walked in modelled time (what `scenario check` judges), and the
-    same arms on the simulator over HTTP at the spec's own time scale."""
+    same arms on the simulator over HTTP at 200x (ten times the spec's: the tokens and events
+    these tests compare follow the order of the calls, which 200x keeps; the spec's 20x keeps the
+    calls' seconds too, for `scenario check`'s spread)."""
     from replay.runs.modelled import model_arm
 
     spec = find_scenario("slow-morning")
     tmp = tmp_path_factory.mktemp("morning")
     out: dict[str, Arm] = {}
-    for result in run_arms(spec, tmp, ["24G", "64G"]):
+    for result in run_arms(spec, tmp, ["24G", "64G"], time_scale=200.0):
         assert result.outcome.exit_code == 0, result.outcome
         out[f"{result.arm} run"] = Arm(read_results(result.results))
         out[result.arm] = Arm(model_arm(spec, spec.arm(result.arm), result.trace))
@@ -174,6 +176,26 @@ def test_slow_morning_log_is_stamped_in_the_reports_clock(morning: dict[str, Arm
     assert lines[0].startswith("0901 06:45:")  # the first request's time in the report
     last = lines[-1].split()[1]
     assert "07:10:00" < last < "09:30:00"  # modelled hours, not the few wall seconds of the run
+
+
+def test_slow_morning_wall_clock_run_at_its_time_scale_is_the_walk_within_the_rows_tolerance(
+    tmp_path: Path,
+) -> None:
+    """`scenario check`'s spread of the slow morning: at the spec's time scale the host's delay
+    per call (times the scale, along each conversation's chain of calls) leaves the calls' order
+    the walk's, so every token, count and restore row is exactly the walk's, and the seconds
+    rows stray by under half the rows' 10% (at 200x a queued 06:45 call came out 27-29 s against
+    the walk's 44.9 s: a spread of 35-39%)."""
+    from replay.commands.scenario import check_scenario
+
+    verdicts = check_scenario(find_scenario("slow-morning"), tmp_path)
+    timed = {"call_s", "span_s", "queue_s"}
+    assert all(v.spread is not None for v in verdicts)
+    assert [v.spread for v in verdicts if v.expect.metric not in timed] == [
+        0.0 for v in verdicts if v.expect.metric not in timed
+    ]
+    worst = max(v.spread or 0.0 for v in verdicts if v.expect.metric in timed)
+    assert worst < 0.05, [(v.expect.about, v.modelled, v.run and v.run.modelled) for v in verdicts]
 
 
 @pytest.fixture(scope="module")

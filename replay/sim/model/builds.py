@@ -18,6 +18,12 @@ from; `shared/reference/ds4-server.md` section 0 says which code points were rea
   003: "the superseded prefixes in it are the first thing the evictor drops"; its overnight run
   found tool-call conversations stored and found under the tool key and a plain-text one stored
   under another key (`tool_replay_key`, with a client-visible key for tool-call replies).
+  One build, not two: no source read here holds 9139e2a or f06d3eb (the antirez/ds4 snapshot
+  ends at 8d57664, 2026-05-21; the forks with later history end 2026-08-08), but a fork's
+  upstream-intake note (2026-10-05) names f06d3eb "Merge Qwen3.8 Flash Next support from PR
+  #991", and 000 found PR #991 merged when main was 9139e2a ("17 コミット先の 9139e2a ... 10 本以上が
+  Qwen 関連"): 9139e2a is "f06d3eb or later", the build 003 names. So 000's 0 restores in 43 h
+  (cold and continued saves off) are not a second rule; `daily-use` keeps them as known gaps.
 """
 
 from __future__ import annotations

@@ -148,7 +148,9 @@ def create_app(
 
     async def _chat(request: Request, api: str) -> Response:
         try:
-            body = load_body(await request.body()).raw
+            raw = await request.body()
+            arrived = runtime.arrived()
+            body = load_body(raw).raw
             if api == rsp.API:
                 creq = rsp.parse_responses(body, store, ctx=cfg.ctx)
             elif api == "openai":
@@ -183,7 +185,7 @@ def create_app(
         except ContextTooLong as exc:
             return error_response(f"{exc} (context_length_exceeded)", api=api)
         reply = job.reply
-        handle = runtime.submit(job)
+        handle = runtime.submit(job, arrived)
         rid = rsp.new_response_id()
         if creq.stream:
             return LazyStreamingResponse(

@@ -153,13 +153,26 @@ class SimRuntime:
             self.log.write(simlog.kv_disk_line(self.model.cfg, self.kv_dir))
         self._task = asyncio.create_task(self._drive())
 
-    def submit(self, job: Job) -> JobHandle:
+    def arrived(self) -> float:
+        """The modelled time a request is in (its body read), before this host parses and
+        tokenizes it, work the modelled server does not spend; the first starts the clock."""
+        if self._waiting_first:
+            self._waiting_first = False
+            self.t0 = _clock.monotonic()
+            return 0.0
+        return self.vnow()
+
+    def submit(self, job: Job, arrived: float | None = None) -> JobHandle:
+        """Hand `job` to the model at `arrived` (`arrived()`), or now; never before what the
+        model has already run."""
         handle = JobHandle(job)
         self.handles[job.id] = handle
         if self._waiting_first:
             self._waiting_first = False
             self.t0 = _clock.monotonic()
         now = self.vnow()
+        if arrived is not None:
+            now = max(min(arrived, now), self.model.now)
         self._handle(self.model.advance(now))
         self.model.submit(job, now)
         self._handle(self.model.drain())
