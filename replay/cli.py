@@ -104,6 +104,7 @@ LoopOption = Annotated[
 ConnectionsOption = Annotated[
     str, typer.Option(help="auto (as the server) | reuse | fresh (one a request).", rich_help_panel=CLIENT)
 ]
+# A verb's `options` parameter's default, never used: `replay_options` puts the options in its place.
 REPLAY_DEFAULTS = ReplayOptions()
 REPLAY_OPTIONS: dict[str, Any] = {
     "plan": PlanOption,
