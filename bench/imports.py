@@ -2,10 +2,10 @@
 
 `python -m bench --only imports [--imports-mb 2048]` runs it as a section of `just bench` (100 MB a
 kind by default, 20 in a quick run; the 2 GB figure with `--imports-mb 2048`), and
-`python -m bench.imports [--mb 2048] [--kinds weka,otel,swe-agent] [--work DIR]` alone. It generates, for
-each kind, an input of about that many MB in its real shape (WEKA `traces.jsonl` with subagents;
-an OTLP JSON document as one `.json` file, so the ijson path is the one measured; a folder of
-Mini-SWE-agent trajectories), imports it in a child process (`replay import`'s own code, so the
+`python -m bench.imports [--mb 2048] [--kinds weka,otel,swe-agent,tracelab] [--work DIR]` alone. It
+generates, for each kind, an input of about that many MB in its real shape (WEKA `traces.jsonl` with
+subagents; an OTLP JSON document as one `.json` file, so the ijson path is the one measured; a
+folder of Mini-SWE-agent trajectories; TraceLab rows of sessions running side by side), imports it in a child process (`replay import`'s own code, so the
 child's peak RSS is the importer's), and prints one JSON object per kind: input MB, output MB,
 seconds, MB/s, MB per CPU-second (what a loaded host changes least) and peak RSS MiB. Each import
 includes `replay import`'s validation of what it wrote. The inputs are deleted afterwards.
@@ -21,12 +21,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-KINDS = ("weka", "otel", "swe-agent")
+KINDS = ("weka", "otel", "swe-agent", "tracelab")
 RSS_TARGET_MIB = 512.0  # bounded: far below the input, whatever its size
 
 
@@ -196,6 +197,71 @@ def gen_swe(folder: Path, size: int, seed: int = 3) -> int:
     return written
 
 
+def gen_tracelab(path: Path, size: int, seed: int = 4) -> int:
+    """TraceLab rows: sessions of 60 rounds whose prompts grow, 40 sessions running side by side
+    (the rows in time order, as the corpus interleaves its developers' sessions)."""
+    rng = random.Random(seed)
+    written = 0
+    base = 1_790_000_000.0
+    with open(path, "wb") as out:
+        wave = 0
+        while written < size:
+            wave += 1
+            live = []
+            for k in range(40):
+                live.append(
+                    {
+                        "id": f"claude:{wave:05d}-{k:02d}",
+                        "at": base + wave * 3600 + k * 13.0,
+                        "size": 20_000,
+                        "n": 0,
+                    }
+                )
+            while live and written < size:
+                s = min(live, key=lambda x: x["at"])
+                at, n = s["at"], s["n"]
+                out_tokens = rng.randint(20, 1500)
+                stamp = lambda dt, at=at: datetime.fromtimestamp(at + dt, UTC).isoformat(
+                    timespec="milliseconds"
+                )  # noqa: E731
+                events = [
+                    {"event_type": "tool_result", "timestamp": stamp(0), "source": "user.content.tool_result",
+                     "tool_call_id": f"toolu_{n}", "result_chars": rng.randint(50, 9000), "is_error": False},
+                    {"event_type": "reasoning", "timestamp": stamp(1.5), "source": "assistant.content.thinking",
+                     "content_chars": 0},
+                    {"event_type": "tool_call", "timestamp": stamp(3.0), "source": "assistant.content.tool_use",
+                     "tool_call_id": f"toolu_{n + 1}", "tool_name": "Bash", "tool_index": 0},
+                ]  # fmt: skip
+                row = {
+                    "provider": "claude",
+                    "project": f"project_{wave:04d}",
+                    "session_id": s["id"],
+                    "round_index": n,
+                    "round_id": f"msg_{wave}_{n}",
+                    "model": "claude-opus-4-8",
+                    "input_tokens_total": s["size"],
+                    "prefix_tokens": max(0, s["size"] - rng.randint(100, 3000)),
+                    "newly_append_tokens": rng.randint(100, 3000),
+                    "claude_cache_creation_input_tokens": rng.randint(0, 3000),
+                    "output_tokens": out_tokens,
+                    "reasoning_output_tokens": None,
+                    "timing_events": events,
+                    "tools": [{"tool_index": 0, "tool_name": "Bash", "tool_call_id": f"toolu_{n + 1}",
+                               "input_chars": 120, "result_chars": 800, "tool_wall_latency_ms": 900}],
+                    "first_input_event_type": "tool_result",
+                    "store": ".claude",
+                }  # fmt: skip
+                line = orjson.dumps(row) + b"\n"
+                out.write(line)
+                written += len(line)
+                s["size"] += out_tokens + rng.randint(50, 4000)
+                s["at"] += 3.0 + rng.uniform(1, 90)
+                s["n"] += 1
+                if s["n"] == 60:
+                    live.remove(s)
+    return written
+
+
 def _one(kind: str, src: str, out: str) -> None:
     """In the child: import, then report our own peak RSS."""
     import resource
@@ -219,10 +285,15 @@ def _one(kind: str, src: str, out: str) -> None:
 
 
 def measure(kind: str, size: int, work: Path) -> dict[str, Any]:
-    src = work / {"weka": "traces.jsonl", "otel": "otlp.json", "swe-agent": "runs"}[kind]
+    src = (
+        work
+        / {"weka": "traces.jsonl", "otel": "otlp.json", "swe-agent": "runs", "tracelab": "rows.jsonl"}[kind]
+    )
     out = work / f"{kind}.trace.jsonl"
     t0 = time.perf_counter()
-    made = {"weka": gen_weka, "otel": gen_otel, "swe-agent": gen_swe}[kind](src, size)
+    made = {"weka": gen_weka, "otel": gen_otel, "swe-agent": gen_swe, "tracelab": gen_tracelab}[kind](
+        src, size
+    )
     gen_s = time.perf_counter() - t0
     try:
         res = subprocess.run(

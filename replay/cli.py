@@ -792,7 +792,7 @@ def import_(
     fmt: Annotated[
         str | None,
         typer.Argument(
-            help="hermes | opencode | codex | claude-code | mooncake | sharegpt | weka | otel | swe-agent"
+            help="hermes | opencode | codex | claude-code | mooncake | sharegpt | weka | otel | swe-agent | tracelab"
         ),
     ] = None,
     src: Annotated[
@@ -813,7 +813,7 @@ def import_(
     gap_cap: Annotated[
         float | None,
         typer.Option(
-            help="Public corpora (weka, otel, swe-agent): cap think/tool gaps at this many seconds."
+            help="Public corpora (weka, otel, swe-agent, tracelab): cap think/tool gaps at this many seconds."
         ),
     ] = None,
     list_: Annotated[

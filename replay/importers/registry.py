@@ -16,6 +16,7 @@ from replay.importers.opencode import import_opencode
 from replay.importers.otel import import_otel
 from replay.importers.sharegpt import import_sharegpt
 from replay.importers.swe import import_swe
+from replay.importers.tracelab import import_tracelab
 from replay.importers.weka import import_weka
 from replay.outputs import replacing
 from replay.trace.reader import validate
@@ -72,6 +73,12 @@ IMPORTS: dict[str, Format] = {
         "-",
         "-",
     ),
+    "tracelab": Format(
+        import_tracelab,
+        "TraceLab round traces (the corpus's syfi_coding_trace.jsonl or .jsonl.gz, or a folder)",
+        "-",
+        "-",
+    ),
     "weka": Format(
         import_weka,
         "SemiAnalysis/WEKA Claude Code traces (traces.jsonl, a .json trace or a folder)",
@@ -82,7 +89,17 @@ IMPORTS: dict[str, Format] = {
 IMPORTERS: dict[str, Converter] = {name: f.convert for name, f in IMPORTS.items()}
 EXPORTERS: dict[str, Converter] = {"mooncake": export_mooncake}
 # Converters that take `ImportOptions` (the others predate it and know no filters).
-_WITH_OPTIONS = {"claude-code", "codex", "hermes", "opencode", "mooncake", "weka", "otel", "swe-agent"}
+_WITH_OPTIONS = {
+    "claude-code",
+    "codex",
+    "hermes",
+    "opencode",
+    "mooncake",
+    "weka",
+    "otel",
+    "swe-agent",
+    "tracelab",
+}
 
 
 def _check(fmt: str, table: dict[str, Converter], verb: str, src: Path, out: Path) -> Converter:
