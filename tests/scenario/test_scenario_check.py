@@ -255,7 +255,7 @@ def test_a_scenario_without_a_wall_clock_run_is_judged_on_the_walk_alone(
 
     monkeypatch.setattr(commands, "run_arms", no_run)
     spec = find_scenario("cold-cut-reuse")
-    text = Path(spec.path).read_text().replace("time_scale = 200\n", "time_scale = 200\nwall_clock = false\n")
+    text = Path(spec.path).read_text().replace("time_scale = 20\n", "time_scale = 20\nwall_clock = false\n")
     path = tmp_path / "cold-cut-reuse.toml"
     path.write_text(text)
     verdicts = commands.check_scenario(load_spec(path), tmp_path / "out")
