@@ -221,9 +221,10 @@ def gen_tracelab(path: Path, size: int, seed: int = 4) -> int:
                 s = min(live, key=lambda x: x["at"])
                 at, n = s["at"], s["n"]
                 out_tokens = rng.randint(20, 1500)
-                stamp = lambda dt, at=at: datetime.fromtimestamp(at + dt, UTC).isoformat(
-                    timespec="milliseconds"
-                )  # noqa: E731
+
+                def stamp(dt: float, at: float = at) -> str:
+                    return datetime.fromtimestamp(at + dt, UTC).isoformat(timespec="milliseconds")
+
                 events = [
                     {"event_type": "tool_result", "timestamp": stamp(0), "source": "user.content.tool_result",
                      "tool_call_id": f"toolu_{n}", "result_chars": rng.randint(50, 9000), "is_error": False},
