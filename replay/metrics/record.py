@@ -2,7 +2,7 @@
 outcome, and every figure derived from them.
 
 The engine makes one record per request (who, what, when it was due) and hands it to the API
-function, whose exchange stamps each moment as it happens, in `time.perf_counter_ns()`
+function, whose exchange stamps each moment as it happens, in `replay.clock.now_ns()`
 nanoseconds, and fills in the outcome; the record then goes to the sink as it is. Figures are
 properties, so adding a metric never touches the hot path; JSON is made only by the results
 writer (`replay.metrics.results`), and histograms take integer microseconds from the stamps.
@@ -79,7 +79,7 @@ class RequestRecord:
     switch: tuple[str, ...] = ()
     from_session: str | None = None
     expected_output_tokens: int | None = None  # the cap sent (the recorded length)
-    # Moments, perf_counter_ns. Results report them relative to `t_origin`, the run's start.
+    # Moments, replay.clock.now_ns(). Results report them relative to `t_origin`, the run's start.
     t_origin: int = 0
     t_scheduled: int | None = None  # when the plan wanted it sent
     t_start: int | None = None  # the call began: before connecting

@@ -23,7 +23,7 @@ from rich.console import Console
 from replay.engine.run import Engine, EngineConfig
 from replay.errors import TargetError, UsageError
 from replay.metrics.record import RequestRecord
-from replay.metrics.results import append_records, read_results, read_summary_line
+from replay.metrics.results import append_records, read_summary_line
 from replay.metrics.switch import SwitchTracker
 from replay.runs.barrier import late_notice, wait_until
 from replay.runs.options import ReplayOptions
@@ -293,8 +293,8 @@ def finish(done: Replayed, log_path: Path | None) -> list[str]:
     else:
         server = server_records(kind, log_path, done.records)
     if last.target.kind == "sglang-router":  # where it sent each request, in its own words
-        # (by the request's trace id, which the kept records do not carry: read from the file)
-        server += routed_records(last.log_path, read_results(done.out).requests)
+        # (by the request's trace id: the results file read back a line at a time)
+        server += routed_records(last.log_path, ResultsRecords(done.out))
     append_records(done.out, [*done.metrics, *done.memory, *server])
     return log_warnings(server)
 

@@ -25,7 +25,7 @@ import anyio
 import orjson
 from rich.console import Console
 
-from replay import __version__
+from replay import __version__, clock
 from replay.engine.plans import Plan
 from replay.engine.run import Engine, EngineConfig, loop_options
 from replay.errors import Interrupted
@@ -84,7 +84,7 @@ _LAG_MAX_US = 10_800_000_000  # the histogram's range (3 h)
 _GC_YOUNG = 10_000  # allocations between young-generation passes during a run (the default is 700)
 
 # What the readers of a run's records use (the usage check and the server-log correlation).
-KEPT_FIELDS = ("kind", "seq", "status", "prompt_tokens", "cached_tokens", "output_tokens", "backend")
+KEPT_FIELDS = ("kind", "id", "seq", "status", "prompt_tokens", "cached_tokens", "output_tokens", "backend")
 _REQUEST_START = b'{"kind":"request"'
 
 
@@ -350,7 +350,7 @@ def close_all(
     recordings: list[Recording], outcome: str, extra: dict[str, Any] | None = None
 ) -> list[RunOutcome]:
     """Write every file's `summary` line; the duration runs from the first engine's start."""
-    now = time.monotonic()
+    now = clock.monotonic()
     return [r.close(outcome, round(now - (r.started or now), 3), extra) for r in recordings]
 
 
@@ -377,7 +377,7 @@ def run_engines(
     # pass short (about a millisecond) and cycles are still freed within a few requests.
     thresholds = gc.get_threshold()
     gc.set_threshold(_GC_YOUNG, *thresholds[1:])
-    started = time.monotonic()
+    started = clock.monotonic()
     for r in recordings:
         if r.started is None:
             r.started, r.cpu_started = started, time.process_time()

@@ -71,13 +71,18 @@ ARM_OPTIONS = ReplayOptions(timeout=SCENARIO_TIMEOUT_S)
 
 
 def _scheduled(spec: Scenario, options: ReplayOptions, scale: float) -> ReplayOptions:
-    """`options` with the spec's schedule: timed and closed-loop run at the simulator's speed-up."""
+    """`options` with the spec's schedule and thinking: timed and closed-loop run at the
+    simulator's speed-up, and then a reply is done when its modelled seconds say (`modelled_done`:
+    this host's delay per call, times the scale, would pile up along each session's chain)."""
+    speed = scale if spec.run.plan in ("timed", "closed-loop") else 1.0
     return dataclasses.replace(
         options,
         plan=spec.run.plan,
         concurrency=spec.run.concurrency,
-        speed=scale if spec.run.plan in ("timed", "closed-loop") else 1.0,
+        speed=speed,
         round_robin=spec.run.round_robin,
+        think=spec.run.think,
+        modelled_done=speed == scale,
     )
 
 
@@ -94,13 +99,10 @@ def _job(
 ) -> ReplayJob:
     """What replaying one arm against a server that is already up takes; `disk_at_start_mib`:
     what an earlier day's files take of the disk budget (the report's disk strip starts there)."""
-    scheduled = _scheduled(spec, options, scale)
     return ReplayJob(
         served=served,
         trace=read_trace(trace_path),
-        # the simulator runs at `scale` and a timed plan at the same speed: its replies' modelled
-        # seconds are the run's, whatever this host's delay per call
-        options=dataclasses.replace(scheduled, think=spec.run.think, modelled_done=scheduled.speed == scale),
+        options=_scheduled(spec, options, scale),
         out=out / f"{spec.name}-{arm.name}.results.jsonl",
         workdir=workdir,
         header={
@@ -366,9 +368,7 @@ def _fleet_job(
     arm's simulators, `served[0]` the address the client sends to."""
     fleet = arm.fleet
     assert fleet is not None
-    options = dataclasses.replace(
-        _scheduled(spec, options, scale), think=spec.run.think, routing=fleet.routing or "sticky"
-    )
+    options = dataclasses.replace(_scheduled(spec, options, scale), routing=fleet.routing or "sticky")
     return ReplayJob(
         served=served[0],
         fleet=tuple(served) if fleet.routing is not None else (),

@@ -12,6 +12,7 @@ sends `X-Request-ID: RUN-ID` on every request, so each such line names one reque
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SENT = re.compile(r'request_id="[^"]*?-(\d+)".*\bSending request url=(\S+)')
 
 
-def routed_records(log_path: Path | None, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def routed_records(log_path: Path | None, requests: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One `server` record per request the router's log says it sent (event `routed`: the
     request's `seq` and the worker's URL). A request the router sent again (its retries) keeps
     the last worker it went to. A trace request replayed more than once (`--loop`) carries the

@@ -14,7 +14,7 @@ What the model leaves out, and why that is safe for the scenarios it judges:
 - health checks and circuit breakers: every worker is healthy;
 - the order of the router's workers is the order they finished registering (its job queue adds
   them side by side), which a run does not fix: the model numbers workers 0..N-1 and a check
-  compares placements up to a renaming of the workers (`best_renaming`).
+  compares placements up to a renaming of the workers (`agreement`).
 """
 
 from __future__ import annotations
@@ -243,16 +243,4 @@ def agreement(
         mine = None if loads is None else [[held[perm[m]] for m in range(workers)] for held in loads]
         placed = predict(requests, config, workers, loads=mine)
         best = max(best, sum(1 for p, o in zip(placed, observed, strict=True) if perm[p.worker] == o))
-    return best
-
-
-def best_renaming(predicted: Sequence[int], observed: Sequence[int], workers: int) -> tuple[int, ...]:
-    """The renaming of the model's workers (a permutation) under which most placements agree
-    with the run's: the router numbers its workers in the order they registered."""
-    best: tuple[int, ...] = tuple(range(workers))
-    score = -1
-    for perm in itertools.permutations(range(workers)):
-        agree = sum(1 for p, o in zip(predicted, observed, strict=True) if perm[p] == o)
-        if agree > score:
-            best, score = perm, agree
     return best

@@ -7,7 +7,6 @@ errors are ds4-style JSON and never crash the server.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from replay import clock as _clock
 from replay.serving.errors import api_of_path, error_payload
 from replay.serving.fields import FieldError, load_body
 from replay.serving.guard import BodyGuard, Limits
@@ -107,7 +107,7 @@ def create_app(
     cfg = runtime.cfg
     agent = agent or AgentOptions()
     limits = limits or Limits()
-    started = time.perf_counter()
+    started = _clock.monotonic()
     store = rsp.ResponseStore()
 
     def model_object(model_id: str) -> dict[str, Any]:
@@ -131,7 +131,7 @@ def create_app(
 
     async def health(request: Request) -> Response:
         return json_response(
-            {"status": "ok", "model": cfg.model_id, "uptime_s": int(time.perf_counter() - started)}
+            {"status": "ok", "model": cfg.model_id, "uptime_s": int(_clock.monotonic() - started)}
         )
 
     async def stats(request: Request) -> Response:

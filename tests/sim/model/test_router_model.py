@@ -12,7 +12,6 @@ from replay.sim.model.router import (
     RoundRobin,
     Routed,
     RouterConfig,
-    best_renaming,
     predict,
     routing_text,
 )
@@ -113,11 +112,6 @@ def test_round_robin_spreads_requests_evenly(workers: int, n: int) -> None:
     placed = predict([Routed("s", "t", 10)] * n, RR, workers)
     counts = [sum(1 for p in placed if p.worker == w) for w in range(workers)]
     assert max(counts) - min(counts) <= 1
-
-
-def test_best_renaming_finds_the_routers_own_numbering() -> None:
-    assert best_renaming([0, 0, 1, 1], [1, 1, 0, 0], 2) == (1, 0)
-    assert best_renaming([0, 1, 2], [2, 0, 1], 3) == (2, 0, 1)
 
 
 def test_a_policy_the_model_does_not_have_is_refused() -> None:

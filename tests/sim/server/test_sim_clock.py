@@ -9,6 +9,8 @@ import asyncio
 import io
 import time
 
+import pytest
+
 from replay.sim.model.config import config_for
 from replay.sim.model.events import Result
 from replay.sim.server.options import parse
@@ -85,12 +87,16 @@ def test_a_request_arrives_when_its_body_is_read_not_after_this_host_tokenizes_i
     take no modelled time: the first request starts the clock when it is read, and a request
     is handed to the model at the time it was read."""
     cfg = config_for()
-    runtime = SimRuntime(cfg, kv_dir=None, time_scale=1000.0, log=LogSink(io.StringIO()), clock=1788245100.0)
-    first = runtime.arrived()
-    runtime.t0 -= 0.05  # 50 ms of this host's work before the job is built, at 1000x: 50 s
-    runtime.submit(Convo("a", system_message(1_000), 2_000, 1).job(1, cfg, max_tokens=10), first)
-    assert first == 0.0 and runtime.model.now == 0.0  # not 50 s after the clock started
-    second = runtime.arrived()
-    runtime.t0 -= 0.05
-    runtime.submit(Convo("b", system_message(1_000), 2_000, 1).job(2, cfg, max_tokens=10), second)
-    assert runtime.model.now == second and 49.0 < runtime.vnow() - second < 60.0
+    with FakeClock().installed() as fake:
+        runtime = SimRuntime(
+            cfg, kv_dir=None, time_scale=1000.0, log=LogSink(io.StringIO()), clock=1788245100.0
+        )
+        first = runtime.arrived()
+        fake.advance(0.05)  # 50 ms of this host's work before the job is built, at 1000x: 50 s
+        runtime.submit(Convo("a", system_message(1_000), 2_000, 1).job(1, cfg, max_tokens=10), first)
+        assert first == 0.0 and runtime.model.now == 0.0  # not 50 s after the clock started
+        second = runtime.arrived()
+        fake.advance(0.05)
+        runtime.submit(Convo("b", system_message(1_000), 2_000, 1).job(2, cfg, max_tokens=10), second)
+        assert runtime.model.now == second
+        assert runtime.vnow() - second == pytest.approx(50.0)
