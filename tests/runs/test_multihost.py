@@ -1,6 +1,6 @@
 """A sharded run on several hosts, started the way a Kubernetes Indexed Job starts it.
 
-The hosts are network namespaces this test creates (`netns.py`): the simulator in one, a shard in
+The hosts are network namespaces this test creates (`tests/support/netns.py`): the simulator in one, a shard in
 each of the others with `JOB_COMPLETION_INDEX`, `--shard auto/N` and one `--start-at` instant.
 Merged, the shards replay exactly the requests one process replays from the whole trace, their
 histograms add up, and they began within 100 ms of each other.
