@@ -8,9 +8,10 @@ setup:
 demo:
     replay demo
 
-# The whole test suite (unit + end-to-end on 127.0.0.1); the real agents run in `just agents`.
+# The whole test suite (unit + end-to-end on 127.0.0.1), one pytest-xdist worker per core; a test
+# file's tests stay on one worker with their module's servers. The real agents run in `just agents`.
 test:
-    python -m pytest -q -m "not agents"
+    python -m pytest -q -m "not agents" -n auto --dist loadfile
 
 # Every built-in scenario's field figures against the simulator (exit 1 if one fails).
 check:

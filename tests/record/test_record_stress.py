@@ -115,7 +115,7 @@ def scripted(first_token_delay_s: float) -> list[str]:
     here = Path(__file__).parent.parent
     return [
         sys.executable,
-        str(here / "scripted_server.py"),
+        str(here / "support" / "scripted_server.py"),
         "--first-token-delay-s",
         str(first_token_delay_s),
         "--tokens",

@@ -23,7 +23,7 @@ from tests.support.trace_strategies import write_trace
 
 pytestmark = pytest.mark.e2e
 
-SCRIPTED = str(Path(__file__).parent.parent / "scripted_server.py")
+SCRIPTED = str(Path(__file__).parent.parent / "support" / "scripted_server.py")
 TIMEOUT_S = 1.5
 
 

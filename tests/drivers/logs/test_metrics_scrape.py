@@ -161,12 +161,20 @@ def test_scrape_flags_disagreement(server: tuple[str, FakeLlama]) -> None:
 def test_sampler_scrapes_during_the_phase_and_survives_a_restart(server: tuple[str, FakeLlama]) -> None:
     url, state = server
 
+    def scraped_since(n: int) -> None:
+        """Until the sampler's thread has taken two more scrapes (so one began after now): on a
+        loaded machine 0.2 s of sleep held none, and the restart took the 1000 with it."""
+        deadline = time.monotonic() + 30
+        while len(sampler.snapshots) < n + 2:
+            assert time.monotonic() < deadline, sampler.snapshots
+            time.sleep(0.01)
+
     with MetricsSampler(url + "/metrics", interval=0.05) as sampler:
         state.serve(1000, 0, 10)
-        time.sleep(0.2)
+        scraped_since(len(sampler.snapshots))
         state.restart()
         state.serve(500, 100, 5)
-        time.sleep(0.2)
+        scraped_since(len(sampler.snapshots))
     assert len(sampler.snapshots) >= 4 and sampler.failures == 0
     d = sampler.deltas()
     assert d.total("llamacpp:prompt_tokens_total") == 1000 + 400
