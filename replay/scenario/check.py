@@ -168,7 +168,7 @@ class ArmView:
         """Per request that moved replica: its re-processed tokens less the model's for the
         replica it landed on (`FleetCache`, walked over the run's own placements)."""
         if self._moves is None:
-            from replay.sim.model.router import FleetCache, Routed
+            from replay.sim.router import FleetCache, Routed
 
             urls = list(dict.fromkeys(r["backend"] for r in self.requests if r.get("backend")))
             cache = FleetCache(max(1, len(urls)))
@@ -201,7 +201,7 @@ class ArmView:
         """The run's placements against the router model's over the same texts in the same
         order, each arriving to the loads the run had then (the requests each replica was
         serving: sent before it and not yet answered)."""
-        from replay.sim.model.router import RouterConfig, agreement, routed_from
+        from replay.sim.router import RouterConfig, agreement, routed_from
 
         fleet = (self.res.run.get("target") or {}).get("fleet") or self.res.run.get("fleet") or {}
         policy = fleet.get("router")
@@ -363,10 +363,10 @@ class ArmView:
 
 
 def routing_texts(trace_path: str | Path) -> dict[int, str]:
-    """Per trace request, the text SGLang's router matches (`sim.model.router.routing_text`),
+    """Per trace request, the text SGLang's router matches (`sim.router.routing_text`),
     with the recorded replies in the history (a live run's own replies differ in their words, not
     in where a session's earlier text ends)."""
-    from replay.sim.model.router import routing_text
+    from replay.sim.router import routing_text
     from replay.trace.materialize import materialize, recorded_reply, text_of
     from replay.trace.reader import read_trace
 

@@ -30,7 +30,7 @@ REQUEST_METRICS: tuple[str, ...] = (
     "prefill_tps",  # re-processed tokens / modelled prefill seconds
     "decode_tps",  # output tokens / modelled decode seconds
     # a fleet: for a request served by another replica than its session's previous one, its
-    # re-processed tokens less what the router model (sim.model.router) says that replica
+    # re-processed tokens less what the router model (sim.router) says that replica
     # re-reads (the prompt beyond the session's last prompt and reply it served; all of it if
     # it never served the session)
     "moved_reread_vs_model",

@@ -5,6 +5,8 @@ ways: `CacheModel` (an event loop with concurrency, queueing and time) is what `
 and a `--plan timed` sweep run; `sequential` walks one request at a time, and a default sweep shares
 its disk lanes across budgets (`replay.sizing.lanes`). Property tests keep the two equal.
 `sim/server` is the HTTP app; `serve` imports it lazily so that sizing does not load the web stack.
+`sim/router.py` models what stands in front of several servers: SGLang's router, which worker each
+request goes to and what that worker re-reads (not compiled: off the cache model's per-request path).
 """
 
 from __future__ import annotations

@@ -265,7 +265,7 @@ def _stays(lines: list[dict]) -> tuple[int, int, list[int]]:
 
 
 def _model_agrees(tmp_path: Path, policy: str) -> float:
-    """The percentage of requests the router model (sim/model/router.py) places where the router
+    """The percentage of requests the router model (sim/router.py) places where the router
     did, walked in the order the router's log chose them, each arriving to the requests in
     flight when it was sent. Cache-aware's first requests go to the least loaded worker, and a
     request that ends just as another arrives may still count on the router's side: one of

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.sim.model.router import (
+from replay.sim.router import (
     ApproxTree,
     CacheAware,
     RoundRobin,
@@ -120,7 +120,7 @@ def test_a_policy_the_model_does_not_have_is_refused() -> None:
 
 
 def test_agreement_renames_the_workers_before_the_walk_so_loads_break_ties_in_the_routers_order() -> None:
-    from replay.sim.model.router import agreement
+    from replay.sim.router import agreement
 
     reqs = [Routed("s0", "aaaa", 10), Routed("s1", "bbbb", 10)]
     # The router numbers its workers the other way round; s0 is still in flight on its worker 1
