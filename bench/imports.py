@@ -1,14 +1,17 @@
-"""Importers of the public corpora on big inputs: peak memory (RSS) and speed.
+"""Every importer on big inputs: peak memory (RSS) and speed.
 
 `python -m bench --only imports [--imports-mb 2048]` runs it as a section of `just bench` (100 MB a
 kind by default, 20 in a quick run; the 2 GB figure with `--imports-mb 2048`), and
-`python -m bench.imports [--mb 2048] [--kinds weka,otel,swe-agent,tracelab] [--work DIR]` alone. It
-generates, for each kind, an input of about that many MB in its real shape (WEKA `traces.jsonl` with
-subagents; an OTLP JSON document as one `.json` file, so the ijson path is the one measured; a
-folder of Mini-SWE-agent trajectories; TraceLab rows of sessions running side by side), imports it in a child process (`replay import`'s own code, so the
-child's peak RSS is the importer's), and prints one JSON object per kind: input MB, output MB,
-seconds, MB/s, MB per CPU-second (what a loaded host changes least) and peak RSS MiB. Each import
-includes `replay import`'s validation of what it wrote. The inputs are deleted afterwards.
+`python -m bench.imports [--mb 2048] [--kinds weka,otel,...] [--work DIR]` alone. It generates,
+for each kind, an input of about that many MB in its real shape: the public corpora (WEKA
+`traces.jsonl` with subagents; an OTLP JSON document as one `.json` file, so the ijson path is the
+one measured; a folder of Mini-SWE-agent trajectories; TraceLab rows of sessions running side by
+side; a ShareGPT JSON array; a Mooncake trace) and the agents' own stores (a Claude Code projects
+folder, a Codex sessions folder, a Hermes `state.db`, an OpenCode `opencode.db`). It imports each
+in a child process (`replay import`'s own code, so the child's peak RSS is the importer's), and
+prints one JSON object per kind: input MB, output MB, seconds, MB/s, MB per CPU-second (what a
+loaded host changes least) and peak RSS MiB. Each import includes `replay import`'s validation of
+what it wrote. The inputs are deleted afterwards.
 """
 
 from __future__ import annotations
@@ -27,7 +30,18 @@ from typing import Any
 
 import orjson
 
-KINDS = ("weka", "otel", "swe-agent", "tracelab")
+KINDS = (
+    "weka",
+    "otel",
+    "swe-agent",
+    "tracelab",
+    "claude-code",
+    "codex",
+    "hermes",
+    "opencode",
+    "sharegpt",
+    "mooncake",
+)
 RSS_TARGET_MIB = 512.0  # bounded: far below the input, whatever its size
 
 
@@ -263,6 +277,334 @@ def gen_tracelab(path: Path, size: int, seed: int = 4) -> int:
     return written
 
 
+# ---- the agents' own stores (shapes as tests/support/agentstores.py writes them; ours, not copied) ----
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def gen_claude_code(folder: Path, size: int, seed: int = 5) -> int:
+    """A Claude Code projects folder: one transcript a session (a prompt, 30 tool calls each
+    answered on a line of its own, a closing reply), sessions starting a minute apart (about ten
+    running side by side)."""
+    rng = random.Random(seed)
+    proj = folder / "-home-dev-proj"
+    proj.mkdir(parents=True, exist_ok=True)
+    written = 0
+    n = 0
+    while written < size:
+        n += 1
+        sid = f"{n:08x}-0000-4000-8000-{n:012x}"
+        t = 1_790_000_000.0 + n * 60
+        lines: list[bytes] = []
+        parent: str | None = None
+        k = 0
+
+        def entry(
+            kind: str, message: dict[str, Any], when: float, sid: str = sid, lines: list[bytes] = lines
+        ) -> None:
+            nonlocal parent, k
+            k += 1
+            uuid = f"{sid[:8]}-{k:04d}-4000-8000-000000000000"
+            obj = {"parentUuid": parent, "isSidechain": False, "sessionId": sid, "type": kind,
+                   "uuid": uuid, "timestamp": _iso(when), "cwd": "/home/dev/proj", "version": "2.1.197",
+                   "message": message}  # fmt: skip
+            lines.append(orjson.dumps(obj))
+            parent = uuid
+
+        entry("user", {"role": "user", "content": _words(rng, 80)}, t)
+        prompt = 20_000
+        for c in range(30):
+            t += rng.uniform(2, 20)
+            usage = {"input_tokens": 5, "cache_read_input_tokens": prompt, "cache_creation_input_tokens": 400,
+                     "output_tokens": 60}  # fmt: skip
+            call = {
+                "type": "tool_use",
+                "id": f"toolu_{n}_{c}",
+                "name": "Bash",
+                "input": {"command": "ls -la"},
+            }
+            entry("assistant", {"id": f"msg_{n}_{c}", "type": "message", "role": "assistant",
+                                "model": "claude-opus-4-8", "content": [{"type": "text", "text": _words(rng, 25)}, call],
+                                "stop_reason": "tool_use", "usage": usage}, t)  # fmt: skip
+            t += rng.uniform(1, 10)
+            result = {"type": "tool_result", "tool_use_id": f"toolu_{n}_{c}", "content": _words(rng, 150)}
+            entry("user", {"role": "user", "content": [result]}, t)
+            prompt += 405 + 60
+        t += 5
+        entry("assistant", {"id": f"msg_{n}_end", "type": "message", "role": "assistant", "model": "claude-opus-4-8",
+                            "content": [{"type": "text", "text": _words(rng, 40)}], "stop_reason": "end_turn",
+                            "usage": {"input_tokens": 5, "cache_read_input_tokens": prompt, "output_tokens": 40}}, t)  # fmt: skip
+        data = b"\n".join(lines) + b"\n"
+        (proj / f"{sid}.jsonl").write_bytes(data)
+        written += len(data)
+    return written
+
+
+def gen_codex(folder: Path, size: int, seed: int = 6) -> int:
+    """A Codex sessions folder: one rollout a session (meta, context items, 30 shell calls each with
+    its token_count and output, a closing reply), sessions starting a minute apart."""
+    rng = random.Random(seed)
+    day = folder / "2026" / "09" / "21"
+    day.mkdir(parents=True, exist_ok=True)
+    written = 0
+    n = 0
+    while written < size:
+        n += 1
+        sid = f"0199a1b2-{n:04x}-7e5f-8a9b-{n:012x}"
+        t = 1_790_000_000.0 + n * 60
+        lines: list[bytes] = []
+
+        def add(when: float, kind: str, payload: dict[str, Any], lines: list[bytes] = lines) -> None:
+            lines.append(orjson.dumps({"timestamp": _iso(when), "type": kind, "payload": payload}))
+
+        def msg(role: str, text: str) -> dict[str, Any]:
+            kind = "output_text" if role == "assistant" else "input_text"
+            return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+
+        def usage(when: float, inp: int, out: int) -> None:
+            last = {"input_tokens": inp, "cached_input_tokens": max(0, inp - 500), "output_tokens": out,
+                    "reasoning_output_tokens": 0, "total_tokens": inp + out}  # fmt: skip
+            add(when, "event_msg", {"type": "token_count", "info": {"total_token_usage": last,
+                "last_token_usage": last, "model_context_window": 128000}, "rate_limits": None})  # fmt: skip
+
+        add(t, "session_meta", {"id": sid, "timestamp": _iso(t), "cwd": "/home/dev/proj", "originator": "codex_exec",
+                                "cli_version": "0.171.0", "instructions": _words(rng, 300), "source": "exec"})  # fmt: skip
+        add(t, "response_item", msg("developer", "<permissions instructions> " + _words(rng, 200)))
+        add(t, "turn_context", {"cwd": "/home/dev/proj", "approval_policy": "never", "model": "gpt-oss-20b",
+                                "effort": "medium", "summary": "auto"})  # fmt: skip
+        add(t + 1, "response_item", msg("user", _words(rng, 60)))
+        prompt = 8_000
+        for c in range(30):
+            t += rng.uniform(2, 20)
+            add(t, "response_item", {"type": "reasoning", "id": f"rs_{c}", "content": None,
+                                     "summary": [{"type": "summary_text", "text": _words(rng, 20)}]})  # fmt: skip
+            add(t, "response_item", {"type": "function_call", "name": "shell", "call_id": f"call_{c}",
+                                     "arguments": '{"command":["ls","-la"]}'})  # fmt: skip
+            usage(t, prompt, 60)
+            t += rng.uniform(1, 10)
+            add(t, "response_item", {"type": "function_call_output", "call_id": f"call_{c}",
+                                     "output": _words(rng, 150)})  # fmt: skip
+            prompt += 300
+        t += 5
+        add(t, "response_item", msg("assistant", _words(rng, 40)))
+        usage(t, prompt, 40)
+        data = b"\n".join(lines) + b"\n"
+        (day / f"rollout-2026-09-21T00-00-00-{sid}.jsonl").write_bytes(data)
+        written += len(data)
+    return written
+
+
+_HERMES_SCHEMA = """
+CREATE TABLE system_prompts (hash TEXT PRIMARY KEY, prompt TEXT NOT NULL);
+CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, model TEXT, model_config TEXT,
+    system_prompt_hash TEXT, parent_session_id TEXT, started_at REAL NOT NULL, ended_at REAL, end_reason TEXT,
+    input_tokens INTEGER DEFAULT 0, output_tokens INTEGER DEFAULT 0, cache_read_tokens INTEGER DEFAULT 0,
+    cache_write_tokens INTEGER DEFAULT 0, title TEXT, api_call_count INTEGER DEFAULT 0, tool_names TEXT);
+CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, role TEXT NOT NULL,
+    content TEXT, tool_call_id TEXT, tool_calls TEXT, tool_name TEXT, timestamp REAL NOT NULL,
+    token_count INTEGER, finish_reason TEXT, reasoning TEXT, _compressed_summary INTEGER NOT NULL DEFAULT 0,
+    api_content TEXT);
+CREATE INDEX idx_messages_session ON messages(session_id, timestamp);
+"""
+
+
+def gen_hermes(path: Path, size: int, seed: int = 7) -> int:
+    """A Hermes `state.db` (the columns its importer reads, its session index): one system prompt
+    shared by every session, sessions of 30 tool calls with their usage sums, a minute apart."""
+    import hashlib
+    import sqlite3
+
+    rng = random.Random(seed)
+    system = _words(rng, 1400)
+    digest = hashlib.sha256(system.encode()).hexdigest()
+    conn = sqlite3.connect(path)
+    conn.executescript(_HERMES_SCHEMA)
+    conn.execute("INSERT INTO system_prompts VALUES (?, ?)", (digest, system))
+    written = len(system)
+    n = 0
+    while written < size:
+        n += 1
+        sid = f"20260921_{n:06d}_{n % 9973:04x}"
+        t0 = t = 1_790_000_000.0 + n * 60
+        rows: list[tuple[Any, ...]] = [(sid, "user", _words(rng, 60), None, None, None, t, None, None)]
+        for c in range(30):
+            t += rng.uniform(2, 20)
+            call = [{"id": f"call_{c}", "type": "function",
+                     "function": {"name": "terminal", "arguments": '{"command": "ls -la"}'}}]  # fmt: skip
+            rows.append(
+                (
+                    sid,
+                    "assistant",
+                    _words(rng, 20),
+                    None,
+                    orjson.dumps(call).decode(),
+                    None,
+                    t,
+                    40,
+                    "tool_calls",
+                )
+            )
+            t += rng.uniform(1, 10)
+            rows.append((sid, "tool", _words(rng, 150), f"call_{c}", None, "terminal", t, None, None))
+        t += 5
+        rows.append((sid, "assistant", _words(rng, 40), None, None, None, t, 50, "stop"))
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, tool_name, timestamp,"
+            " token_count, finish_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        conn.execute(
+            "INSERT INTO sessions (id, source, model, model_config, system_prompt_hash, started_at, ended_at,"
+            " input_tokens, output_tokens, cache_read_tokens, api_call_count, tool_names)"
+            " VALUES (?, 'cli', 'qwen3.8-flash', '{}', ?, ?, ?, ?, ?, ?, 31, '[\"terminal\"]')",
+            (sid, digest, t0, t, 31 * 3_000, 31 * 40, 31 * 20_000),
+        )
+        written += sum(len(r[2]) + len(r[4] or "") + 60 for r in rows)
+        if n % 200 == 0:
+            conn.commit()
+    conn.commit()
+    conn.close()
+    return path.stat().st_size
+
+
+_OPENCODE_SCHEMA = """
+CREATE TABLE session (id TEXT PRIMARY KEY, project_id TEXT NOT NULL, parent_id TEXT, slug TEXT NOT NULL,
+    directory TEXT NOT NULL, title TEXT NOT NULL, version TEXT NOT NULL, time_created INTEGER NOT NULL,
+    time_updated INTEGER NOT NULL);
+CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT NOT NULL, time_created INTEGER NOT NULL,
+    time_updated INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT NOT NULL, session_id TEXT NOT NULL,
+    time_created INTEGER NOT NULL, time_updated INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE INDEX message_session_idx ON message(session_id);
+CREATE INDEX part_message_idx ON part(message_id);
+"""
+
+
+def gen_opencode(path: Path, size: int, seed: int = 8) -> int:
+    """An OpenCode `opencode.db` (session, message, part tables with their indexes): sessions of
+    a prompt and one assistant message of 30 steps (a tool call each, its output) and a closing
+    step, a minute apart."""
+    import sqlite3
+
+    rng = random.Random(seed)
+    conn = sqlite3.connect(path)
+    conn.executescript(_OPENCODE_SCHEMA)
+    written = 0
+    n = 0
+    while written < size:
+        n += 1
+        sid = f"ses_{n:08d}"
+        t = 1_790_000_000_000 + n * 60_000
+        conn.execute(
+            "INSERT INTO session VALUES (?, 'prj_1', NULL, 'calm-fox', '/home/dev/proj', ?, '1.18.33', ?, ?)",
+            (sid, f"Task {n}", t - 500, t + 600_000),
+        )
+        umid, amid = f"msg_{n:08d}a", f"msg_{n:08d}b"
+        user = {"role": "user", "time": {"created": t}, "agent": "build"}
+        conn.execute(
+            "INSERT INTO message VALUES (?, ?, ?, ?, ?)", (umid, sid, t, t, orjson.dumps(user).decode())
+        )
+        parts: list[tuple[Any, ...]] = [
+            (
+                f"prt_{n:08d}_0000",
+                umid,
+                sid,
+                t,
+                t,
+                orjson.dumps({"type": "text", "text": _words(rng, 60)}).decode(),
+            )
+        ]
+        clock = t + 1000
+        prompt = 12_000
+        k = 0
+        for c in range(31):
+            tokens = {"input": 500, "output": 60, "reasoning": 0, "cache": {"read": prompt, "write": 0}}
+            step: list[dict[str, Any]] = [{"type": "step-start"}, {"type": "text", "text": _words(rng, 25),
+                                           "time": {"start": clock, "end": clock + 800}}]  # fmt: skip
+            if c < 30:
+                step.append({"type": "tool", "callID": f"call_{c}", "tool": "bash", "state": {
+                    "status": "completed", "input": {"command": "ls -la"}, "output": _words(rng, 150),
+                    "title": "bash", "metadata": {}, "time": {"start": clock + 900, "end": clock + 1900}}})  # fmt: skip
+            step.append({"type": "step-finish", "reason": "tool-calls" if c < 30 else "stop", "cost": 0,
+                         "tokens": tokens})  # fmt: skip
+            for p in step:
+                k += 1
+                parts.append((f"prt_{n:08d}_{k:04d}", amid, sid, clock, clock, orjson.dumps(p).decode()))
+            clock += int(rng.uniform(3000, 30000))
+            prompt += 560
+        info = {"role": "assistant", "time": {"created": t + 1000, "completed": clock}, "parentID": umid,
+                "modelID": "qwen3.8", "providerID": "local", "mode": "build"}  # fmt: skip
+        conn.execute(
+            "INSERT INTO message VALUES (?, ?, ?, ?, ?)",
+            (amid, sid, t + 1000, clock, orjson.dumps(info).decode()),
+        )
+        conn.executemany("INSERT INTO part VALUES (?, ?, ?, ?, ?, ?)", parts)
+        written += sum(len(p[5]) + 80 for p in parts)
+        if n % 200 == 0:
+            conn.commit()
+    conn.commit()
+    conn.close()
+    return path.stat().st_size
+
+
+def gen_sharegpt(path: Path, size: int, seed: int = 9) -> int:
+    """ShareGPT as its corpora publish it: one JSON array of conversations of 4-20 turns."""
+    rng = random.Random(seed)
+    written = 0
+    n = 0
+    with open(path, "wb") as out:
+        out.write(b"[")
+        while written < size:
+            n += 1
+            turns = [
+                {"from": "human" if i % 2 == 0 else "gpt", "value": _words(rng, rng.randint(20, 400))}
+                for i in range(rng.randint(2, 10) * 2)
+            ]
+            chunk = (b"," if n > 1 else b"") + orjson.dumps({"id": f"conv{n}", "conversations": turns})
+            out.write(chunk)
+            written += len(chunk)
+        out.write(b"]\n")
+    return written + 2
+
+
+def gen_mooncake(path: Path, size: int, seed: int = 10) -> int:
+    """A Mooncake trace: conversations of 20 turns whose hash ids grow, 20 running side by side,
+    every request starting with the same 4 system-prompt blocks."""
+    rng = random.Random(seed)
+    written = 0
+    next_id = 100
+    t = 0
+    with open(path, "wb") as out:
+        live: list[list[int]] = []
+        turns: list[int] = []
+        while written < size:
+            if len(live) < 20:
+                live.append([0, 1, 2, 3])
+                turns.append(0)
+            i = rng.randrange(len(live))
+            grow = rng.randint(1, 6)
+            live[i] = live[i] + list(range(next_id, next_id + grow))
+            next_id += grow
+            length = len(live[i]) * 512 - rng.randint(0, 511)
+            t += rng.randint(10, 3000)
+            line = orjson.dumps(
+                {
+                    "timestamp": t,
+                    "input_length": length,
+                    "output_length": rng.randint(20, 800),
+                    "hash_ids": live[i],
+                }
+            )
+            out.write(line + b"\n")
+            written += len(line) + 1
+            turns[i] += 1
+            if turns[i] == 20:
+                del live[i], turns[i]
+    return written
+
+
 def _one(kind: str, src: str, out: str) -> None:
     """In the child: import, then report our own peak RSS."""
     import resource
@@ -285,16 +627,26 @@ def _one(kind: str, src: str, out: str) -> None:
     )
 
 
+# kind -> (input's name in the work folder, its generator)
+INPUTS: dict[str, tuple[str, Any]] = {
+    "weka": ("traces.jsonl", gen_weka),
+    "otel": ("otlp.json", gen_otel),
+    "swe-agent": ("runs", gen_swe),
+    "tracelab": ("rows.jsonl", gen_tracelab),
+    "claude-code": ("projects", gen_claude_code),
+    "codex": ("sessions", gen_codex),
+    "hermes": ("state.db", gen_hermes),
+    "opencode": ("opencode.db", gen_opencode),
+    "sharegpt": ("sharegpt.json", gen_sharegpt),
+    "mooncake": ("mooncake.jsonl", gen_mooncake),
+}
+
+
 def measure(kind: str, size: int, work: Path) -> dict[str, Any]:
-    src = (
-        work
-        / {"weka": "traces.jsonl", "otel": "otlp.json", "swe-agent": "runs", "tracelab": "rows.jsonl"}[kind]
-    )
+    src = work / INPUTS[kind][0]
     out = work / f"{kind}.trace.jsonl"
     t0 = time.perf_counter()
-    made = {"weka": gen_weka, "otel": gen_otel, "swe-agent": gen_swe, "tracelab": gen_tracelab}[kind](
-        src, size
-    )
+    made = INPUTS[kind][1](src, size)
     gen_s = time.perf_counter() - t0
     try:
         res = subprocess.run(

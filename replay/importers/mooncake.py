@@ -19,6 +19,8 @@ prefixes get equal ids. An imported trace exports to its original ids up to that
 from __future__ import annotations
 
 import hashlib
+from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,89 @@ def _rows(src: Path, advance: Callable[[int], None] = lambda n: None) -> Iterato
             raise TraceError(str(src), n, f"input_length {length} does not fit {len(ids)} blocks of {BLOCK}")
         row["_line"] = n
         yield row
+
+
+class _Seen:
+    """Block ids seen so far: a bitmap for the dense small ids Mooncake traces use (an eighth of a
+    byte each, where a set of ints takes ~60 bytes), a set for any other."""
+
+    BITMAP_MAX = 1 << 28  # ids below this go in the bitmap (at most 32 MiB, as large as the ids)
+
+    def __init__(self) -> None:
+        self.bits = bytearray()
+        self.other: set[int] = set()
+
+    def add(self, h: int) -> bool:
+        """Mark `h` seen; whether it was seen before."""
+        if not 0 <= h < self.BITMAP_MAX:
+            if h in self.other:
+                return True
+            self.other.add(h)
+            return False
+        byte, bit = h >> 3, 1 << (h & 7)
+        if byte >= len(self.bits):
+            self.bits.extend(bytes(max(byte + 1 - len(self.bits), len(self.bits))))
+        was = bool(self.bits[byte] & bit)
+        self.bits[byte] |= bit
+        return was
+
+
+class _Prefixes:
+    """Chained prefix hash -> session number, the latest one set for a hash winning: the newest
+    entries in a dict, older ones in sorted arrays of 16 bytes an entry (a dict takes ~100), merged
+    as they grow so a lookup searches a few of them."""
+
+    RECENT = 1 << 16
+
+    def __init__(self) -> None:
+        self.recent: dict[int, int] = {}
+        self.levels: list[tuple[array[int], array[int]]] = []  # oldest first; sorted unique keys
+
+    def get(self, key: int) -> int | None:
+        found = self.recent.get(key)
+        if found is not None:
+            return found
+        for keys, values in reversed(self.levels):
+            i = bisect_left(keys, key)
+            if i < len(keys) and keys[i] == key:
+                return values[i]
+        return None
+
+    def set(self, key: int, value: int) -> None:
+        self.recent[key] = value
+        if len(self.recent) >= self.RECENT:
+            order = sorted(self.recent)
+            level = (array("q", order), array("q", (self.recent[k] for k in order)))
+            self.recent = {}
+            self.levels.append(level)
+            while len(self.levels) > 1 and len(self.levels[-2][0]) <= 2 * len(self.levels[-1][0]):
+                newer = self.levels.pop()
+                self.levels[-1] = _merge(self.levels[-1], newer)
+
+
+def _merge(
+    older: tuple[array[int], array[int]], newer: tuple[array[int], array[int]]
+) -> tuple[array[int], array[int]]:
+    """Two sorted levels as one; where both hold a key, the newer's value."""
+    (ak, av), (bk, bv) = older, newer
+    keys, values = array("q"), array("q")
+    i = j = 0
+    while i < len(ak) and j < len(bk):
+        if ak[i] < bk[j]:
+            keys.append(ak[i])
+            values.append(av[i])
+            i += 1
+        else:
+            if ak[i] == bk[j]:
+                i += 1
+            keys.append(bk[j])
+            values.append(bv[j])
+            j += 1
+    keys.extend(ak[i:])
+    values.extend(av[i:])
+    keys.extend(bk[j:])
+    values.extend(bv[j:])
+    return keys, values
 
 
 def _full(row: dict[str, Any]) -> int:
@@ -99,7 +184,7 @@ def import_mooncake(
     if not rows:
         raise TraceError(str(src), 0, "no requests in the mooncake trace")
     # chained hash of a whole-block prefix -> session; a continuation must extend more than `shared`
-    prefixes: dict[int, str] = {}
+    prefixes = _Prefixes()
     counts = {
         "requests": 0,
         "sessions": 0,
@@ -108,7 +193,7 @@ def import_mooncake(
         "common_blocks": shared,
         "filtered": 0,
     }
-    seen_blocks: set[int] = set()
+    seen_blocks = _Seen()
     notes = f"imported from mooncake trace {src.name}; {BLOCK}-token blocks as synthetic text"
     with (
         TraceWriter(out, source="import:mooncake", notes=notes) as writer,
@@ -129,25 +214,25 @@ def import_mooncake(
             for block in ids[:full]:
                 h = hash((h, block))
                 chain.append(h)
-            session = None
+            number = None
             for k in range(full, shared, -1):
-                session = prefixes.get(chain[k - 1])
-                if session is not None:
+                number = prefixes.get(chain[k - 1])
+                if number is not None:
                     break
-            if session is None:
+            if number is None:
                 counts["sessions"] += 1
-                session = f"mc{counts['sessions']}"
-                writer.session(session, api=api, model=model, labels={"source": "mooncake"})
+                number = counts["sessions"]
+                writer.session(f"mc{number}", api=api, model=model, labels={"source": "mooncake"})
+            session = f"mc{number}"
             if full > shared:
-                prefixes[chain[full - 1]] = session
+                prefixes.set(chain[full - 1], number)
             parts = []
             for i, h_id in enumerate(ids):
                 size = BLOCK if i < len(ids) - 1 or length % BLOCK == 0 else length % BLOCK
                 if i:
                     size -= PART_SEPARATOR_TOKENS  # the newline joining it to the previous block
                 parts.append({"synth": {"tokens": size, "seed": SEED_BASE + h_id}})
-                counts["shared_blocks"] += h_id in seen_blocks
-                seen_blocks.add(h_id)
+                counts["shared_blocks"] += seen_blocks.add(h_id)
             counts["blocks"] += len(ids)
             output = int(row["output_length"])
             writer.request(

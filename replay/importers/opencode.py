@@ -218,6 +218,27 @@ def _from_events(path: Path, advance: Callable[[int], None]) -> list[_Session]:
     return sessions
 
 
+def _one_document(path: Path) -> Any:
+    """The file's JSON value if it holds exactly one (an export), else None (an event stream, one
+    event a line, is read as it streams: never whole in memory)."""
+    with open(path, "rb") as handle:
+        first = handle.readline()
+        while first and not first.strip():
+            first = handle.readline()
+        try:
+            obj = orjson.loads(first)
+        except orjson.JSONDecodeError:
+            obj = None  # an export written over many lines
+        else:
+            if any(raw.strip() for raw in handle):
+                return None  # more than one object: an event stream
+            return obj
+    try:
+        return orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError:
+        return None  # more than one object: an event stream
+
+
 def _sources(src: Path, advance: Callable[[int], None]) -> list[_Session]:
     if src.is_dir():
         if (src / "opencode.db").is_file():
@@ -228,12 +249,10 @@ def _sources(src: Path, advance: Callable[[int], None]) -> list[_Session]:
         return _from_storage(root, advance)
     if is_sqlite(src):
         return _from_db(src, advance)
-    head = src.read_bytes()[:1]
+    with open(src, "rb") as handle:
+        head = handle.read(1)
     if head == b"{":
-        try:
-            obj = orjson.loads(src.read_bytes())
-        except orjson.JSONDecodeError:
-            obj = None  # more than one object: an event stream
+        obj = _one_document(src)
         if isinstance(obj, dict) and "messages" in obj:
             return _from_export(src, obj)
         if isinstance(obj, dict) and "type" not in obj:

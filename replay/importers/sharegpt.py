@@ -12,9 +12,11 @@ something to follow.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import ijson
 import orjson
 
 from replay.errors import TraceError
@@ -36,27 +38,81 @@ _ROLES = {
 _ID_OK = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def _load(src: Path) -> tuple[list[Any], list[int]]:
-    """The file's items, and for JSON Lines the line each came from (empty for one JSON document)."""
-    data = src.read_bytes()
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, list):
-        return obj, []
-    if isinstance(obj, dict):
-        return [obj], []
-    items = []
-    lines = []
-    for n, raw in enumerate(data.splitlines(), 1):
-        if raw.strip():
+# A first line longer than this is read as part of one JSON document, never parsed alone.
+_LINE_CAP = 1 << 20
+
+
+def _items(src: Path) -> Iterator[tuple[Any, int | None]]:
+    """The file's items one at a time, each with the line it came from (None for one JSON
+    document). Streamed: a JSON array is read item by item (ijson), JSON Lines line by line, so a
+    corpus of any size is never whole in memory (a multi-line document of one object is read whole:
+    it is one conversation)."""
+    with open(src, "rb") as handle:
+        first, n1 = b"", 0
+        for n, raw in enumerate(iter(lambda: handle.readline(_LINE_CAP), b""), 1):
+            if raw.strip():
+                first, n1 = raw, n
+                break
+        if not first:
+            return
+        head = first.lstrip()[:1]
+        if head == b"[" and not first.endswith(b"\n") and len(first) == _LINE_CAP:
+            obj, parsed, more = None, False, False  # an array on one long line: streamed below
+        else:
+            if not first.endswith(b"\n"):
+                first += handle.readline()  # the rest of a long line: one object
             try:
-                items.append(orjson.loads(raw))
-            except orjson.JSONDecodeError as exc:
-                raise TraceError(str(src), n, f"bad JSON: {exc}") from None
-            lines.append(n)
-    return items, lines
+                obj, parsed = orjson.loads(first), True
+            except orjson.JSONDecodeError:
+                obj, parsed = None, False
+            more = any(raw.strip() for raw in _peek(handle))
+    if parsed and not more and isinstance(obj, list):
+        yield from ((item, None) for item in obj)
+    elif parsed and not more and isinstance(obj, dict):
+        yield obj, None
+    elif not parsed and head == b"[":
+        yield from _array(src, n1)
+    elif not parsed and head == b"{":
+        try:
+            doc = orjson.loads(src.read_bytes())  # one object over many lines: one conversation
+        except orjson.JSONDecodeError:
+            doc = None
+        if isinstance(doc, dict):
+            yield doc, None
+        else:
+            yield from _lines(src)
+    else:
+        yield from _lines(src)
+
+
+def _peek(handle: Any) -> Iterator[bytes]:
+    """The lines after the first non-empty one, up to the next non-empty one."""
+    for raw in iter(lambda: handle.readline(_LINE_CAP), b""):
+        yield raw
+        if raw.strip():
+            return
+
+
+def _array(src: Path, first_line: int) -> Iterator[tuple[Any, int | None]]:
+    """A JSON array's items streamed; a document that is not valid JSON is the error the file
+    read as JSON Lines gives (its first line's)."""
+    try:
+        with open(src, "rb") as handle:
+            for item in ijson.items(handle, "item", use_float=True):
+                yield item, None
+    except (ijson.JSONError, ijson.IncompleteJSONError):
+        yield from _lines(src)  # raises at the first line that is not JSON
+        raise TraceError(str(src), first_line, "bad JSON: not one JSON array") from None
+
+
+def _lines(src: Path) -> Iterator[tuple[Any, int | None]]:
+    with open(src, "rb") as handle:
+        for n, raw in enumerate(handle, 1):
+            if raw.strip():
+                try:
+                    yield orjson.loads(raw.removesuffix(b"\n").removesuffix(b"\r")), n
+                except orjson.JSONDecodeError as exc:
+                    raise TraceError(str(src), n, f"bad JSON: {exc}") from None
 
 
 _TURN_KEYS = ("conversations", "conversation", "messages", "items")
@@ -107,21 +163,20 @@ def import_sharegpt(
 ) -> dict[str, int]:
     """Convert a ShareGPT file into a trace at `out`; `limit` caps the number of conversations."""
     src = Path(src)
-    items, lines = _load(src)
     counts = {"conversations": 0, "skipped": 0, "requests": 0}
     used: set[str] = set()
     t = 0.0
     with TraceWriter(
         out, source="import:sharegpt", notes=f"imported from ShareGPT file {src.name}"
     ) as writer:
-        for index, item in enumerate(items):
+        for index, (item, line_no) in enumerate(_items(src)):
             if limit is not None and counts["conversations"] >= limit:
                 break
             problem = _shape_problem(item)
             if problem is not None:
                 # A file in another format would otherwise import as an empty trace, exit 0.
-                line = lines[index] if lines else 1
-                where = f"item {index}: " if not lines else ""
+                line = line_no if line_no is not None else 1
+                where = f"item {index}: " if line_no is None else ""
                 raise TraceError(str(src), line, f"not a ShareGPT file: {where}{problem}")
             turns = _turns(item)
             if not any(m["role"] == "user" for m in turns):
@@ -155,5 +210,6 @@ def import_sharegpt(
                 )
                 counts["requests"] += 1
                 t += turn_gap_s
+            writer.forget(sid)  # a conversation has no request after its last: let go of it
             t += session_gap_s
     return counts
