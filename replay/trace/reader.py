@@ -104,6 +104,17 @@ class _Checker:
             self.held.add(id(msg))
         return found
 
+    def seen(self, role: str, content: str, msg: dict[str, Any]) -> dict[str, Any]:
+        """`msg`, or the equal one read before; unlike `shared`, a new one is not kept for later
+        lines. A loaded request holds its bare recorded reply as its values (`Request.reply`),
+        not as this dict: keeping each reply's dict here until the whole trace is read would only
+        raise the load's peak (the memory a process keeps) by ~250 bytes a request."""
+        if not self.share:
+            return msg
+        by_text = self.plain.get(role)
+        found = by_text.get(content) if by_text is not None else None
+        return msg if found is None else found
+
     def shared_synth(self, role: str, msg: dict[str, Any]) -> dict[str, Any] | None:
         """`msg` if it is `{"role", "content": {"synth": {"tokens", "seed"}}}` with a valid spec,
         or the equal one read before; None for any other message (checked the long way).
@@ -653,7 +664,7 @@ def _check_reply(check: _Checker, reply: dict[str, Any], rid: int) -> None:
         if type(message) is dict and message.get("role") == "assistant" and len(message) == 2:
             content = message.get("content")
             if type(content) is str:  # the common bare reply: nothing to check
-                reply["message"] = check.shared("assistant", content, message)
+                reply["message"] = check.seen("assistant", content, message)
             else:
                 reply["message"] = check.checked_message(
                     message, f"request {rid}: reply.message", "assistant"

@@ -248,7 +248,7 @@ def test_a_null_optional_field_reads_as_absent(tmp_path):
 
 
 def test_a_loaded_trace_holds_each_repeated_message_once(tmp_path):
-    """Sessions resend the same texts (a system prompt, a reply restated after a compaction):
+    """Sessions resend the same texts (a system prompt, a history restated after a compaction):
     loaded, equal plain messages are one object; messages that differ in role or text are not."""
     path = tmp_path / "t.jsonl"
     prompt = "you are a careful agent " * 50
@@ -269,7 +269,8 @@ def test_a_loaded_trace_holds_each_repeated_message_once(tmp_path):
         )
     a, b, c = read_trace(path).requests
     assert a.append[0] is b.append[0] and a.append[1] is b.append[1]
-    assert a.reply["message"] is b.reply["message"] is c.reply["message"]
+    # A bare reply is held as its values (`Request.reply`): equal, rebuilt on each read.
+    assert a.reply == b.reply == c.reply == {"message": {"role": "assistant", "content": "done"}}
     assert c.append[0] is not a.append[0] and c.append[0] == {"role": "user", "content": prompt}
     assert b.messages() == [{"role": "system", "content": prompt}, {"role": "user", "content": "go"}]
 
