@@ -448,6 +448,6 @@ def _detach(part: list[Request], sessions: dict[str, Any], by_id: dict[int, Requ
         out.append(
             r
             if (append == r.append and after is r.after)
-            else dataclasses.replace(r, append=append, after=after)
+            else r.replaced(append=append, after=after)
         )
     return out

@@ -67,6 +67,9 @@ class _Checker:
         self.params: dict[tuple[Any, ...], dict[str, Any]] = {}  # by their values (see `shared_params`)
         self.words: dict[str, str] = {}  # short repeated values (`reply.finish`), one object each
         self.blob_ids: set[int] = set()  # ids of the blobs' values: one object for every use
+        self.empty_labels: dict[str, Any] = {}  # see `no_labels`
+        self.held: set[int] = set()  # ids of the messages held once (`shared`, `shared_synth`)
+        self.appends: dict[tuple[int, ...], tuple[dict[str, Any], ...]] = {}  # see `shared_append`
 
     def fail(self, problem: str) -> TraceError:
         return TraceError(self.path, self.line, problem)
@@ -98,7 +101,19 @@ class _Checker:
         if found is None:
             msg["role"] = _ROLE[role]  # one string for every message's role, not one a line
             by_text[content] = found = msg
+            self.held.add(id(msg))
         return found
+
+    def seen(self, role: str, content: str, msg: dict[str, Any]) -> dict[str, Any]:
+        """`msg`, or the equal one read before; unlike `shared`, a new one is not kept for later
+        lines. A loaded request holds its bare recorded reply as its values (`Request.reply`),
+        not as this dict: keeping each reply's dict here until the whole trace is read would only
+        raise the load's peak (the memory a process keeps) by ~250 bytes a request."""
+        if not self.share:
+            return msg
+        by_text = self.plain.get(role)
+        found = by_text.get(content) if by_text is not None else None
+        return msg if found is None else found
 
     def shared_synth(self, role: str, msg: dict[str, Any]) -> dict[str, Any] | None:
         """`msg` if it is `{"role", "content": {"synth": {"tokens", "seed"}}}` with a valid spec,
@@ -122,6 +137,7 @@ class _Checker:
         if found is None:
             msg["role"] = _ROLE[role]
             self.synth[key] = found = msg
+            self.held.add(id(msg))
         return found
 
     def shared_params(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -140,6 +156,28 @@ class _Checker:
             else:
                 return params
         return self.params.setdefault(tuple(key), params)
+
+    def no_labels(self) -> dict[str, Any]:
+        """A session's empty `labels`: with `share`, one dict for every session that has none
+        (read-only, as every loaded object is); a one-request session would otherwise hold its own."""
+        if not self.share:
+            return {}
+        return self.empty_labels
+
+    def shared_append(self, append: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+        """`append` as a tuple; with `share`, the equal tuple made before when each of its
+        messages is one held once (shared plain or synthetic messages): one-request sessions
+        of a generated trace resend the same system prompt and user texts."""
+        out = tuple(append)
+        if not self.share or len(out) > 8:
+            return out
+        key = tuple(id(m) for m in out)
+        found = self.appends.get(key)
+        if found is not None:
+            return found
+        if all(id(m) in self.held for m in out):
+            self.appends[key] = out  # holds its messages: their ids stay theirs
+        return out
 
     def word(self, value: str) -> str:
         """One object for a short value many lines repeat (a finish reason)."""
@@ -370,12 +408,13 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
                 raise check.fail(
                     f"session {sid!r}: field '{key}' must be {_type_name(kind_of)}, got {_json_type(value)}"
                 )
+        labels = obj.get("labels")
         check.sessions[sid] = Session(
             id=sid,
-            role=obj.get("role") or "interactive",
-            api=api,
-            model=obj.get("model") or "default",
-            labels=obj.get("labels") or {},
+            role=check.word(obj.get("role") or "interactive"),
+            api=check.word(api),
+            model=check.word(obj.get("model") or "default"),
+            labels=labels if labels else check.no_labels(),
         )
     elif kind == "blob":
         bid = check.need(obj, "id", str)
@@ -625,7 +664,7 @@ def _check_reply(check: _Checker, reply: dict[str, Any], rid: int) -> None:
         if type(message) is dict and message.get("role") == "assistant" and len(message) == 2:
             content = message.get("content")
             if type(content) is str:  # the common bare reply: nothing to check
-                reply["message"] = check.shared("assistant", content, message)
+                reply["message"] = check.seen("assistant", content, message)
             else:
                 reply["message"] = check.checked_message(
                     message, f"request {rid}: reply.message", "assistant"
@@ -703,6 +742,7 @@ def _read_trace(path: str | Path) -> Trace:
                 start=obj.get("start") or "",
             )
         elif kind == "request":
+            obj["append"] = check.shared_append(obj["append"])
             requests.append(_request(obj, by_id, check.line))
     sessions = check.sessions if check else {}
     return Trace(path=str(path), header=header, sessions=sessions, requests=requests, unrecorded=unrecorded)

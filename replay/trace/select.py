@@ -102,7 +102,7 @@ def _part(trace: Trace, chosen: set[str]) -> Trace:
         after = req.after
         if after and after.get("request") is not None and after["request"] not in mine:
             after = {k: v for k, v in after.items() if k != "request"}
-            req = dataclasses.replace(req, after=after)
+            req = req.replaced(after=after)
         requests.append(req)
     return Trace(path=trace.path, header=trace.header, sessions=sessions, requests=requests)
 

@@ -3,7 +3,6 @@ last waiter, no list per request (the soak benchmark measures the rates; these a
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import sys
 import types
@@ -84,7 +83,7 @@ def test_reply_readers_counts_every_request_that_carries_the_reply_below_a_fork(
     trace = read_trace(live_trace(tmp_path / "t.jsonl", sessions=1, turns=4))
     first, second, third, fourth = trace.requests
     # A fork: a second branch off `second` (a concurrent turn) also carries first's reply.
-    branch = dataclasses.replace(fourth, id=99, parent=second, append=fourth.append)
+    branch = fourth.replaced(id=99, parent=second, append=fourth.append)
     readers = reply_readers([*trace.requests, branch])
     assert readers[first.id] == 4  # second, third, fourth and the branch resend it
     assert readers[second.id] == 2  # third and fourth

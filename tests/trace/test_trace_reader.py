@@ -248,7 +248,7 @@ def test_a_null_optional_field_reads_as_absent(tmp_path):
 
 
 def test_a_loaded_trace_holds_each_repeated_message_once(tmp_path):
-    """Sessions resend the same texts (a system prompt, a reply restated after a compaction):
+    """Sessions resend the same texts (a system prompt, a history restated after a compaction):
     loaded, equal plain messages are one object; messages that differ in role or text are not."""
     path = tmp_path / "t.jsonl"
     prompt = "you are a careful agent " * 50
@@ -269,7 +269,8 @@ def test_a_loaded_trace_holds_each_repeated_message_once(tmp_path):
         )
     a, b, c = read_trace(path).requests
     assert a.append[0] is b.append[0] and a.append[1] is b.append[1]
-    assert a.reply["message"] is b.reply["message"] is c.reply["message"]
+    # A bare reply is held as its values (`Request.reply`): equal, rebuilt on each read.
+    assert a.reply == b.reply == c.reply == {"message": {"role": "assistant", "content": "done"}}
     assert c.append[0] is not a.append[0] and c.append[0] == {"role": "user", "content": prompt}
     assert b.messages() == [{"role": "system", "content": prompt}, {"role": "user", "content": "go"}]
 
@@ -322,6 +323,30 @@ def test_equal_synthetic_messages_params_and_words_are_held_once(tmp_path):
     for loaded, line in zip(r, kept, strict=True):
         assert orjson.dumps(loaded.params) == orjson.dumps(line["params"])
         assert list(loaded.append) == line["append"]
+
+
+def test_one_request_sessions_share_their_words_labels_and_repeated_appends(tmp_path):
+    """A trace of one-request sessions (the ShareGPT shape) holds per session only what differs:
+    role, api and model strings and an empty `labels` are one object each, and an `append` of
+    messages each held once is one tuple; a message held alone (a `$reply` marker) keeps its own."""
+    system = {"role": "system", "content": {"synth": {"tokens": 20, "seed": 7}}}
+    user = {"role": "user", "content": "hello"}
+    lines: list = [HEADER]
+    for i in range(1, 4):
+        lines.append({"kind": "session", "id": f"s{i}", "role": "batch", "api": "anthropic", "model": "m"})
+        lines.append({**req(i, append=[system, user]), "session": f"s{i}"})
+    lines.append({"kind": "session", "id": "tagged", "labels": {"job": "x"}})
+    lines.append({**req(4, parent=3, keep=2, append=[{"$reply": 3}, user]), "session": "tagged"})
+    lines.append({**req(5, parent=3, keep=2, append=[{"$reply": 3}, user]), "session": "tagged"})
+    trace = read_trace(write_lines(tmp_path / "t.jsonl", lines))
+    s1, s2, s3 = (trace.sessions[f"s{i}"] for i in range(1, 4))
+    assert s1.role is s2.role is s3.role == "batch" and s1.api is s3.api == "anthropic"
+    assert s1.model is s3.model == "m" and s1.labels is s3.labels == {}
+    assert trace.sessions["tagged"].labels == {"job": "x"}
+    r = trace.requests
+    assert r[0].append is r[1].append is r[2].append and list(r[0].append) == [system, user]
+    assert r[3].append is not r[4].append and r[3].append == r[4].append
+    assert [m.messages() for m in r] == [[system, user]] * 3 + [[system, user, {"$reply": 3}, user]] * 2
 
 
 def iter_records_of(path):
