@@ -445,9 +445,5 @@ def _detach(part: list[Request], sessions: dict[str, Any], by_id: dict[int, Requ
             for m in r.append
         )
         after = r.after if (r.after or {}).get("request") in own else None
-        out.append(
-            r
-            if (append == r.append and after is r.after)
-            else r.replaced(append=append, after=after)
-        )
+        out.append(r if (append == r.append and after is r.after) else r.replaced(append=append, after=after))
     return out
