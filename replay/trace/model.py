@@ -170,7 +170,8 @@ def _compact_reply(reply: Any) -> Any:
     role, content = next(items), next(items)
     if role != ("role", "assistant") or content[0] != "content" or type(content[1]) is not str:
         return reply
-    finish = output_tokens = None
+    finish: str | None = None
+    output_tokens: int | None = None
     for key in keys:
         if key == "finish" and output_tokens is None and type(reply[key]) is str:
             finish = reply[key]
