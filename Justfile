@@ -9,9 +9,12 @@ demo:
     replay demo
 
 # The whole test suite (unit + end-to-end on 127.0.0.1), one pytest-xdist worker per core; a test
-# file's tests stay on one worker with their module's servers. The real agents run in `just agents`.
+# file's tests stay on one worker with their module's servers. Then the tests that hold a budget of a
+# few wall-clock ms (marker `timing`) alone, one at a time, with no neighbour on the other core.
+# The real agents run in `just agents`.
 test:
-    python -m pytest -q -m "not agents" -n auto --dist loadfile
+    python -m pytest -q -m "not agents and not timing" -n auto --dist loadfile
+    python -m pytest -q -m "timing and not agents"
 
 # Every built-in scenario's field figures against the simulator (exit 1 if one fails).
 check:

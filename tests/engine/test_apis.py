@@ -89,6 +89,7 @@ NOISE = {
 }
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("api", API_NAMES)
 async def test_ttft_within_5ms_of_scripted_delay(
     scripted_server: ScriptedServer, client: Any, api: str
@@ -147,6 +148,7 @@ async def test_ttft_stops_at_reasoning_or_tool_call(
         assert 0 <= res.t_first_token - truth.first_token_ns < gap * 1e9 / 3, rid
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("api", API_NAMES)
 async def test_concurrent_streams_are_not_queued_in_the_client(
     scripted_server: ScriptedServer, client: Any, api: str
@@ -176,6 +178,7 @@ async def test_concurrent_streams_are_not_queued_in_the_client(
         assert res.ttft_s >= delay
 
 
+@pytest.mark.timing
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernel receive stamps are Linux-only")
 async def test_ttft_survives_a_blocked_event_loop(scripted_server: ScriptedServer, client: Any) -> None:
     # The token arrives while this loop is frozen (as in a long GC pause); its kernel

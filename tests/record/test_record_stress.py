@@ -123,6 +123,7 @@ def scripted(first_token_delay_s: float) -> list[str]:
     ]
 
 
+@pytest.mark.timing
 @pytest.mark.e2e
 @pytest.mark.parametrize(
     ("label", "turns", "first_token_delay_s", "n"),

@@ -360,6 +360,7 @@ def test_identical_arms_are_refused_before_anything_starts(tmp_path: Path) -> No
     assert cli.returncode == 2 and "--allow-identical" in cli.stderr
 
 
+@pytest.mark.timing
 @pytest.mark.e2e
 def test_an_aa_check_detects_no_difference_in_any_metric_and_reports_it(tmp_path: Path) -> None:
     trace = write_trace(tmp_path / "t.jsonl")

@@ -219,6 +219,7 @@ def _run(server, trace: Path, out: Path, concurrency: int, annotate=None):
     return outcome, read_results(out).summary_line
 
 
+@pytest.mark.timing
 def test_a_slow_results_sink_shows_as_a_client_that_held_less_than_asked(scripted_server, tmp_path):
     scripted_server.default = Script(tokens=3)
 
@@ -239,6 +240,7 @@ def test_a_slow_results_sink_shows_as_a_client_that_held_less_than_asked(scripte
     assert outcome.warnings[0].startswith("client-bound: asked 8 in flight, held ")
 
 
+@pytest.mark.timing
 def test_a_trace_with_too_few_sessions_is_trace_bound_not_client_bound(scripted_server, tmp_path):
     scripted_server.default = Script(first_token_delay_s=0.02, tokens=3)
     outcome, line = _run(scripted_server, _chained(tmp_path / "t.jsonl", 2, 6), tmp_path / "r.jsonl", 16)
@@ -248,6 +250,7 @@ def test_a_trace_with_too_few_sessions_is_trace_bound_not_client_bound(scripted_
     assert outcome.warnings[0].startswith("trace-bound: asked 16 in flight, held ")
 
 
+@pytest.mark.timing
 def test_a_run_that_holds_what_it_asked_has_no_warning(scripted_server, tmp_path):
     scripted_server.default = Script(first_token_delay_s=0.2, tokens=3)
     outcome, line = _run(scripted_server, _independent(tmp_path / "t.jsonl", 8), tmp_path / "r.jsonl", 4)
