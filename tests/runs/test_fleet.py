@@ -290,6 +290,7 @@ def _pairs(lines: list[dict]) -> list[tuple[dict, dict]]:
     return out
 
 
+@pytest.mark.timing  # three in flight: a request ending as the next arrives moves the router's choice
 @pytest.mark.e2e
 def test_sglang_routers_cache_aware_policy_keeps_conversations_where_round_robin_moves_them(
     tmp_path: Path,
