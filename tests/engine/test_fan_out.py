@@ -11,28 +11,10 @@ from replay.engine.plans import make_plan, reply_deps
 from replay.engine.run import EngineConfig
 from replay.runs.recording import run_trace
 from replay.trace import TraceWriter, read_trace
+from tests.support.fan_out import fan_out_trace
 from tests.support.scripted_server import Script
 
 USAGE = {"prompt_tokens": 100, "completion_tokens": 3}
-REPLY = {"message": {"role": "assistant", "content": "ok"}, "finish": "stop", "output_tokens": 3}
-
-
-def fan_out_trace(path: Path) -> None:
-    """Parent request 1 spawns two subagents (2 turns each); parent request 6 waits for both."""
-    with TraceWriter(path, source="test") as w:
-        w.session("main")
-        w.session("sa1", role="subagent")
-        w.session("sa2", role="subagent")
-        p = [{"role": "user", "content": "go"}]
-        r1 = w.request("main", 0.0, p, {}, reply=REPLY)
-        last = []
-        for sid in ("sa1", "sa2"):
-            m = [{"role": "user", "content": f"task {sid}"}]
-            a = w.request(sid, 0.1, m, {}, reply=REPLY, after={"request": r1, "delay_s": 0.0, "spawn": True})
-            m2 = [*m, REPLY["message"], {"role": "user", "content": "more"}]
-            last.append(w.request(sid, 0.2, m2, {}, reply=REPLY, after={"request": a, "delay_s": 0.1}))
-        p2 = [*p, REPLY["message"], {"role": "user", "content": "results"}]
-        w.request("main", 0.3, p2, {}, reply=REPLY, after={"request": r1, "delay_s": 0.05, "waits": last})
 
 
 def test_reply_deps_include_the_subagents_waited_for(tmp_path: Path) -> None:

@@ -11,29 +11,7 @@ from replay.report.fanout import fan_out_view
 from replay.report.html import render_page
 from replay.report.view import load_run
 from replay.trace import TraceWriter
-
-REPLY = {"message": {"role": "assistant", "content": "ok"}, "finish": "stop", "output_tokens": 3}
-
-
-def _trace(path: Path) -> Path:
-    """main #1 spawns sa1 (#2, #3) and sa2 (#4, #5); main #6 waits for both; main #7 goes on."""
-    with TraceWriter(path, source="test") as w:
-        w.session("main")
-        w.session("sa1", role="subagent")
-        w.session("sa2", role="subagent")
-        p = [{"role": "user", "content": "go"}]
-        r1 = w.request("main", 0.0, p, {}, reply=REPLY)
-        last = []
-        for sid in ("sa1", "sa2"):
-            m = [{"role": "user", "content": f"task {sid}"}]
-            a = w.request(sid, 0.1, m, {}, reply=REPLY, after={"request": r1, "delay_s": 0.0, "spawn": True})
-            m2 = [*m, REPLY["message"], {"role": "user", "content": "more"}]
-            last.append(w.request(sid, 0.2, m2, {}, reply=REPLY, after={"request": a, "delay_s": 0.1}))
-        p2 = [*p, REPLY["message"], {"role": "user", "content": "results"}]
-        r6 = w.request("main", 0.3, p2, {}, reply=REPLY, after={"request": r1, "delay_s": 0.0, "waits": last})
-        p3 = [*p2, REPLY["message"], {"role": "user", "content": "thanks"}]
-        w.request("main", 0.4, p3, {}, reply=REPLY, after={"request": r6, "delay_s": 0.0})
-    return path
+from tests.support.fan_out import REPLY, fan_out_trace
 
 
 def _rec(seq: int, session: str, switch: tuple[str, ...], reread: int, ttft_ms: int = 100) -> RequestRecord:
@@ -75,7 +53,9 @@ def _results(path: Path, trace: Path) -> Path:
 
 
 def test_the_page_shows_each_subagent_and_the_parents_resume(tmp_path: Path) -> None:
-    run = load_run(_results(tmp_path / "r.jsonl", _trace(tmp_path / "t.jsonl")))
+    run = load_run(
+        _results(tmp_path / "r.jsonl", fan_out_trace(tmp_path / "t.jsonl", wait_delay_s=0.0, goes_on=True))
+    )
     view = fan_out_view(run)
     assert view is not None
     assert view.subagents == [
@@ -105,7 +85,7 @@ def test_no_subagents_section_without_subagents_or_without_the_trace(tmp_path: P
         w.session("main")
         w.request("main", 0.0, [{"role": "user", "content": "x"}], {}, reply=REPLY)
     assert 'id="subagents"' not in render_page([load_run(_results(tmp_path / "a.jsonl", plain))])
-    trace = _trace(tmp_path / "t.jsonl")
+    trace = fan_out_trace(tmp_path / "t.jsonl", wait_delay_s=0.0, goes_on=True)
     run = load_run(_results(tmp_path / "b.jsonl", trace))
     trace.unlink()  # the results name a trace that is gone: nothing to say about subagents
     assert fan_out_view(run) is None and 'id="subagents"' not in render_page([run])
@@ -115,7 +95,9 @@ def test_the_tables_stop_at_max_rows_and_say_how_many_more(tmp_path: Path, monke
     import replay.report.fanout as fanout
 
     monkeypatch.setattr(fanout, "MAX_ROWS", 1)
-    run = load_run(_results(tmp_path / "r.jsonl", _trace(tmp_path / "t.jsonl")))
+    run = load_run(
+        _results(tmp_path / "r.jsonl", fan_out_trace(tmp_path / "t.jsonl", wait_delay_s=0.0, goes_on=True))
+    )
     view = fan_out_view(run)
     assert view is not None and len(view.subagents) == 1 and view.more_subagents == 1
     assert "... and 1 more subagent sessions." in render_page([run])
