@@ -623,7 +623,8 @@ def scenario_check(
     force: Force = False,
     verbose: Verbose = False,
 ) -> None:
-    """Run the scenarios' arms and compare each field figure with the modelled one (exit 1 if any fails)."""
+    """Run the scenarios' arms and compare each field figure with the modelled one (exit 1 if any
+    fails, or if a wall-clock run strays from the walk by more than half a row's tolerance)."""
     from replay.commands.scenario import CheckArgs, check
 
     raise typer.Exit(

@@ -326,7 +326,7 @@ def _run_cell(v: Verdict) -> str:
     if spread == 0.0:
         return "="
     shown = v.run.modelled + ("" if spread is None else f"\n[dim]spread {spread:.1%}[/dim]")
-    return shown
+    return f"[red]{shown}[/red]" if v.strays else shown
 
 
 def spread_lines(verdicts: list[Verdict]) -> list[str]:
@@ -381,7 +381,8 @@ def gap_line(v: Verdict, verbose: bool = False) -> str:
 
 
 def check(args: CheckArgs, console: Console) -> int:
-    """`replay scenario check [NAME ...]`: exit 0 when every expectation holds (known gaps aside)."""
+    """`replay scenario check [NAME ...]`: exit 0 when every expectation holds (known gaps aside)
+    and every wall-clock run gives what its walk does, within half each row's tolerance."""
     names, as_json, out_dir = args.names, args.json, args.out
     specs = [find_scenario(n) for n in names] if names else [s for s in list_scenarios() if s.expects]
     if out_dir is not None:
@@ -397,6 +398,7 @@ def check(args: CheckArgs, console: Console) -> int:
                 continue
             verdicts += check_scenario(spec, (out_dir or Path(scratch)) / spec.name)
     failed = [v for v in verdicts if v.failed]
+    strayed = [v for v in verdicts if v.strays]
     if as_json:
         print(orjson.dumps([v.to_json() for v in verdicts], option=orjson.OPT_INDENT_2).decode())
     else:
@@ -405,10 +407,23 @@ def check(args: CheckArgs, console: Console) -> int:
             console.print(gap_line(v, args.verbose), highlight=False)
         for line in spread_lines(verdicts):
             console.print(line, highlight=False)
+        for v in strayed:
+            console.print(stray_line(v), highlight=False)
         gaps = sum(1 for v in verdicts if v.status == "known gap")
         console.print(
             f"{len(verdicts) - len(failed) - gaps} hold, {len(failed)} fail, {gaps} known gap(s)"
+            + (f", {len(strayed)} stray on the wall-clock run" if strayed else "")
             + ("" if args.verbose or not gaps else " (--verbose: why each gap is there)"),
             highlight=False,
         )
-    return 1 if failed else 0
+    return 1 if failed or strayed else 0
+
+
+def stray_line(v: Verdict) -> str:
+    """A row whose wall-clock run strays from the walk it is judged on: both figures."""
+    e = v.expect
+    run = "nothing selected" if v.run is None or v.run.span is None else v.run.modelled
+    return (
+        f"[red]strays[/red] {v.scenario}/{e.arm}, {e.about or e.metric}: walk {v.modelled}, "
+        f"wall-clock run {run}: more than half the row's tolerance apart"
+    )

@@ -47,6 +47,21 @@ class Verdict:
         return max(_relative(a, b) for a, b in zip(self.span, self.run.span, strict=True))
 
     @property
+    def strays(self) -> bool:
+        """Whether the wall-clock run is farther from the walk than half the row's margin (its
+        tolerance, or its slack where wider), or selected requests the walk did not (or none it
+        did): a user's own `scenario run` would not show what the row is judged on."""
+        if self.run is None:
+            return False
+        if self.span is None or self.run.span is None:
+            return self.span is not self.run.span
+        e = self.expect
+        return any(
+            abs(a - b) > max(max(abs(a), abs(b)) * e.tolerance, e.slack) / 2
+            for a, b in zip(self.span, self.run.span, strict=True)
+        )
+
+    @property
     def status(self) -> str:
         if self.expect.gap is not None:
             return "gap (holds)" if self.holds else "known gap"
@@ -75,6 +90,7 @@ class Verdict:
             "gap": e.gap,
             "run": None if self.run is None else {"modelled": self.run.modelled, "value": self.run.value},
             "spread": self.spread,
+            "strays": self.strays,
         }
 
 

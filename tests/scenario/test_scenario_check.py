@@ -292,6 +292,45 @@ def test_a_rows_spread_is_how_far_the_run_strays_from_the_walk() -> None:
     assert row.to_json()["run"] == {"modelled": "20-250", "value": 20.0}
 
 
+def test_a_row_strays_when_its_run_is_more_than_half_its_tolerance_from_the_walk() -> None:
+    """The rule `scenario check` holds every wall-clock run to (CI runs it on every scenario: the
+    slow morning at its 20x time scale measured 0.1% at most; at 200x, with replies counted done
+    when this host read them, a queued 06:45 call came out 27-29 s against the walk's 44.9 s)."""
+    from replay.scenario.check import Verdict
+
+    e = Expect(arm="24G", metric="call_s", lo=68, hi=363)  # tolerance 10%: half of it is 5%
+    walked = Verdict("s", e, "40-250", 40.0, False, (40.0, 250.0))
+    assert not walked.strays  # no wall-clock run
+    assert not walked.with_run(Verdict("s", e, "41-255", 41.0, False, (41.0, 255.0))).strays  # 2.4%, 2%
+    assert walked.with_run(Verdict("s", e, "40-265", 40.0, False, (40.0, 265.0))).strays  # 5.7% at the top
+    assert walked.with_run(Verdict("s", e, "-", None, False, None)).strays  # the run selected nothing
+    none = Verdict("s", e, "-", None, False, None)
+    assert not none.with_run(none).strays
+    near_zero = Expect(arm="24G", metric="restores", lo=0, hi=0, slack=2)  # slack 2: 1 apart is within
+    assert (
+        not Verdict("s", near_zero, "0", 0.0, True, (0.0, 0.0))
+        .with_run(Verdict("s", near_zero, "1", 1.0, True, (1.0, 1.0)))
+        .strays
+    )
+
+
+def test_check_fails_when_a_wall_clock_run_strays_from_its_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    import replay.commands.scenario as commands
+    from replay.scenario.check import Verdict
+
+    e = Expect(arm="24G", metric="call_s", lo=40, hi=50, about="a queued call")
+    walked = Verdict("slow-morning", e, "44.9", 44.9, True, (44.9, 44.9))  # the row holds on the walk
+    run = Verdict("slow-morning", e, "28.0", 28.0, False, (28.0, 28.0))
+    monkeypatch.setattr(commands, "check_scenario", lambda spec, out: [walked.with_run(run)])
+    out = io.StringIO()
+    assert check(CheckArgs(names=["slow-morning"]), Console(file=out, width=250)) == 1
+    text = out.getvalue()
+    assert "strays slow-morning/24G, a queued call: walk 44.9, wall-clock run 28.0" in text
+    assert "1 stray on the wall-clock run" in text
+    monkeypatch.setattr(commands, "check_scenario", lambda spec, out: [walked.with_run(walked)])
+    assert check(CheckArgs(names=["slow-morning"]), Console(file=io.StringIO(), width=250)) == 0
+
+
 def test_show_inputs_lists_every_input_with_its_source_and_how_far_rows_move() -> None:
     from replay.commands.scenario import inputs_table
 
