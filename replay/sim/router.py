@@ -98,8 +98,18 @@ class Policy:
         self.workers = workers
         self.config = config
 
-    def select(self, text: str, loads: Sequence[int]) -> int:
+    def choose(self, text: str, loads: Sequence[int]) -> int:
+        """The worker the policy picks, its state unchanged."""
         raise NotImplementedError
+
+    def record(self, text: str, worker: int) -> None:
+        """What the router keeps of a request it sent to `worker`."""
+        raise NotImplementedError
+
+    def select(self, text: str, loads: Sequence[int]) -> int:
+        worker = self.choose(text, loads)
+        self.record(text, worker)
+        return worker
 
 
 class RoundRobin(Policy):
@@ -110,10 +120,11 @@ class RoundRobin(Policy):
         super().__init__(workers, config)
         self._counter = 0
 
-    def select(self, text: str, loads: Sequence[int]) -> int:
-        i = self._counter % self.workers
+    def choose(self, text: str, loads: Sequence[int]) -> int:
+        return self._counter % self.workers
+
+    def record(self, text: str, worker: int) -> None:
         self._counter += 1
-        return i
 
 
 class CacheAware(Policy):
@@ -136,18 +147,19 @@ class CacheAware(Policy):
         c = self.config
         return hi - lo > c.balance_abs_threshold and hi > lo * c.balance_rel_threshold
 
-    def select(self, text: str, loads: Sequence[int]) -> int:
+    def choose(self, text: str, loads: Sequence[int]) -> int:
         if len(loads) != self.workers:
             raise ValueError("one load per worker")
         least = min(range(self.workers), key=lambda i: loads[i])
         if self.imbalanced(loads):
-            chosen = least
-        else:
-            matched, tenant = self.tree.prefix_match(text)
-            rate = matched / len(text) if text else 0.0
-            chosen = tenant if rate > self.config.cache_threshold and tenant is not None else least
-        self.tree.insert(text, chosen)
-        return chosen
+            return least
+        matched, tenant = self.tree.prefix_match(text)
+        rate = matched / len(text) if text else 0.0
+        return tenant if rate > self.config.cache_threshold and tenant is not None else least
+
+    def record(self, text: str, worker: int) -> None:
+        """cache_aware.rs: the chosen worker's text goes into the tree, in balance or not."""
+        self.tree.insert(text, worker)
 
 
 def make_policy(config: RouterConfig, workers: int) -> Policy:
@@ -235,12 +247,21 @@ def agreement(
 ) -> int:
     """How many of the run's placements (`observed`: the worker of each request, in the run's
     own numbering; `loads`: each worker's requests in flight when it arrived, the same
-    numbering) the model reproduces under the best renaming of its workers. The renaming is
-    tried before the walk, not after it: the least-loaded rule breaks ties by the router's own
-    order, so the loads must reach the model in that order."""
+    numbering) the policy makes itself, decision by decision, under the best renaming of its
+    workers. Each request is judged on the router's own history: the policy's state holds every
+    earlier request where the router sent it, not where the model would have, so a decision
+    the model makes otherwise (a least-loaded tie read from the client's clock, which a busy
+    host moves) costs that placement alone, not every later one of its session. The renaming
+    is tried before the walk, not after it: the least-loaded rule breaks ties by the router's
+    own order, so the loads must reach the model in that order."""
     best = 0
     for perm in itertools.permutations(range(workers)):
-        mine = None if loads is None else [[held[perm[m]] for m in range(workers)] for held in loads]
-        placed = predict(requests, config, workers, loads=mine)
-        best = max(best, sum(1 for p, o in zip(placed, observed, strict=True) if perm[p.worker] == o))
+        mine = {o: m for m, o in enumerate(perm)}  # the run's worker o is the model's mine[o]
+        policy = make_policy(config, workers)
+        agrees = 0
+        for i, (r, o) in enumerate(zip(requests, observed, strict=True)):
+            held = [0] * workers if loads is None else [loads[i][perm[m]] for m in range(workers)]
+            agrees += perm[policy.choose(r.text, held)] == o
+            policy.record(r.text, mine[o])
+        best = max(best, agrees)
     return best

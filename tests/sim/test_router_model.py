@@ -128,3 +128,20 @@ def test_agreement_renames_the_workers_before_the_walk_so_loads_break_ties_in_th
     observed, loads = [1, 0], [[0, 0], [0, 1]]
     assert agreement(reqs, observed, CA, 2, loads) == 2
     assert agreement(reqs, [0, 0], CA, 2, [[0, 0], [0, 0]]) == 2  # nothing in flight: both to the first
+
+
+def test_one_decision_read_otherwise_costs_that_placement_not_the_rest_of_its_session() -> None:
+    """B's first request reaches the router after A's ended, but the client's clock still has A
+    in flight: the model sends B to the other (least loaded) worker. Judged on the router's own
+    history (B's text in the tree where the router put it), B's next turns agree again; a free
+    walk of the model would lose them too (1 of 4: a busy host failed a fleet test that way)."""
+    from replay.sim.router import agreement
+
+    reqs = [
+        Routed("a", "aaaa", 10),
+        Routed("b", "bbbb", 10),
+        Routed("b", "bbbb cc", 12),
+        Routed("b", "bbbb cc dd", 14),
+    ]
+    loads = [[0, 0], [1, 0], [0, 0], [0, 0]]
+    assert agreement(reqs, [0, 0, 0, 0], CA, 2, loads) == 3
