@@ -7,6 +7,7 @@ whole."""
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 from collections import OrderedDict
 from pathlib import Path
@@ -21,7 +22,9 @@ from replay.importers.codex import import_codex
 from replay.importers.opencode import import_opencode
 from replay.importers.sharegpt import import_sharegpt
 from replay.sim.model import tokenizer
-from replay.trace import read_trace
+from replay.trace import read_trace, validate
+from replay.trace.model import Message
+from replay.trace.writer import TraceWriter
 from tests.support.agentstores import (
     MORNING,
     OC_T0,
@@ -139,3 +142,31 @@ def test_opencode_event_stream_is_read_as_it_streams(tmp_path: Path) -> None:
     assert len(read_trace(tmp_path / "l.jsonl").sessions) == 500
     grown = large.stat().st_size - small.stat().st_size
     assert after - before < grown / 4, (before, after, grown)
+
+
+def _chain(path: Path, n: int) -> Path:
+    """One session of n requests of one message each."""
+    with TraceWriter(path, source="test") as writer:
+        writer.session("s")
+        for i in range(n):
+            message: Message = {"role": "user", "content": f"step {i}"}
+            writer.request("s", float(i), [message])
+    return path
+
+
+def test_validation_holds_a_few_bytes_a_request(tmp_path: Path) -> None:
+    """`replay import` validates what it wrote; the check keeps each request's message count (a
+    later request may extend any earlier one), in two arrays: 16 bytes a request, where a dict
+    took ~96 (about 100 MiB on a 2 GB Codex import's million requests)."""
+    small, large = _chain(tmp_path / "s.jsonl", 20_000), _chain(tmp_path / "l.jsonl", 60_000)
+    peaks = []
+    for path in (small, large, small, large):
+        gc.collect()
+        tracemalloc.start()
+        try:
+            assert validate(path)["requests"] in (20_000, 60_000)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    per_request = (peaks[3] - peaks[2]) / 40_000
+    assert per_request < 40, peaks
