@@ -170,3 +170,37 @@ def test_validation_holds_a_few_bytes_a_request(tmp_path: Path) -> None:
             tracemalloc.stop()
     per_request = (peaks[3] - peaks[2]) / 40_000
     assert per_request < 40, peaks
+
+
+def _sessions(path: Path, n: int) -> Path:
+    """n one-request sessions with the labels an importer writes."""
+    with TraceWriter(path, source="test") as writer:
+        for i in range(n):
+            sid = f"codex-0199a1b2-c3d4-7e5f-8a9b-{i:012x}"
+            labels = {
+                "source": "codex",
+                "file": f"rollout-2026-09-21T00-00-00-{sid}.jsonl",
+                "cli_version": "0.171.0",
+            }
+            writer.session(sid, labels=labels)
+            writer.request(sid, float(i), [{"role": "user", "content": "go"}])
+    return path
+
+
+def test_validation_keeps_no_session_labels(tmp_path: Path) -> None:
+    """Validating keeps each session's id, not its labels (~1 KB a session: 33 MiB of a 2 GB Codex
+    import's validation); a loaded trace still has them."""
+    small, large = _sessions(tmp_path / "s.jsonl", 5_000), _sessions(tmp_path / "l.jsonl", 15_000)
+    peaks = []
+    for path in (small, large):
+        gc.collect()
+        tracemalloc.start()
+        try:
+            validate(path)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    per_session = (peaks[1] - peaks[0]) / 10_000
+    assert per_session < 600, peaks  # 441 measured (848 with the labels)
+    loaded = read_trace(large)
+    assert loaded.sessions[f"codex-0199a1b2-c3d4-7e5f-8a9b-{7:012x}"].labels["cli_version"] == "0.171.0"
