@@ -416,13 +416,13 @@ def _validate(check: _Checker, kind: str, obj: dict[str, Any]) -> dict[str, Any]
         # Only a trace being loaded (`share`) keeps a session's labels; a check that streams
         # (`validate`, `iter_requests`) needs the session's id: labels held ~1 KB a session, 33 MiB
         # in validating a 2 GB Codex import's 33,736 sessions.
-        labels = obj.get("labels") if check.share else None
+        labels = (obj.get("labels") or check.no_labels()) if check.share else check.empty_labels
         check.sessions[sid] = Session(
             id=sid,
             role=check.word(obj.get("role") or "interactive"),
             api=check.word(api),
             model=check.word(obj.get("model") or "default"),
-            labels=labels if labels else check.no_labels(),
+            labels=labels,
         )
     elif kind == "blob":
         bid = check.need(obj, "id", str)

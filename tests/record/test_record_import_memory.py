@@ -201,6 +201,6 @@ def test_validation_keeps_no_session_labels(tmp_path: Path) -> None:
         finally:
             tracemalloc.stop()
     per_session = (peaks[1] - peaks[0]) / 10_000
-    assert per_session < 600, peaks  # 441 measured (848 with the labels)
+    assert per_session < 600, peaks  # 380-440 measured (848 with the labels)
     loaded = read_trace(large)
     assert loaded.sessions[f"codex-0199a1b2-c3d4-7e5f-8a9b-{7:012x}"].labels["cli_version"] == "0.171.0"
