@@ -501,6 +501,14 @@ def _imports(results: dict[str, Any]) -> list[str]:
         "Each kind's input generated in its real shape, imported by `replay import` in a child process "
         "(its validation of what it wrote included). The 2 GB figure: `python -m bench --only imports "
         "--imports-mb 2048`.",
+    ]
+    if imported.get("host"):
+        lines += [
+            "",
+            f"Measured {imported.get('measured', '')} on {imported['host']} ({imported.get('build', '')}), one kind"
+            f" at a time; {imported.get('note', '')}".rstrip("; "),
+        ]
+    lines += [
         "",
         "| kind | input MB | output MB | import s | MB/s | MB per CPU-s | peak RSS | trace |",
         "|---|---|---|---|---|---|---|---|",

@@ -32,6 +32,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from replay.errors import TraceError, UsageError
 from replay.record.tokens import count_tokens
 from replay.sim.model.render import TOOLS_HEADER, Rendered, tools_block
+from replay.sim.model.tokenizer import keep_new
 from replay.trace.materialize import text_of
 from replay.trace.model import Message
 from replay.trace.synth import synth_text
@@ -412,10 +413,12 @@ def write_trace(
         return TraceWriter(out, source=source, notes=notes, start=start)
 
     emitter = Emitter(open_writer, options)
+    kept = keep_new(False)  # texts are tokenized once each, to be counted: none is kept
     try:
         for step in steps:
             emitter.emit(step)
     finally:
+        keep_new(kept)
         if emitter.writer is not None:
             emitter.writer.close()
     if emitter.counts["requests"] == 0:

@@ -333,9 +333,12 @@ def import_codex(src: str | Path, out: str | Path, options: ImportOptions | None
     files = _files(Path(src))
     if not files:
         raise TraceError(str(src), 0, "no Codex rollouts (rollout-*.jsonl) found")
+    count = len(files)
     with progress_bar(tree_size(files), "codex", options) as advance:
-        starts = sorted((_start(f), f) for f in files)
-        steps = merge_by_time((t, partial(_session_steps, f, advance)) for t, f in starts)
+        # each file's start and name, no more (a Path holds its parts too): kept to the end
+        starts = [(t, str(f)) for t, f in sorted((_start(f), f) for f in files)]
+        del files
+        steps = merge_by_time((t, partial(_session_steps, Path(f), advance)) for t, f in starts)
         counts = write_trace(
             steps,
             Path(out),
@@ -343,4 +346,4 @@ def import_codex(src: str | Path, out: str | Path, options: ImportOptions | None
             "imported from Codex CLI rollouts (Responses API calls); tools are synthetic stand-ins sized from the usage",
             options,
         )
-    return {"files": len(files), **counts}
+    return {"files": count, **counts}

@@ -29,6 +29,7 @@ API call of one turn: each `step-start` ... `step-finish` span is one request. M
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -44,7 +45,6 @@ from replay.importers.base import (
     Step,
     columns,
     is_sqlite,
-    jsonl,
     merge_by_time,
     open_sqlite_ro,
     progress_bar,
@@ -98,42 +98,47 @@ def _by_time(turns: list[Turn]) -> list[Turn]:
 # ---- reading each store as sessions of turns -----------------------------------------------------
 
 
-def _from_db(path: Path, advance: Callable[[int], None]) -> list[_Session]:
+def _from_db(path: Path, advance: Callable[[int], None]) -> Iterator[_Session]:
+    """The sessions in (created, id) order, one at a time as the merge reaches them: nothing of a
+    session but its row is read before its turns are, and no list of them is kept."""
     conn = open_sqlite_ro(path, ("session", "message", "part"), "OpenCode")
     scols = columns(conn, "session")
     pick = [c for c in ("id", "parent_id", "title", "time_created", "directory") if c in scols]
-    sessions = []
-    for row in conn.execute(f"SELECT {', '.join(pick)} FROM session"):
+    # the order `_ms` gives: a time that is not a positive number is 0
+    created = (
+        "CASE WHEN typeof(time_created) IN ('integer', 'real') AND time_created > 0"
+        " THEN time_created ELSE 0 END, "
+        if "time_created" in scols
+        else ""
+    )
+
+    def turns(sid: str) -> Iterator[Turn]:
+        rows = conn.execute(
+            "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id", (sid,)
+        ).fetchall()
+        for mid, data in rows:
+            advance(len(data or ""))
+            info = orjson.loads(data or "{}")
+            info.setdefault("id", mid)
+            parts = []
+            for pid, pdata in conn.execute(
+                "SELECT id, data FROM part WHERE message_id = ? ORDER BY id", (mid,)
+            ):
+                advance(len(pdata or ""))
+                part = orjson.loads(pdata or "{}")
+                part.setdefault("id", pid)
+                parts.append(part)
+            yield info, parts
+
+    for row in conn.execute(f"SELECT {', '.join(pick)} FROM session ORDER BY {created}id"):
         r = dict(row)
-
-        def turns(sid: str = str(r["id"])) -> Iterator[Turn]:
-            rows = conn.execute(
-                "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id", (sid,)
-            ).fetchall()
-            for mid, data in rows:
-                advance(len(data or ""))
-                info = orjson.loads(data or "{}")
-                info.setdefault("id", mid)
-                parts = []
-                for pid, pdata in conn.execute(
-                    "SELECT id, data FROM part WHERE message_id = ? ORDER BY id", (mid,)
-                ):
-                    advance(len(pdata or ""))
-                    part = orjson.loads(pdata or "{}")
-                    part.setdefault("id", pid)
-                    parts.append(part)
-                yield info, parts
-
-        sessions.append(
-            _Session(
-                id=str(r["id"]),
-                parent=r.get("parent_id"),
-                title=str(r.get("title") or ""),
-                created=_ms(r.get("time_created")) or 0.0,
-                turns=turns,
-            )
+        yield _Session(
+            id=str(r["id"]),
+            parent=r.get("parent_id"),
+            title=str(r.get("title") or ""),
+            created=_ms(r.get("time_created")) or 0.0,
+            turns=partial(turns, str(r["id"])),
         )
-    return sessions
 
 
 def _from_storage(root: Path, advance: Callable[[int], None]) -> list[_Session]:
@@ -186,36 +191,86 @@ def _from_export(path: Path, obj: dict[str, Any]) -> list[_Session]:
 
 
 def _from_events(path: Path, advance: Callable[[int], None]) -> list[_Session]:
-    """`opencode run --format json`: events carry parts of assistant messages only."""
-    by_session: dict[str, dict[str, Turn]] = {}
-    first: dict[str, float] = {}
-    for n, event in jsonl(path, advance):
-        kind = event.get("type") if isinstance(event, dict) else None
-        if kind not in ("step_start", "step_finish", "text", "tool_use", "reasoning", "error"):
-            raise TraceError(str(path), n, f"not an opencode event (type {kind!r})")
-        part = event.get("part")
-        sid = str(event.get("sessionID") or (part or {}).get("sessionID") or "")
-        if not isinstance(part, dict) or not sid:
-            continue  # an error event carries no part
-        mid = str(part.get("messageID") or "")
-        turns = by_session.setdefault(sid, {})
-        stamp = _ms(event.get("timestamp"))
-        if mid not in turns:
-            turns[mid] = ({"id": mid, "role": "assistant", "time": {"created": event.get("timestamp")}}, [])
-        if stamp is not None:
-            first.setdefault(sid, stamp)
-            part = {**part, "_at": stamp}
-        turns[mid][1].append(part)
-    sessions = []
-    for sid, turns in by_session.items():
-        seq: list[Turn] = []
-        for info, parts in turns.values():
-            user = {"id": f"{info['id']}-prompt", "role": "user", "time": info["time"], "_synthetic": True}
-            seq += [(user, [{"type": "text", "text": _NO_PROMPT}]), (info, parts)]
-        sessions.append(
-            _Session(id=sid, parent=None, title="", created=first.get(sid, 0.0), turns=partial(iter, seq))
+    """`opencode run --format json`: events carry parts of assistant messages only. Read as it
+    streams: a first pass checks every line and keeps per session only when it starts and where
+    its lines are (the bytes from its first line to its last); a session's turns are read from
+    there when the merge reaches it (a file of sessions one after another is read twice)."""
+    spans: dict[str, list[Any]] = {}  # session id -> [first stamp or None, first byte, end byte]
+    at = 0
+    with open(path, "rb") as handle:
+        for n, raw in enumerate(handle, 1):
+            start, at = at, at + len(raw)
+            advance(len(raw))
+            if not raw.strip():
+                continue
+            sid, event = _event(path, n, raw)
+            if sid is None:
+                continue
+            span = spans.get(sid)
+            if span is None:
+                spans[sid] = span = [None, start, at]
+            span[2] = at
+            if span[0] is None:
+                span[0] = _ms(event.get("timestamp"))
+    return [
+        _Session(
+            id=sid,
+            parent=None,
+            title="",
+            created=created or 0.0,
+            turns=partial(_event_turns, path, sid, start, end),
         )
-    return sessions
+        for sid, (created, start, end) in spans.items()
+    ]
+
+
+def _event(path: Path, n: int, raw: bytes) -> tuple[str | None, dict[str, Any]]:
+    """An event line's session id (None when it carries no part) and the event."""
+    try:
+        event = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(str(path), n, f"bad JSON: {exc}") from None
+    kind = event.get("type") if isinstance(event, dict) else None
+    if kind not in ("step_start", "step_finish", "text", "tool_use", "reasoning", "error"):
+        raise TraceError(str(path), n, f"not an opencode event (type {kind!r})")
+    part = event.get("part")
+    sid = str(event.get("sessionID") or (part or {}).get("sessionID") or "")
+    if not isinstance(part, dict) or not sid:
+        return None, event  # an error event carries no part
+    return sid, event
+
+
+def _event_turns(path: Path, sid: str, start: int, end: int) -> Iterator[Turn]:
+    """One session's turns: its events between its first and last line (another session's lines
+    between them are passed over), each assistant message after a synthetic user prompt."""
+    turns: dict[str, Turn] = {}
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        at = start
+        for raw in handle:
+            if at >= end:
+                break
+            at += len(raw)
+            if not raw.strip():
+                continue
+            mine, event = _event(path, 0, raw)
+            if mine != sid:
+                continue
+            part = event["part"]
+            mid = str(part.get("messageID") or "")
+            stamp = _ms(event.get("timestamp"))
+            if mid not in turns:
+                turns[mid] = (
+                    {"id": mid, "role": "assistant", "time": {"created": event.get("timestamp")}},
+                    [],
+                )
+            if stamp is not None:
+                part = {**part, "_at": stamp}
+            turns[mid][1].append(part)
+    for info, parts in turns.values():
+        user = {"id": f"{info['id']}-prompt", "role": "user", "time": info["time"], "_synthetic": True}
+        yield user, [{"type": "text", "text": _NO_PROMPT}]
+        yield info, parts
 
 
 def _one_document(path: Path) -> Any:
@@ -239,7 +294,15 @@ def _one_document(path: Path) -> Any:
         return None  # more than one object: an event stream
 
 
-def _sources(src: Path, advance: Callable[[int], None]) -> list[_Session]:
+def _sources(src: Path, advance: Callable[[int], None]) -> Iterator[_Session]:
+    """The store's sessions in (created, id) order (a database's read one at a time)."""
+    found = _stores(src, advance)
+    if isinstance(found, list):
+        return iter(sorted(found, key=lambda x: (x.created, x.id)))
+    return found
+
+
+def _stores(src: Path, advance: Callable[[int], None]) -> list[_Session] | Iterator[_Session]:
     if src.is_dir():
         if (src / "opencode.db").is_file():
             return _from_db(src / "opencode.db", advance)
@@ -517,13 +580,19 @@ def import_opencode(src: str | Path, out: str | Path, options: ImportOptions | N
     size = tree_size(src.rglob("*")) if src.is_dir() else src.stat().st_size
     with progress_bar(size, "opencode", options) as advance:
         sessions = _sources(src, advance)
-        if not sessions:
+        first = next(sessions, None)
+        if first is None:
             raise TraceError(str(src), 0, "no OpenCode sessions found")
-        sessions.sort(key=lambda x: (x.created, x.id))
-        steps = merge_by_time(
-            (s.created, partial(_session_steps, s, "subagent" if s.parent else "interactive"))
-            for s in sessions
-        )
+        sessions = itertools.chain((first,), sessions)
+        del first
+        seen = [0]
+
+        def sources() -> Iterator[tuple[float, Callable[[], Iterator[Step]]]]:
+            for s in sessions:
+                seen[0] += 1
+                yield s.created, partial(_session_steps, s, "subagent" if s.parent else "interactive")
+
+        steps = merge_by_time(sources())
         counts = write_trace(
             steps,
             Path(out),
@@ -531,4 +600,4 @@ def import_opencode(src: str | Path, out: str | Path, options: ImportOptions | N
             "imported from OpenCode; system prompt and tools are stand-ins (OpenCode stores neither)",
             options,
         )
-    return {"conversations": len(sessions), **counts}
+    return {"conversations": seen[0], **counts}

@@ -21,6 +21,7 @@ import orjson
 
 from replay.errors import TraceError
 from replay.record.tokens import count_tokens
+from replay.sim.model.tokenizer import keep_new
 from replay.trace.model import Message
 from replay.trace.writer import TraceWriter
 
@@ -164,6 +165,24 @@ def import_sharegpt(
     """Convert a ShareGPT file into a trace at `out`; `limit` caps the number of conversations."""
     src = Path(src)
     counts = {"conversations": 0, "skipped": 0, "requests": 0}
+    kept = keep_new(False)  # each answer is tokenized once, to be counted: none is kept
+    try:
+        _write(src, out, api, model, session_gap_s, turn_gap_s, limit, counts)
+    finally:
+        keep_new(kept)
+    return counts
+
+
+def _write(
+    src: Path,
+    out: str | Path,
+    api: str,
+    model: str,
+    session_gap_s: float,
+    turn_gap_s: float,
+    limit: int | None,
+    counts: dict[str, int],
+) -> None:
     used: set[str] = set()
     t = 0.0
     with TraceWriter(
@@ -212,4 +231,3 @@ def import_sharegpt(
                 t += turn_gap_s
             writer.forget(sid)  # a conversation has no request after its last: let go of it
             t += session_gap_s
-    return counts

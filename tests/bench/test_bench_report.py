@@ -253,6 +253,9 @@ def test_the_imports_section_has_a_row_and_an_rss_check_per_kind():
     )
     assert "| swe-agent | failed: UsageError: boom |" in text
     assert "--imports-mb 2048" in text
+    assert "Measured " not in text  # a section run by `just bench` says nothing more
+    results["imports"] |= {"measured": "2026-12-04", "host": "vm (2 cores)", "build": "pure Python"}
+    assert "\nMeasured 2026-12-04 on vm (2 cores) (pure Python), one kind at a time\n" in markdown(results)
 
 
 def test_imports_run_small_in_a_quick_run_and_at_any_size_when_asked():

@@ -33,14 +33,15 @@ _TEXT_MAX = 1 << 23  # 8 Mi characters: about 1.5M tokens
 _cache: OrderedDict[str, Block] = OrderedDict()
 _cached_chars = [0]
 _evicted = [0]  # texts dropped for the bounds since start: see `cache_fill`
+_keeping = [True]  # whether new texts go in the cache: see `keep_new`
 
 
 def tokenize(text: str) -> Block:
     """The tokens of `text`; cached, so equal texts share one tuple (fast identity comparison)."""
     block = _cache.get(text)
     if block is None:
-        if len(text) > _TEXT_MAX:  # never kept, so not interned either: the interned table
-            return tuple(_TOKEN.findall(text))  # would stay at its largest size for good
+        if len(text) > _TEXT_MAX or not _keeping[0]:  # never kept, so not interned either: the
+            return tuple(_TOKEN.findall(text))  # interned table would stay at its largest size
         block = tuple(map(sys.intern, _TOKEN.findall(text))) if text else EMPTY
         remember(text, block)
     return block
@@ -60,6 +61,16 @@ def remember(text: str, block: Block) -> None:
         old, _ = _cache.popitem(last=False)
         _cached_chars[0] -= len(old)
         _evicted[0] += 1
+
+
+def keep_new(on: bool) -> bool:
+    """Whether texts tokenized from now on are kept in the cache (texts already in it are still
+    found there); returns the previous setting. An importer sees each text once, to count it: kept,
+    a big input's texts would only fill the cache to its bounds (64 Mi characters and their
+    tokens, 250-300 MiB) for nothing."""
+    was = _keeping[0]
+    _keeping[0] = on
+    return was
 
 
 def cache_fill() -> dict[str, int | bool]:
